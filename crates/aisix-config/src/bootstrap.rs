@@ -1,0 +1,161 @@
+//! The bootstrap configuration: settings read once at startup (listeners, workers, timeouts,
+//! logging). Defaults here are the production defaults; the README lists each one.
+
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything `config.yaml` and the `AISIX_*` variables can set.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Bootstrap {
+    pub proxy: ProxyConfig,
+    pub downstream: DownstreamConfig,
+    pub upstream: UpstreamConfig,
+    pub shutdown: ShutdownConfig,
+    pub observability: ObservabilityConfig,
+    /// The resources file, resolved against the config file's folder.
+    pub resources_file: Option<PathBuf>,
+    /// The config file this was loaded from, if any.
+    pub config_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProxyConfig {
+    /// `proxy.addr`: where clients connect.
+    pub addr: SocketAddr,
+    /// `proxy.thread_per_core`: one runtime and listener per worker thread.
+    pub thread_per_core: bool,
+    /// `proxy.workers`: `None` follows the parallelism available to the process.
+    pub workers: Option<NonZeroUsize>,
+    /// `proxy.backlog`: the listen(2) backlog of each listener.
+    pub backlog: u32,
+    /// `proxy.request_body_limit_bytes`: larger request bodies are refused with 413.
+    pub request_body_limit_bytes: u64,
+    /// `proxy.tls`: serve HTTPS on `addr` when set.
+    pub tls: Option<TlsConfig>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// PEM certificate chain, resolved against the config file's folder.
+    pub cert_file: PathBuf,
+    /// PEM private key, resolved against the config file's folder.
+    pub key_file: PathBuf,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DownstreamConfig {
+    /// `downstream.header_read_timeout_secs`: a request head must arrive in full within this.
+    pub header_read_timeout: Duration,
+    /// `downstream.idle_timeout_secs`: a connection with no request for this long is closed;
+    /// `None` (0) leaves idle connections to the client.
+    pub idle_timeout: Option<Duration>,
+    /// `downstream.sse_keepalive_interval_secs`: an SSE comment is sent when the upstream is
+    /// silent this long; `None` (0) disables it.
+    pub sse_keepalive_interval: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamConfig {
+    /// `upstream.connect_timeout_ms`: TCP connect plus TLS handshake.
+    pub connect_timeout: Duration,
+    /// `upstream.timeout_ms`: whole-response deadline for a non-streaming call, and the deadline
+    /// for the first byte of a stream, unless a model sets its own.
+    pub timeout: Duration,
+    /// `upstream.stream_idle_timeout_ms`: longest silence allowed between stream frames.
+    pub stream_idle_timeout: Duration,
+    /// `upstream.pool_idle_timeout_secs`: idle pooled connections are closed after this.
+    pub pool_idle_timeout: Duration,
+    /// `upstream.pool_max_idle_per_host`: idle connections kept per host, per worker.
+    pub pool_max_idle_per_host: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownConfig {
+    /// `shutdown.drain_timeout_secs`: how long in-flight work may run after SIGTERM.
+    pub drain_timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservabilityConfig {
+    /// `observability.log_level`: a tracing filter (`info`, `aisix=debug,warn`); `RUST_LOG` wins.
+    pub log_level: String,
+    /// `observability.access_log`: one JSON line per request on stderr.
+    pub access_log: bool,
+    pub metrics: MetricsConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    pub prometheus: PrometheusConfig,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrometheusConfig {
+    /// `observability.metrics.prometheus.enabled`.
+    pub enabled: bool,
+    /// `observability.metrics.prometheus.addr`: a listener of its own, never the proxy port.
+    pub addr: SocketAddr,
+    /// `observability.metrics.prometheus.path`.
+    pub path: String,
+}
+
+impl Default for ProxyConfig {
+    fn default() -> Self {
+        Self {
+            addr: SocketAddr::from(([0, 0, 0, 0], 3000)),
+            thread_per_core: cfg!(target_os = "linux"),
+            workers: None,
+            backlog: 4096,
+            request_body_limit_bytes: 32 * 1024 * 1024,
+            tls: None,
+        }
+    }
+}
+
+impl Default for DownstreamConfig {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Some(Duration::from_secs(75)),
+            sse_keepalive_interval: Some(Duration::from_secs(15)),
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_millis(5_000),
+            timeout: Duration::from_millis(600_000),
+            stream_idle_timeout: Duration::from_millis(120_000),
+            pool_idle_timeout: Duration::from_secs(30),
+            pool_max_idle_per_host: 1024,
+        }
+    }
+}
+
+impl Default for ShutdownConfig {
+    fn default() -> Self {
+        Self {
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Default for ObservabilityConfig {
+    fn default() -> Self {
+        Self {
+            log_level: "info".to_owned(),
+            access_log: true,
+            metrics: MetricsConfig {
+                prometheus: PrometheusConfig {
+                    enabled: true,
+                    addr: SocketAddr::from(([127, 0, 0, 1], 9090)),
+                    path: "/metrics".to_owned(),
+                },
+            },
+        }
+    }
+}

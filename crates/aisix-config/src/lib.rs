@@ -1,0 +1,14 @@
+//! aisix configuration as pure data: the bootstrap config (`config.yaml` + `AISIX_*` variables)
+//! and, later, the resources file. Loading collects every error with its path and origin;
+//! nothing here starts threads or touches sockets.
+
+mod bootstrap;
+mod error;
+mod load;
+
+pub use bootstrap::{
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    ShutdownConfig, TlsConfig, UpstreamConfig,
+};
+pub use error::{ConfigError, ConfigErrors, Origin};
+pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};

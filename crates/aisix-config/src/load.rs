@@ -1,0 +1,433 @@
+//! Loading the bootstrap config with the `config` crate: built-in defaults, then the YAML file,
+//! then `AISIX_<SECTION>__<KEY>` variables. Every key is read through one [`Reader`], which
+//! records the key as known; whatever the sources hold beyond those keys is an error.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat, Value, ValueKind};
+
+use crate::bootstrap::{
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    ShutdownConfig, TlsConfig, UpstreamConfig,
+};
+use crate::error::{ConfigError, ConfigErrors, Origin};
+
+/// Environment variables with this prefix are configuration keys.
+pub const ENV_PREFIX: &str = "AISIX_";
+/// Names the config file; it is not itself a configuration key.
+pub const CONFIG_PATH_VAR: &str = "AISIX_CONFIG";
+/// Variables under [`ENV_PREFIX`] that are not configuration keys.
+const RESERVED_VARS: &[&str] = &[CONFIG_PATH_VAR];
+
+/// Loads and validates the bootstrap config from `file` (optional) and `env` (the process
+/// environment, passed in so tests need not mutate it). Returns every error found.
+pub fn load_bootstrap<I>(file: Option<&Path>, env: I) -> Result<Bootstrap, ConfigErrors>
+where
+    I: IntoIterator<Item = (String, String)>,
+{
+    let env_vars: BTreeMap<String, String> = env
+        .into_iter()
+        .filter(|(name, _)| name.starts_with(ENV_PREFIX) && !RESERVED_VARS.contains(&&**name))
+        .collect();
+    // key path -> variable name, to name the variable in errors.
+    let env_origin: BTreeMap<String, String> = env_vars
+        .keys()
+        .map(|name| (env_key_path(name), name.clone()))
+        .collect();
+
+    let mut builder = Config::builder();
+    if let Some(file) = file {
+        builder =
+            builder.add_source(File::new(&file.to_string_lossy(), FileFormat::Yaml).required(true));
+    }
+    builder = builder.add_source(
+        Environment::with_prefix(ENV_PREFIX.trim_end_matches('_'))
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(true)
+            .source(Some(env_vars.into_iter().collect())),
+    );
+    let cfg = builder.build().map_err(|e| {
+        let origin = file.map_or(Origin::Unknown, |f| Origin::File(f.to_path_buf()));
+        ConfigErrors(vec![ConfigError::new("", source_error_message(&e), origin)])
+    })?;
+
+    let mut reader = Reader {
+        cfg: &cfg,
+        file,
+        env_origin: &env_origin,
+        known: BTreeSet::new(),
+        errors: ConfigErrors::default(),
+    };
+    let bootstrap = read_bootstrap(&mut reader);
+    reader.report_unknown_keys();
+    reader.errors.into_result(bootstrap)
+}
+
+/// `AISIX_PROXY__THREAD_PER_CORE` -> `proxy.thread_per_core`.
+fn env_key_path(var: &str) -> String {
+    var[ENV_PREFIX.len()..].to_lowercase().replace("__", ".")
+}
+
+fn source_error_message(error: &config::ConfigError) -> String {
+    match error {
+        config::ConfigError::NotFound(_) => "configuration file not found".to_owned(),
+        config::ConfigError::FileParse { cause, .. } => format!("not valid YAML: {cause}"),
+        other => other.to_string(),
+    }
+}
+
+fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
+    let defaults = Bootstrap::default();
+    let config_dir = r.file.and_then(Path::parent).map(Path::to_path_buf);
+    let resolve = |p: PathBuf| match &config_dir {
+        Some(dir) if p.is_relative() => dir.join(p),
+        _ => p,
+    };
+
+    let proxy = {
+        let d = defaults.proxy;
+        let workers = r.u64("proxy.workers").and_then(|(n, origin)| {
+            let n = NonZeroUsize::new(usize::try_from(n).unwrap_or(usize::MAX));
+            if n.is_none() {
+                r.error("proxy.workers", "must be at least 1", origin);
+            }
+            n
+        });
+        let tls = r.table_present("proxy.tls").then(|| {
+            let cert_file = r.required_string("proxy.tls.cert_file");
+            let key_file = r.required_string("proxy.tls.key_file");
+            TlsConfig {
+                cert_file: resolve(PathBuf::from(cert_file.unwrap_or_default())),
+                key_file: resolve(PathBuf::from(key_file.unwrap_or_default())),
+            }
+        });
+        ProxyConfig {
+            addr: r.socket_addr("proxy.addr").unwrap_or(d.addr),
+            thread_per_core: r.bool("proxy.thread_per_core").unwrap_or(d.thread_per_core),
+            workers,
+            backlog: r
+                .bounded("proxy.backlog", 1, i32::MAX as u64)
+                .map_or(d.backlog, |n| n as u32),
+            request_body_limit_bytes: r
+                .bounded("proxy.request_body_limit_bytes", 1, u64::MAX)
+                .unwrap_or(d.request_body_limit_bytes),
+            tls,
+        }
+    };
+
+    let downstream = {
+        let d = defaults.downstream;
+        DownstreamConfig {
+            header_read_timeout: r
+                .bounded("downstream.header_read_timeout_secs", 1, u32::MAX.into())
+                .map_or(d.header_read_timeout, Duration::from_secs),
+            idle_timeout: r
+                .u64_value("downstream.idle_timeout_secs")
+                .map_or(d.idle_timeout, optional_secs),
+            sse_keepalive_interval: r
+                .u64_value("downstream.sse_keepalive_interval_secs")
+                .map_or(d.sse_keepalive_interval, optional_secs),
+        }
+    };
+
+    let upstream = {
+        let d = defaults.upstream;
+        let ms = |r: &mut Reader<'_>, key: &'static str, default: Duration| {
+            r.bounded(key, 1, u32::MAX.into())
+                .map_or(default, Duration::from_millis)
+        };
+        UpstreamConfig {
+            connect_timeout: ms(r, "upstream.connect_timeout_ms", d.connect_timeout),
+            timeout: ms(r, "upstream.timeout_ms", d.timeout),
+            stream_idle_timeout: ms(r, "upstream.stream_idle_timeout_ms", d.stream_idle_timeout),
+            pool_idle_timeout: r
+                .bounded("upstream.pool_idle_timeout_secs", 1, u32::MAX.into())
+                .map_or(d.pool_idle_timeout, Duration::from_secs),
+            pool_max_idle_per_host: r
+                .bounded("upstream.pool_max_idle_per_host", 1, u32::MAX.into())
+                .map_or(d.pool_max_idle_per_host, |n| n as usize),
+        }
+    };
+
+    let shutdown = ShutdownConfig {
+        drain_timeout: r
+            .u64_value("shutdown.drain_timeout_secs")
+            .map_or(defaults.shutdown.drain_timeout, Duration::from_secs),
+    };
+
+    let observability = {
+        let d = defaults.observability;
+        let dp = d.metrics.prometheus;
+        let path = r
+            .string("observability.metrics.prometheus.path")
+            .unwrap_or(dp.path);
+        if !path.starts_with('/') {
+            let origin = r.origin_of("observability.metrics.prometheus.path");
+            r.error(
+                "observability.metrics.prometheus.path",
+                "must start with '/'",
+                origin,
+            );
+        }
+        ObservabilityConfig {
+            log_level: r.string("observability.log_level").unwrap_or(d.log_level),
+            access_log: r.bool("observability.access_log").unwrap_or(d.access_log),
+            metrics: MetricsConfig {
+                prometheus: PrometheusConfig {
+                    enabled: r
+                        .bool("observability.metrics.prometheus.enabled")
+                        .unwrap_or(dp.enabled),
+                    addr: r
+                        .socket_addr("observability.metrics.prometheus.addr")
+                        .unwrap_or(dp.addr),
+                    path,
+                },
+            },
+        }
+    };
+
+    let resources_file = r
+        .string("resources_file")
+        .map(|p| resolve(PathBuf::from(p)));
+
+    if observability.metrics.prometheus.enabled
+        && observability.metrics.prometheus.addr == proxy.addr
+        && proxy.addr.port() != 0
+    {
+        let origin = r.origin_of("observability.metrics.prometheus.addr");
+        r.error(
+            "observability.metrics.prometheus.addr",
+            format!("must differ from proxy.addr ({})", proxy.addr),
+            origin,
+        );
+    }
+
+    Bootstrap {
+        proxy,
+        downstream,
+        upstream,
+        shutdown,
+        observability,
+        resources_file,
+        config_file: r.file.map(Path::to_path_buf),
+    }
+}
+
+fn optional_secs(secs: u64) -> Option<Duration> {
+    (secs > 0).then(|| Duration::from_secs(secs))
+}
+
+/// Reads typed values by key path, remembering each path as known and each failure as an error.
+struct Reader<'a> {
+    cfg: &'a Config,
+    file: Option<&'a Path>,
+    env_origin: &'a BTreeMap<String, String>,
+    known: BTreeSet<&'static str>,
+    errors: ConfigErrors,
+}
+
+impl Reader<'_> {
+    fn origin_of(&self, path: &str) -> Origin {
+        match self.env_origin.get(path) {
+            Some(var) => Origin::Env(var.clone()),
+            None => self
+                .file
+                .map_or(Origin::Unknown, |f| Origin::File(f.to_path_buf())),
+        }
+    }
+
+    fn error(&mut self, path: &str, message: impl Into<String>, origin: Origin) {
+        self.errors.push(ConfigError::new(path, message, origin));
+    }
+
+    /// The raw value at `path`, if set to something other than null.
+    fn raw(&mut self, path: &'static str) -> Option<(Value, Origin)> {
+        self.known.insert(path);
+        match self.cfg.get::<Value>(path) {
+            Ok(value) if matches!(value.kind, ValueKind::Nil) => None,
+            Ok(value) => Some((value, self.origin_of(path))),
+            Err(_) => None,
+        }
+    }
+
+    /// Whether the table at `path` is present (so its required keys must be given).
+    fn table_present(&mut self, path: &'static str) -> bool {
+        self.known.insert(path);
+        match self.cfg.get::<Value>(path) {
+            Ok(value) => match value.kind {
+                ValueKind::Nil => false,
+                ValueKind::Table(_) => true,
+                _ => {
+                    let origin = self.origin_of(path);
+                    self.error(path, "expected a mapping", origin);
+                    false
+                }
+            },
+            Err(_) => false,
+        }
+    }
+
+    fn string(&mut self, path: &'static str) -> Option<String> {
+        let (value, origin) = self.raw(path)?;
+        match value.kind {
+            ValueKind::String(s) => Some(s),
+            ValueKind::I64(n) => Some(n.to_string()),
+            ValueKind::U64(n) => Some(n.to_string()),
+            _ => {
+                self.error(path, "expected a string", origin);
+                None
+            }
+        }
+    }
+
+    fn required_string(&mut self, path: &'static str) -> Option<String> {
+        let value = self.string(path);
+        if value.is_none() && !self.errors.iter().any(|e| e.path == path) {
+            let origin = self.origin_of(path.rsplit_once('.').map_or(path, |(p, _)| p));
+            self.error(path, "is required", origin);
+        }
+        value
+    }
+
+    fn bool(&mut self, path: &'static str) -> Option<bool> {
+        let (value, origin) = self.raw(path)?;
+        match value.kind {
+            ValueKind::Boolean(b) => Some(b),
+            ValueKind::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
+            ValueKind::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
+            _ => {
+                self.error(path, "expected true or false", origin);
+                None
+            }
+        }
+    }
+
+    fn u64(&mut self, path: &'static str) -> Option<(u64, Origin)> {
+        let (value, origin) = self.raw(path)?;
+        let parsed = match &value.kind {
+            ValueKind::I64(n) => u64::try_from(*n).ok(),
+            ValueKind::U64(n) => Some(*n),
+            ValueKind::I128(n) => u64::try_from(*n).ok(),
+            ValueKind::U128(n) => u64::try_from(*n).ok(),
+            ValueKind::String(s) => s.trim().parse().ok(),
+            _ => None,
+        };
+        match parsed {
+            Some(n) => Some((n, origin)),
+            None => {
+                self.error(path, "expected a non-negative integer", origin);
+                None
+            }
+        }
+    }
+
+    fn u64_value(&mut self, path: &'static str) -> Option<u64> {
+        self.u64(path).map(|(n, _)| n)
+    }
+
+    fn bounded(&mut self, path: &'static str, min: u64, max: u64) -> Option<u64> {
+        let (n, origin) = self.u64(path)?;
+        if n < min {
+            self.error(path, format!("must be at least {min}"), origin);
+            None
+        } else if n > max {
+            self.error(path, format!("must be at most {max}"), origin);
+            None
+        } else {
+            Some(n)
+        }
+    }
+
+    fn socket_addr(&mut self, path: &'static str) -> Option<SocketAddr> {
+        let origin = self.origin_of(path);
+        let text = self.string(path)?;
+        match text.parse() {
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                self.error(
+                    path,
+                    format!("expected IP:port (such as 0.0.0.0:3000), got {text:?}"),
+                    origin,
+                );
+                None
+            }
+        }
+    }
+
+    /// Records every key the sources hold that no read asked for.
+    fn report_unknown_keys(&mut self) {
+        let Ok(root) = self
+            .cfg
+            .clone()
+            .try_deserialize::<config::Map<String, Value>>()
+        else {
+            return;
+        };
+        let mut unknown = Vec::new();
+        walk(&root, "", &self.known, &mut unknown);
+        for path in unknown {
+            let origin = self.origin_of(&path);
+            let message = match suggest(&path, &self.known) {
+                Some(known) => format!("unknown key (did you mean {known}?)"),
+                None => "unknown key".to_owned(),
+            };
+            self.error(&path, message, origin);
+        }
+    }
+}
+
+fn walk(
+    table: &config::Map<String, Value>,
+    prefix: &str,
+    known: &BTreeSet<&'static str>,
+    unknown: &mut Vec<String>,
+) {
+    for (key, value) in table {
+        let path = if prefix.is_empty() {
+            key.clone()
+        } else {
+            format!("{prefix}.{key}")
+        };
+        let is_leaf = known.contains(path.as_str());
+        let is_parent = known.iter().any(|k| {
+            k.len() > path.len() && k.starts_with(&path) && k[path.len()..].starts_with('.')
+        });
+        match &value.kind {
+            ValueKind::Table(child) if is_parent => walk(child, &path, known, unknown),
+            _ if is_leaf || is_parent => {}
+            _ => unknown.push(path),
+        }
+    }
+}
+
+/// The known key closest to `path` at the same depth, if it is a plausible typo.
+fn suggest(path: &str, known: &BTreeSet<&'static str>) -> Option<&'static str> {
+    let depth = path.matches('.').count();
+    known
+        .iter()
+        .filter(|k| k.matches('.').count() == depth)
+        .map(|k| (edit_distance(path, k), *k))
+        .filter(|(d, _)| *d <= 3)
+        .min()
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}

@@ -1,0 +1,226 @@
+//! Loading the bootstrap config: defaults, file, environment overlay, and strict errors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
+
+use std::io::Write;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use aisix_config::{Bootstrap, ConfigErrors, Origin, load_bootstrap};
+
+fn write_config(yaml: &str) -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    (dir, path)
+}
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn load(yaml: &str, vars: &[(&str, &str)]) -> Result<Bootstrap, ConfigErrors> {
+    let (_dir, path) = write_config(yaml);
+    load_bootstrap(Some(&path), env(vars))
+}
+
+fn messages(errors: &ConfigErrors) -> Vec<String> {
+    errors.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn empty_file_yields_production_defaults() {
+    let config = load("", &[]).unwrap();
+    let defaults = Bootstrap::default();
+    assert_eq!(config.proxy, defaults.proxy);
+    assert_eq!(config.downstream, defaults.downstream);
+    assert_eq!(config.upstream, defaults.upstream);
+    assert_eq!(config.shutdown.drain_timeout, Duration::from_secs(30));
+    assert_eq!(config.proxy.request_body_limit_bytes, 32 * 1024 * 1024);
+    assert_eq!(config.proxy.thread_per_core, cfg!(target_os = "linux"));
+    assert_eq!(config.proxy.workers, None);
+}
+
+#[test]
+fn file_values_are_read() {
+    let config = load(
+        "proxy:\n  addr: 127.0.0.1:8080\n  workers: 3\n  thread_per_core: false\n  backlog: 128\n\
+         downstream:\n  header_read_timeout_secs: 5\n  idle_timeout_secs: 0\n\
+         shutdown:\n  drain_timeout_secs: 7\n\
+         observability:\n  log_level: debug\n  metrics:\n    prometheus:\n      addr: 127.0.0.1:9999\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.proxy.addr.to_string(), "127.0.0.1:8080");
+    assert_eq!(config.proxy.workers, NonZeroUsize::new(3));
+    assert!(!config.proxy.thread_per_core);
+    assert_eq!(config.proxy.backlog, 128);
+    assert_eq!(
+        config.downstream.header_read_timeout,
+        Duration::from_secs(5)
+    );
+    assert_eq!(config.downstream.idle_timeout, None);
+    assert_eq!(config.shutdown.drain_timeout, Duration::from_secs(7));
+    assert_eq!(config.observability.log_level, "debug");
+    assert_eq!(
+        config.observability.metrics.prometheus.addr.to_string(),
+        "127.0.0.1:9999"
+    );
+}
+
+#[test]
+fn environment_overrides_file() {
+    let config = load(
+        "proxy:\n  workers: 2\n  thread_per_core: true\n",
+        &[
+            ("AISIX_PROXY__WORKERS", "4"),
+            ("AISIX_PROXY__THREAD_PER_CORE", "false"),
+            ("AISIX_SHUTDOWN__DRAIN_TIMEOUT_SECS", "3"),
+            ("UNRELATED", "1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.proxy.workers, NonZeroUsize::new(4));
+    assert!(!config.proxy.thread_per_core);
+    assert_eq!(config.shutdown.drain_timeout, Duration::from_secs(3));
+}
+
+#[test]
+fn environment_alone_configures_without_a_file() {
+    let config = load_bootstrap(None, env(&[("AISIX_PROXY__ADDR", "127.0.0.1:4000")])).unwrap();
+    assert_eq!(config.proxy.addr.to_string(), "127.0.0.1:4000");
+    assert_eq!(config.config_file, None);
+}
+
+#[test]
+fn config_path_variable_is_not_a_config_key() {
+    let config = load("", &[("AISIX_CONFIG", "/etc/aisix/config.yaml")]).unwrap();
+    assert_eq!(config.proxy, Bootstrap::default().proxy);
+}
+
+#[test]
+fn zero_workers_is_refused_naming_proxy_workers() {
+    let errors = load("proxy:\n  workers: 0\n", &[]).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    let error = &errors.0[0];
+    assert_eq!(error.path, "proxy.workers");
+    assert!(error.message.contains("at least 1"), "{error}");
+    assert!(matches!(error.origin, Origin::File(_)));
+}
+
+#[test]
+fn zero_workers_from_environment_names_the_variable() {
+    let errors = load("", &[("AISIX_PROXY__WORKERS", "0")]).unwrap_err();
+    let text = errors.to_string();
+    assert!(text.contains("proxy.workers"), "{text}");
+    assert!(text.contains("AISIX_PROXY__WORKERS"), "{text}");
+}
+
+#[test]
+fn unknown_file_key_is_refused_with_its_path_and_a_suggestion() {
+    let errors = load("proxy:\n  wrokers: 2\n", &[]).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors.0[0].path, "proxy.wrokers");
+    assert!(
+        errors.0[0].message.contains("did you mean proxy.workers"),
+        "{}",
+        errors.0[0]
+    );
+}
+
+#[test]
+fn unknown_section_is_refused() {
+    let errors = load("proxxy:\n  addr: 1.2.3.4:5\n", &[]).unwrap_err();
+    assert_eq!(messages(&errors).len(), 1);
+    assert_eq!(errors.0[0].path, "proxxy");
+}
+
+#[test]
+fn unknown_environment_key_names_the_variable() {
+    let errors = load("", &[("AISIX_PROXY__NOPE", "1")]).unwrap_err();
+    assert_eq!(errors.0[0].path, "proxy.nope");
+    assert_eq!(
+        errors.0[0].origin,
+        Origin::Env("AISIX_PROXY__NOPE".to_owned())
+    );
+    assert!(errors.to_string().contains("from AISIX_PROXY__NOPE"));
+}
+
+#[test]
+fn every_error_in_a_file_is_reported_at_once() {
+    let errors = load(
+        "proxy:\n  workers: 0\n  addr: nowhere\n  backlog: -1\n  bogus: 1\n\
+         downstream:\n  header_read_timeout_secs: 0\nobservability:\n  access_log: maybe\n",
+        &[],
+    )
+    .unwrap_err();
+    let paths: Vec<&str> = errors.iter().map(|e| e.path.as_str()).collect();
+    for expected in [
+        "proxy.workers",
+        "proxy.addr",
+        "proxy.backlog",
+        "proxy.bogus",
+        "downstream.header_read_timeout_secs",
+        "observability.access_log",
+    ] {
+        assert!(
+            paths.contains(&expected),
+            "{expected} missing from {paths:?}"
+        );
+    }
+}
+
+#[test]
+fn malformed_yaml_is_one_clear_error() {
+    let errors = load("proxy: [unclosed\n", &[]).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert!(errors.to_string().contains("not valid YAML"), "{errors}");
+}
+
+#[test]
+fn missing_file_is_an_error() {
+    let errors = load_bootstrap(
+        Some(std::path::Path::new("/nonexistent/aisix.yaml")),
+        env(&[]),
+    )
+    .unwrap_err();
+    assert!(errors.to_string().contains("not found"), "{errors}");
+}
+
+#[test]
+fn relative_paths_resolve_against_the_config_folder() {
+    let (dir, path) = write_config(
+        "resources_file: resources.yaml\nproxy:\n  tls:\n    cert_file: tls/cert.pem\n    key_file: /abs/key.pem\n",
+    );
+    let config = load_bootstrap(Some(&path), env(&[])).unwrap();
+    assert_eq!(
+        config.resources_file,
+        Some(dir.path().join("resources.yaml"))
+    );
+    let tls = config.proxy.tls.unwrap();
+    assert_eq!(tls.cert_file, dir.path().join("tls/cert.pem"));
+    assert_eq!(tls.key_file, PathBuf::from("/abs/key.pem"));
+}
+
+#[test]
+fn tls_needs_both_files() {
+    let errors = load("proxy:\n  tls:\n    cert_file: c.pem\n", &[]).unwrap_err();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors.0[0].path, "proxy.tls.key_file");
+    assert!(errors.0[0].message.contains("required"));
+}
+
+#[test]
+fn metrics_listener_must_not_share_the_proxy_address() {
+    let errors = load(
+        "proxy:\n  addr: 127.0.0.1:3000\nobservability:\n  metrics:\n    prometheus:\n      addr: 127.0.0.1:3000\n",
+        &[],
+    )
+    .unwrap_err();
+    assert_eq!(errors.0[0].path, "observability.metrics.prometheus.addr");
+}
