@@ -1,1 +1,4 @@
-//! placeholder
+//! Observability for aisix: process logging (tracing), and the metric catalog with its
+//! per-worker handle cache.
+
+pub mod log;

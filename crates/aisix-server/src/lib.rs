@@ -1,1 +1,9 @@
-//! placeholder
+//! The composition root of `aisix`: command line, configuration, the control thread (signals,
+//! drain), and the serving core wired to the gateway.
+
+mod cli;
+mod control;
+mod run;
+
+pub use cli::main;
+pub use run::{RunError, serve};

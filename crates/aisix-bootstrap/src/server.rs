@@ -1,0 +1,265 @@
+//! Starting the workers and supervising them: the first worker to exit before the drain ends
+//! the process non-zero; a stop request drains every worker together and ends it cleanly.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aisix_config::Bootstrap;
+use axum_server::tls_rustls::RustlsConfig;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::conn::ConnSettings;
+use crate::listen::BoundListeners;
+use crate::plan::{Mode, ServingPlan};
+use crate::service::{ServiceFactory, WorkerContext};
+use crate::shutdown::{DrainSender, Readiness, drain_channel};
+use crate::worker::{self, ExitSender, Shared, TpcWorker, WorkerExit};
+
+/// Serving settings taken from the bootstrap config.
+#[derive(Debug, Clone)]
+pub struct ServeSettings {
+    pub header_read_timeout: Duration,
+    pub idle_timeout: Option<Duration>,
+    pub drain_timeout: Duration,
+}
+
+impl ServeSettings {
+    pub fn from_config(config: &Bootstrap) -> Self {
+        Self {
+            header_read_timeout: config.downstream.header_read_timeout,
+            idle_timeout: config.downstream.idle_timeout,
+            drain_timeout: config.shutdown.drain_timeout,
+        }
+    }
+
+    fn conn(&self) -> ConnSettings {
+        ConnSettings {
+            header_read_timeout: self.header_read_timeout,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start worker {worker}: {source}")]
+    Worker {
+        worker: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// How serving ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stopped {
+    /// A stop was requested and in-flight work drained (or hit the deadline).
+    Drained,
+    /// A worker exited on its own; the others were drained and the process must fail.
+    WorkerFailed { worker: String, reason: String },
+}
+
+/// The running workers.
+pub struct Server {
+    addr: SocketAddr,
+    readiness: Readiness,
+    drain: DrainSender,
+    exits: mpsc::UnboundedReceiver<WorkerExit>,
+    running: usize,
+    drain_timeout: Duration,
+    shared_runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl Server {
+    /// Starts every worker on its listener. Must be called outside the workers' runtimes (the
+    /// control thread), since the shared mode builds its runtime here.
+    pub fn start<F: ServiceFactory>(
+        plan: &ServingPlan,
+        listeners: BoundListeners,
+        tls: Option<RustlsConfig>,
+        settings: &ServeSettings,
+        readiness: Readiness,
+        factory: Arc<F>,
+    ) -> Result<Self, StartError> {
+        let (exit_tx, exits) = mpsc::unbounded_channel();
+        let (drain, drain_rx) = drain_channel();
+        let addr = listeners.addr;
+        let workers = plan.workers.get();
+        let mut server = Self {
+            addr,
+            readiness: readiness.clone(),
+            drain,
+            exits,
+            running: 0,
+            drain_timeout: settings.drain_timeout,
+            shared_runtime: None,
+        };
+
+        match plan.mode {
+            Mode::ThreadPerCore => {
+                for (id, listener) in listeners.listeners.into_iter().enumerate() {
+                    let ctx = WorkerContext {
+                        id,
+                        name: plan.worker_name(id),
+                        mode: plan.mode,
+                        workers,
+                        readiness: readiness.clone(),
+                    };
+                    let name = ctx.name.clone();
+                    let worker = TpcWorker {
+                        listener,
+                        ctx,
+                        shared: Shared::new(settings.conn(), tls.clone()),
+                        drain: drain_rx.clone(),
+                        factory: factory.clone(),
+                        addr,
+                    };
+                    worker::spawn_tpc(worker, exit_tx.clone()).map_err(|source| {
+                        StartError::Worker {
+                            worker: name,
+                            source,
+                        }
+                    })?;
+                    server.running += 1;
+                }
+            }
+            Mode::Shared => {
+                let runtime = start_shared(
+                    plan, listeners, tls, settings, readiness, factory, drain_rx, exit_tx,
+                )?;
+                server.shared_runtime = Some(runtime);
+                server.running = 1;
+            }
+        }
+        Ok(server)
+    }
+
+    /// The address the proxy listens on (the real port when port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves until `stop` resolves or a worker exits, then drains every worker together:
+    /// `/readyz` turns 503, every listener closes, open connections finish their current
+    /// request, and whatever is still running at `shutdown.drain_timeout_secs` is cut.
+    pub async fn run(mut self, stop: impl Future<Output = ()>) -> Stopped {
+        let failure = tokio::select! {
+            () = stop => None,
+            exit = self.exits.recv() => exit.map(|exit| {
+                self.running -= 1;
+                let reason = match exit.outcome {
+                    Ok(()) => "exited without a shutdown signal".to_owned(),
+                    Err(reason) => reason,
+                };
+                tracing::error!(worker = %exit.worker, %reason, "worker exited unexpectedly; stopping every listener");
+                (exit.worker, reason)
+            }),
+        };
+
+        self.readiness.set_draining();
+        let deadline = Instant::now() + self.drain_timeout;
+        self.drain.send_replace(Some(deadline));
+        tracing::info!(
+            drain_timeout_secs = self.drain_timeout.as_secs(),
+            "draining: listeners closed, waiting for in-flight requests"
+        );
+
+        // Workers stop by the deadline; the slack covers their last bookkeeping.
+        let give_up = deadline + Duration::from_secs(2);
+        while self.running > 0 {
+            match tokio::time::timeout_at(give_up, self.exits.recv()).await {
+                Ok(Some(exit)) => {
+                    self.running -= 1;
+                    if let Err(reason) = exit.outcome {
+                        tracing::error!(worker = %exit.worker, %reason, "worker failed while draining");
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::warn!(
+                        workers = self.running,
+                        "workers still busy after the drain deadline"
+                    );
+                    break;
+                }
+            }
+        }
+        if let Some(runtime) = self.shared_runtime.take() {
+            runtime.shutdown_background();
+        }
+        match failure {
+            None => {
+                tracing::info!("drained; exiting");
+                Stopped::Drained
+            }
+            Some((worker, reason)) => Stopped::WorkerFailed { worker, reason },
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_shared<F: ServiceFactory>(
+    plan: &ServingPlan,
+    mut listeners: BoundListeners,
+    tls: Option<RustlsConfig>,
+    settings: &ServeSettings,
+    readiness: Readiness,
+    factory: Arc<F>,
+    drain: crate::shutdown::DrainReceiver,
+    exits: ExitSender,
+) -> Result<tokio::runtime::Runtime, StartError> {
+    let name = "shared".to_owned();
+    let worker_error = |source| StartError::Worker {
+        worker: name.clone(),
+        source,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(plan.workers.get())
+        .enable_all()
+        .build()
+        .map_err(worker_error)?;
+    let listener = listeners.listeners.pop().ok_or_else(|| {
+        worker_error(io::Error::other(
+            "no listener was bound for the shared runtime",
+        ))
+    })?;
+    let ctx = WorkerContext {
+        id: 0,
+        name: name.clone(),
+        mode: Mode::Shared,
+        workers: plan.workers.get(),
+        readiness,
+    };
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).map_err(worker_error)?
+    };
+    let service = factory.make_service(&ctx);
+    for id in 0..plan.workers.get() {
+        tracing::info!(mode = %Mode::Shared, worker = id, addr = %listeners.addr, "worker accepting (one shared listener)");
+    }
+    let shared = Shared::new(settings.conn(), tls);
+    let accept = runtime.spawn(async move {
+        worker::accept_loop::<F>(listener, service, shared, drain, "shared").await
+    });
+    runtime.spawn(async move {
+        let outcome = match accept.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(join) if join.is_panic() => Err(format!(
+                "panicked: {}",
+                worker::panic_message(join.into_panic().as_ref())
+            )),
+            Err(join) => Err(join.to_string()),
+        };
+        let _ = exits.send(WorkerExit {
+            worker: name,
+            outcome,
+        });
+    });
+    Ok(runtime)
+}

@@ -1,0 +1,251 @@
+//! Workers: the accept loop shared by both modes, the `tpc-N` threads that each run it on their
+//! own current-thread runtime, and exit reporting for supervision.
+
+use std::io;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum_server::accept::Accept;
+use axum_server::tls_rustls::{RustlsAcceptor, RustlsConfig};
+use hyper_util::rt::TokioExecutor;
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::conn::{self, ConnHooks, ConnSettings};
+use crate::service::{ServiceFactory, WorkerContext};
+use crate::shutdown::{DrainReceiver, drain_started};
+
+/// How a worker ended; any exit before the drain is fatal to the process.
+#[derive(Debug)]
+pub(crate) struct WorkerExit {
+    pub worker: String,
+    pub outcome: Result<(), String>,
+}
+
+pub(crate) type ExitSender = mpsc::UnboundedSender<WorkerExit>;
+
+/// What every connection of one worker shares.
+pub(crate) struct Shared {
+    pub builder: auto::Builder<TokioExecutor>,
+    pub settings: ConnSettings,
+    pub tls: Option<RustlsAcceptor>,
+    pub hooks: ConnHooks,
+}
+
+impl Shared {
+    pub(crate) fn new(settings: ConnSettings, tls: Option<RustlsConfig>) -> Self {
+        let handshake_timeout = settings.header_read_timeout;
+        Self {
+            builder: conn::http_builder(),
+            settings,
+            tls: tls.map(|config| RustlsAcceptor::new(config).handshake_timeout(handshake_timeout)),
+            hooks: ConnHooks::default(),
+        }
+    }
+}
+
+/// Accepts until the drain starts, then waits for this worker's connections to finish or for
+/// the drain deadline, whichever comes first.
+pub(crate) async fn accept_loop<F: ServiceFactory>(
+    listener: TcpListener,
+    service: F::Service,
+    mut shared: Shared,
+    mut drain: DrainReceiver,
+    worker: &str,
+) -> io::Result<()> {
+    #[cfg(debug_assertions)]
+    let crash = {
+        let notify = Arc::new(tokio::sync::Notify::new());
+        shared.hooks.crash_worker = Some(notify.clone());
+        notify
+    };
+    let shared = Arc::new(shared);
+    let tracker = TaskTracker::new();
+    let closing = CancellationToken::new();
+
+    let deadline = loop {
+        #[cfg(debug_assertions)]
+        let crashed = crash.notified();
+        #[cfg(not(debug_assertions))]
+        let crashed = std::future::pending::<()>();
+        tokio::select! {
+            biased;
+            deadline = drain_started(&mut drain) => break deadline,
+            () = crashed => crash_for_test(worker),
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => {
+                    let service = service.clone();
+                    let shared = shared.clone();
+                    let closing = closing.clone();
+                    tracker.spawn(connection::<F>(stream, service, shared, closing));
+                }
+                Err(error) => on_accept_error(error, worker).await?,
+            },
+        }
+    };
+    drop(listener);
+    closing.cancel();
+    tracker.close();
+    if let Some(deadline) = deadline
+        && tokio::time::timeout_at(deadline, tracker.wait())
+            .await
+            .is_err()
+    {
+        tracing::warn!(
+            worker,
+            connections = tracker.len(),
+            "drain deadline reached; closing the remaining connections"
+        );
+    }
+    Ok(())
+}
+
+async fn connection<F: ServiceFactory>(
+    stream: TcpStream,
+    service: F::Service,
+    shared: Arc<Shared>,
+    closing: CancellationToken,
+) {
+    // Responses and SSE frames must not wait for Nagle's algorithm.
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "cannot set TCP_NODELAY");
+    }
+    let Shared {
+        builder,
+        settings,
+        tls,
+        hooks,
+    } = &*shared;
+    match tls {
+        None => conn::serve(stream, service, builder, settings, closing, hooks.clone()).await,
+        Some(acceptor) => {
+            let handshake = acceptor.accept(stream, ());
+            let tls_stream = tokio::select! {
+                result = handshake => match result {
+                    Ok((tls_stream, _)) => tls_stream,
+                    Err(error) => {
+                        tracing::debug!(%error, "TLS handshake failed");
+                        return;
+                    }
+                },
+                () = closing.cancelled() => return,
+            };
+            conn::serve(
+                tls_stream,
+                service,
+                builder,
+                settings,
+                closing,
+                hooks.clone(),
+            )
+            .await;
+        }
+    }
+}
+
+/// Running out of descriptors or buffers is transient: back off and keep accepting. Anything
+/// else means the listener is broken, and the worker ends (which ends the process).
+async fn on_accept_error(error: io::Error, worker: &str) -> io::Result<()> {
+    match error.kind() {
+        io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::Interrupted => Ok(()),
+        _ if is_resource_exhaustion(&error) => {
+            tracing::warn!(worker, %error, "accept failed; retrying in 100ms");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(())
+        }
+        _ => Err(error),
+    }
+}
+
+fn is_resource_exhaustion(error: &io::Error) -> bool {
+    #[cfg(unix)]
+    {
+        matches!(
+            error.raw_os_error(),
+            Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+        )
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = error;
+        false
+    }
+}
+
+#[cfg(debug_assertions)]
+#[allow(clippy::panic)] // the point of the hook: a worker dying the way a bug would kill it
+fn crash_for_test(worker: &str) -> ! {
+    panic!("test hook: worker {worker} was asked to crash");
+}
+
+#[cfg(not(debug_assertions))]
+fn crash_for_test(_worker: &str) {}
+
+/// Everything a `tpc-N` thread needs, moved into it.
+pub(crate) struct TpcWorker<F> {
+    pub listener: std::net::TcpListener,
+    pub ctx: WorkerContext,
+    pub shared: Shared,
+    pub drain: DrainReceiver,
+    pub factory: Arc<F>,
+    pub addr: SocketAddr,
+}
+
+/// Starts one `tpc-N` thread: its own current-thread runtime, its own listener, its own service.
+pub(crate) fn spawn_tpc<F: ServiceFactory>(
+    worker: TpcWorker<F>,
+    exits: ExitSender,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    let name = worker.ctx.name.clone();
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let outcome = match std::panic::catch_unwind(AssertUnwindSafe(|| run_tpc(worker))) {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(error)) => Err(error.to_string()),
+                Err(panic) => Err(format!("panicked: {}", panic_message(panic.as_ref()))),
+            };
+            // The receiver is gone only when the process is already exiting.
+            let _ = exits.send(WorkerExit {
+                worker: name,
+                outcome,
+            });
+        })
+}
+
+fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let TpcWorker {
+            listener,
+            ctx,
+            shared,
+            drain,
+            factory,
+            addr,
+        } = worker;
+        let listener = TcpListener::from_std(listener)?;
+        let service = factory.make_service(&ctx);
+        tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting");
+        accept_loop::<F>(listener, service, shared, drain, &ctx.name).await
+    })
+}
+
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        (*message).to_owned()
+    } else if let Some(message) = panic.downcast_ref::<String>() {
+        message.clone()
+    } else {
+        "unknown panic payload".to_owned()
+    }
+}

@@ -1,0 +1,51 @@
+//! The one response body type every route returns, so the serving core needs no boxing.
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+
+/// A response body: a whole buffer, or (later variants) a relayed upstream stream.
+#[derive(Debug)]
+pub enum GatewayBody {
+    Full(Option<Bytes>),
+}
+
+impl GatewayBody {
+    pub fn full(bytes: impl Into<Bytes>) -> Self {
+        GatewayBody::Full(Some(bytes.into()))
+    }
+
+    pub fn empty() -> Self {
+        GatewayBody::Full(None)
+    }
+}
+
+impl Body for GatewayBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            GatewayBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            GatewayBody::Full(bytes) => bytes.is_none(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            GatewayBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
+            GatewayBody::Full(None) => SizeHint::with_exact(0),
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Small HTTP clients for tests: a blocking probe, and async one-shot requests over HTTP/1.1,
+//! HTTP/2 (prior knowledge) or TLS, returning status, headers and the whole body.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+/// A response read to the end.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Reply {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {}", self.text()))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// `GET path` on a fresh connection; the status, or `None` if nothing answered.
+pub fn blocking_get_status(addr: SocketAddr, path: &str) -> Option<u16> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Builds a request with a JSON body (or none) and the given headers.
+pub fn request(
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> Request<Full<Bytes>> {
+    let mut builder = Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        builder = builder.header(*name, *value);
+    }
+    if body.is_some() {
+        builder = builder.header("content-type", "application/json");
+    }
+    builder
+        .body(Full::new(Bytes::from(body.unwrap_or_default().to_owned())))
+        .expect("valid request")
+}
+
+/// Sends one request over a fresh HTTP/1.1 connection and returns the response head with its
+/// body still streaming (for SSE tests).
+pub async fn send_streaming(
+    addr: SocketAddr,
+    mut request: Request<Full<Bytes>>,
+) -> http::Response<Incoming> {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).expect("nodelay");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("http1 handshake");
+    tokio::spawn(conn);
+    if !request.headers().contains_key("host") {
+        let host = addr.to_string().parse().expect("host header");
+        request.headers_mut().insert("host", host);
+    }
+    sender.send_request(request).await.expect("send request")
+}
+
+/// Sends one request over a fresh HTTP/1.1 connection and reads the whole response.
+pub async fn send(addr: SocketAddr, request: Request<Full<Bytes>>) -> Reply {
+    collect(send_streaming(addr, request).await).await
+}
+
+/// `GET path` over a fresh HTTP/1.1 connection.
+pub async fn get(addr: SocketAddr, path: &str) -> Reply {
+    send(addr, request("GET", path, &[], None)).await
+}
+
+/// Sends one request over HTTP/2 with prior knowledge (h2c).
+pub async fn send_h2(addr: SocketAddr, request: Request<Full<Bytes>>) -> Reply {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    let (mut parts, body) = request.into_parts();
+    parts.uri = format!("http://{addr}{}", parts.uri)
+        .parse()
+        .expect("absolute uri");
+    let response = sender
+        .send_request(Request::from_parts(parts, body))
+        .await
+        .expect("send h2 request");
+    collect(response).await
+}
+
+/// Reads a response body to the end.
+pub async fn collect(response: http::Response<Incoming>) -> Reply {
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.expect("read body").to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body,
+    }
+}

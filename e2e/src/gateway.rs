@@ -1,0 +1,397 @@
+//! Spawning the real `aisix` binary with a generated config, and watching it from outside:
+//! its address (from the startup log), its threads (`/proc/<pid>/task/*/comm`), its exit.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The serving mode a test runs the gateway in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    ThreadPerCore,
+    Shared,
+}
+
+impl Mode {
+    pub fn thread_per_core(self) -> bool {
+        self == Mode::ThreadPerCore
+    }
+}
+
+/// Builds the `aisix` binary once per test process (through cargo, so it is never stale) and
+/// returns its path. `AISIX_E2E_BIN` points at a prebuilt binary instead.
+pub fn binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(path) = std::env::var_os("AISIX_E2E_BIN") {
+            return PathBuf::from(path);
+        }
+        let release = !cfg!(debug_assertions);
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "--quiet", "-p", "aisix-server", "--bin", "aisix"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if release {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().expect("run cargo to build aisix");
+        assert!(status.success(), "building aisix failed");
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> -> target/<profile>/aisix
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test binary lives in target/<profile>/deps");
+        profile_dir.join(format!("aisix{}", std::env::consts::EXE_SUFFIX))
+    })
+}
+
+/// What to start a gateway with. Sections are YAML text appended to the generated config.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub mode: Mode,
+    /// `proxy.workers`; `None` leaves it unset.
+    pub workers: Option<usize>,
+    /// Extra keys under `proxy:` (indented two spaces by the caller).
+    pub proxy_extra: String,
+    /// Extra top-level YAML appended verbatim.
+    pub extra: String,
+    /// The resources file content, written beside the config and referenced by it.
+    pub resources: Option<String>,
+    /// Serve `/metrics` on an ephemeral port.
+    pub metrics: bool,
+    pub env: Vec<(String, String)>,
+    /// Run under `taskset -c <cpus>`.
+    pub taskset: Option<String>,
+}
+
+impl GatewayConfig {
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            workers: Some(2),
+            proxy_extra: String::new(),
+            extra: String::new(),
+            resources: None,
+            metrics: false,
+            env: Vec::new(),
+            taskset: None,
+        }
+    }
+
+    pub fn workers(mut self, workers: Option<usize>) -> Self {
+        self.workers = workers;
+        self
+    }
+
+    pub fn proxy(mut self, yaml: &str) -> Self {
+        self.proxy_extra.push_str(yaml);
+        self
+    }
+
+    pub fn extra(mut self, yaml: &str) -> Self {
+        self.extra.push_str(yaml);
+        self
+    }
+
+    pub fn resources(mut self, yaml: impl Into<String>) -> Self {
+        self.resources = Some(yaml.into());
+        self
+    }
+
+    pub fn metrics(mut self) -> Self {
+        self.metrics = true;
+        self
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_owned(), value.to_owned()));
+        self
+    }
+
+    pub fn taskset(mut self, cpus: &str) -> Self {
+        self.taskset = Some(cpus.to_owned());
+        self
+    }
+
+    fn render(&self) -> String {
+        let mut yaml = format!(
+            "proxy:\n  addr: 127.0.0.1:0\n  thread_per_core: {}\n",
+            self.mode.thread_per_core()
+        );
+        if let Some(workers) = self.workers {
+            yaml.push_str(&format!("  workers: {workers}\n"));
+        }
+        yaml.push_str(&self.proxy_extra);
+        if self.resources.is_some() {
+            yaml.push_str("resources_file: resources.yaml\n");
+        }
+        let metrics_addr = if self.metrics {
+            "127.0.0.1:0"
+        } else {
+            "127.0.0.1:1"
+        };
+        yaml.push_str(&format!(
+            "observability:\n  log_level: info\n  metrics:\n    prometheus:\n      enabled: {}\n      addr: {metrics_addr}\n",
+            self.metrics
+        ));
+        yaml.push_str(&self.extra);
+        yaml
+    }
+}
+
+/// A running (or exited) gateway process. Killed on drop if still running.
+pub struct Gateway {
+    child: Child,
+    /// The proxy address, known once the gateway logged it.
+    pub addr: Option<SocketAddr>,
+    /// The metrics listener address, when enabled.
+    pub metrics_addr: Option<SocketAddr>,
+    log: Arc<Mutex<String>>,
+    dir: tempfile::TempDir,
+    exit: Option<ExitStatus>,
+}
+
+impl Gateway {
+    /// Starts a gateway and waits until it serves `/readyz`.
+    pub fn start(config: &GatewayConfig) -> Gateway {
+        let mut gateway = Self::spawn(config);
+        let addr = gateway.wait_for_addr();
+        gateway.addr = Some(addr);
+        if config.metrics {
+            gateway.metrics_addr = Some(gateway.wait_for_log_addr("metrics listening"));
+        }
+        gateway.wait_ready();
+        gateway
+    }
+
+    /// Starts a gateway and waits only until it logs its address (for TLS listeners, which a
+    /// plain-HTTP readiness probe cannot reach).
+    pub fn start_listening(config: &GatewayConfig) -> Gateway {
+        let mut gateway = Self::spawn(config);
+        let addr = gateway.wait_for_addr();
+        gateway.addr = Some(addr);
+        gateway
+    }
+
+    /// Spawns a gateway without waiting for anything (for tests of startup failures).
+    pub fn spawn(config: &GatewayConfig) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let config_path = dir.path().join("config.yaml");
+        std::fs::write(&config_path, config.render()).expect("write config");
+        if let Some(resources) = &config.resources {
+            std::fs::write(dir.path().join("resources.yaml"), resources).expect("write resources");
+        }
+        Self::spawn_with(&config_path, &config.env, config.taskset.as_deref(), dir)
+    }
+
+    /// Spawns `aisix --config <path>` with the given extra environment.
+    pub fn spawn_with(
+        config_path: &Path,
+        env: &[(String, String)],
+        taskset: Option<&str>,
+        dir: tempfile::TempDir,
+    ) -> Gateway {
+        let mut command = match taskset {
+            Some(cpus) => {
+                let mut c = Command::new("taskset");
+                c.args(["-c", cpus]).arg(binary());
+                c
+            }
+            None => Command::new(binary()),
+        };
+        command.arg("--config").arg(config_path);
+        // The test's own environment must not leak configuration into the gateway.
+        for (key, _) in std::env::vars() {
+            if key.starts_with("AISIX_") || key == "RUST_LOG" {
+                command.env_remove(key);
+            }
+        }
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn aisix");
+        let log = Arc::new(Mutex::new(String::new()));
+        for stream in [
+            child
+                .stderr
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+            child
+                .stdout
+                .take()
+                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    let mut log = log.lock().expect("log lock");
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            });
+        }
+        Gateway {
+            child,
+            addr: None,
+            metrics_addr: None,
+            log,
+            dir,
+            exit: None,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The proxy address; panics if the gateway was not started with [`Gateway::start`].
+    pub fn addr(&self) -> SocketAddr {
+        self.addr.expect("gateway address known")
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr())
+    }
+
+    /// Everything the process wrote to stderr and stdout so far.
+    pub fn logs(&self) -> String {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// Waits until the log contains `needle`; false on timeout.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.logs().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    fn wait_for_addr(&mut self) -> SocketAddr {
+        self.wait_for_log_addr("listening addr=")
+    }
+
+    /// Finds `addr=<socket addr>` on the first log line containing `marker`.
+    fn wait_for_log_addr(&mut self, marker: &str) -> SocketAddr {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let logs = self.logs();
+            if let Some(line) = logs.lines().find(|l| l.contains(marker))
+                && let Some(addr) = parse_addr(line)
+            {
+                return addr;
+            }
+            if let Some(status) = self.try_exit() {
+                panic!("aisix exited ({status}) before logging {marker:?}:\n{logs}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "aisix did not log {marker:?} in time:\n{logs}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addr = self.addr();
+        loop {
+            if crate::client::blocking_get_status(addr, "/readyz") == Some(200) {
+                return;
+            }
+            if let Some(status) = self.try_exit() {
+                panic!(
+                    "aisix exited ({status}) before it was ready:\n{}",
+                    self.logs()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "aisix not ready in time:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The names of the process's threads, from `/proc/<pid>/task/*/comm`.
+    pub fn thread_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        let tasks = format!("/proc/{}/task", self.pid());
+        for entry in std::fs::read_dir(tasks)
+            .expect("read /proc/<pid>/task")
+            .flatten()
+        {
+            if let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) {
+                names.push(comm.trim_end().to_owned());
+            }
+        }
+        names.sort();
+        names
+    }
+
+    /// Sends a signal (`libc::SIGTERM`, ...) to the process.
+    pub fn signal(&self, signal: i32) {
+        let pid = i32::try_from(self.pid()).expect("pid fits i32");
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        let rc = unsafe { libc::kill(pid, signal) };
+        assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+    }
+
+    /// The exit status if the process has exited.
+    pub fn try_exit(&mut self) -> Option<ExitStatus> {
+        if self.exit.is_none() {
+            self.exit = self.child.try_wait().expect("try_wait");
+        }
+        self.exit
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.try_exit() {
+                // Let the log readers drain the pipes.
+                std::thread::sleep(Duration::from_millis(50));
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if self.try_exit().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn parse_addr(line: &str) -> Option<SocketAddr> {
+    let start = line.find("addr=")? + "addr=".len();
+    let rest = &line[start..];
+    let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
+    rest[..end].trim_matches('"').parse().ok()
+}
