@@ -1,10 +1,11 @@
 //! aisix configuration as pure data: the bootstrap config (`config.yaml` + `AISIX_*` variables)
-//! and, later, the resources file. Loading collects every error with its path and origin;
-//! nothing here starts threads or touches sockets.
+//! and the resources file (`resources.yaml`). Loading collects every error with its path and
+//! origin; nothing here starts threads or touches sockets.
 
 mod bootstrap;
 mod error;
 mod load;
+mod resources;
 
 pub use bootstrap::{
     Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
@@ -12,3 +13,7 @@ pub use bootstrap::{
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
+pub use resources::{
+    ApiKey, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind, Resources, Secret, hash_key,
+    load_resources, parse_resources,
+};

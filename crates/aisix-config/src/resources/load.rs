@@ -1,0 +1,558 @@
+//! Reading `resources.yaml`: YAML → `${VAR}` interpolation → a strict walk of each collection →
+//! cross-entry checks (unique names and keys, references that resolve). Every error is kept.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use serde_yaml::Value;
+
+use super::interpolate::interpolate;
+use super::key::{KeyHash, hash_key};
+use super::pattern::ModelPattern;
+use super::reader::{
+    Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
+};
+use super::rfc3339;
+use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+use crate::error::{ConfigError, ConfigErrors, Origin};
+
+/// The only `_format_version` this gateway reads.
+const FORMAT_VERSION: &str = "1";
+
+const KEY_SOURCE_REQUIRED: &str =
+    "one of key_env (a variable holding the key) or key_hash (its hex SHA-256) is required";
+
+/// Reads and validates the resources file at `path`. `env` looks up variables for `${VAR}` and
+/// `key_env` (the process environment in production; a map in tests).
+pub fn load_resources(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resources, ConfigErrors> {
+    match std::fs::read_to_string(path) {
+        Ok(yaml) => parse_resources(&yaml, path, env),
+        Err(e) => Err(ConfigErrors(vec![ConfigError::new(
+            "",
+            format!("cannot read resources file: {e}"),
+            Origin::File(path.to_path_buf()),
+        )])),
+    }
+}
+
+/// Validates resources given as YAML text; `origin` is the file named in errors.
+pub fn parse_resources(
+    yaml: &str,
+    origin: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resources, ConfigErrors> {
+    let mut report = Report::new(origin);
+    let mut document = match serde_yaml::from_str::<Value>(yaml) {
+        Ok(document) => document,
+        Err(e) => {
+            report.error("", format!("not valid YAML: {e}"));
+            return report.finish(None);
+        }
+    };
+    if let Err(e) = document.apply_merge() {
+        report.error("", format!("not valid YAML: {e}"));
+        return report.finish(None);
+    }
+    interpolate(&mut document, "", env, &mut report);
+    let resources = read_document(&mut report, &document, env);
+    report.finish(resources)
+}
+
+fn read_document(
+    report: &mut Report,
+    document: &Value,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<Resources> {
+    if document.is_null() {
+        report.error("_format_version", "is required");
+        return None;
+    }
+    let Value::Mapping(_) = document else {
+        report.error(
+            "",
+            "expected a mapping with _format_version and the collections",
+        );
+        return None;
+    };
+    let mut top = Fields::new(report, String::new(), document)?;
+    read_format_version(report, &mut top);
+    let provider_keys = collection(report, &mut top, "provider_keys");
+    let models = collection(report, &mut top, "models");
+    let api_keys = collection(report, &mut top, "api_keys");
+    top.finish(report, "collection");
+
+    let provider_keys: Vec<_> = provider_keys
+        .into_iter()
+        .map(|(value, path)| read_provider_key(report, value, path))
+        .collect();
+    let models: Vec<_> = models
+        .into_iter()
+        .map(|(value, path)| read_model(report, value, path))
+        .collect();
+    let api_keys: Vec<_> = api_keys
+        .into_iter()
+        .map(|(value, path)| read_api_key(report, value, path, env))
+        .collect();
+
+    check_unique_names(
+        report,
+        "provider_keys",
+        provider_keys.iter().map(|d| d.name.as_deref()),
+    );
+    check_unique_names(report, "models", models.iter().map(|d| d.name.as_deref()));
+    check_unique_names(
+        report,
+        "api_keys",
+        api_keys.iter().map(|d| d.name.as_deref()),
+    );
+    check_unique_key_hashes(report, &api_keys);
+    let models = resolve_provider_keys(report, &provider_keys, models);
+
+    if !report.is_clean() {
+        return None;
+    }
+    Some(Resources {
+        provider_keys: provider_keys
+            .into_iter()
+            .map(|d| d.built)
+            .collect::<Option<_>>()?,
+        models: models.into_iter().collect::<Option<_>>()?,
+        api_keys: api_keys
+            .into_iter()
+            .map(|d| d.built)
+            .collect::<Option<_>>()?,
+    })
+}
+
+fn read_format_version(report: &mut Report, top: &mut Fields<'_>) {
+    let Some((value, path)) = top.required(report, "_format_version") else {
+        return;
+    };
+    let message = match value {
+        Value::String(version) if version == FORMAT_VERSION => return,
+        Value::String(version) => format!(
+            "unsupported format version {version:?} (this gateway reads {FORMAT_VERSION:?})"
+        ),
+        _ => format!(
+            "expected the string {FORMAT_VERSION:?} (quote it: _format_version: {FORMAT_VERSION:?})"
+        ),
+    };
+    report.error(path, message);
+}
+
+/// The entries of a top-level collection with their paths; absent or `null` is empty.
+fn collection<'v>(
+    report: &mut Report,
+    top: &mut Fields<'v>,
+    name: &'static str,
+) -> Vec<(&'v Value, String)> {
+    let Some((value, path)) = top.optional(report, name) else {
+        return Vec::new();
+    };
+    list(report, value, &path)
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+        .map(|(i, entry)| (entry, index_path(&path, i)))
+        .collect()
+}
+
+/// A provider key as far as it could be read; `built` is `None` when something was wrong.
+#[derive(Default)]
+struct ProviderKeyDraft {
+    name: Option<String>,
+    provider: Option<ProviderKind>,
+    built: Option<ProviderKey>,
+}
+
+fn read_provider_key(report: &mut Report, value: &Value, path: String) -> ProviderKeyDraft {
+    let Some(mut fields) = Fields::new(report, path, value) else {
+        return ProviderKeyDraft::default();
+    };
+    let name = display_name(report, &mut fields);
+    let provider = fields
+        .required(report, "provider")
+        .and_then(|(v, p)| provider_kind(report, v, &p));
+    let api_key = fields
+        .optional(report, "api_key")
+        .map(|(v, p)| non_empty_string(report, v, &p).map(Secret::new));
+    let api_base = fields
+        .optional(report, "api_base")
+        .map(|(v, p)| string(report, v, &p).and_then(|base| api_base(report, base, &p)));
+    fields.finish(report, "field");
+
+    let built = build_provider_key(name.clone(), provider, api_key, api_base);
+    ProviderKeyDraft {
+        name,
+        provider,
+        built,
+    }
+}
+
+fn build_provider_key(
+    name: Option<String>,
+    provider: Option<ProviderKind>,
+    api_key: Option<Option<Secret>>,
+    api_base: Option<Option<String>>,
+) -> Option<ProviderKey> {
+    let provider = provider?;
+    Some(ProviderKey {
+        display_name: name?,
+        provider,
+        api_key: given(api_key)?,
+        api_base: given(api_base)?.unwrap_or_else(|| provider.default_api_base().to_owned()),
+    })
+}
+
+/// An optional field as read (`None` absent, `Some(None)` given but wrong) to what the entry
+/// holds (`Some(None)` absent, `None` wrong).
+fn given<T>(field: Option<Option<T>>) -> Option<Option<T>> {
+    field.map_or(Some(None), |value| value.map(Some))
+}
+
+/// An `http://` or `https://` URL with a host, without trailing `/`. The URL is not echoed in
+/// errors: it may carry credentials (`https://user:pass@host`).
+fn api_base(report: &mut Report, base: &str, path: &str) -> Option<String> {
+    let lower = base.to_ascii_lowercase();
+    let Some(scheme_len) = ["http://", "https://"]
+        .iter()
+        .find(|scheme| lower.starts_with(*scheme))
+        .map(|scheme| scheme.len())
+    else {
+        report.error(path, "must start with http:// or https://");
+        return None;
+    };
+    if base.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        report.error(path, "must be a URL without spaces");
+        return None;
+    }
+    let rest = &base[scheme_len..];
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let (host, port) = match host_port.strip_prefix('[') {
+        // [IPv6]:port
+        Some(v6) => match v6.split_once(']') {
+            Some((host, "")) => (host, None),
+            Some((host, after)) => match after.strip_prefix(':') {
+                Some(port) => (host, Some(port)),
+                None => ("", None),
+            },
+            None => ("", None),
+        },
+        None => match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        },
+    };
+    if host.is_empty() {
+        report.error(path, "must name a host (such as https://api.openai.com/v1)");
+        return None;
+    }
+    if let Some(port) = port
+        && (port.is_empty()
+            || !port.bytes().all(|c| c.is_ascii_digit())
+            || port.parse::<u16>().is_err())
+    {
+        report.error(path, "has an invalid port");
+        return None;
+    }
+    Some(base.trim_end_matches('/').to_owned())
+}
+
+fn provider_kind(report: &mut Report, value: &Value, path: &str) -> Option<ProviderKind> {
+    let name = string(report, value, path)?;
+    let kind = ProviderKind::from_name(name);
+    if kind.is_none() {
+        let supported: Vec<_> = ProviderKind::ALL.iter().map(ProviderKind::as_str).collect();
+        report.error(
+            path,
+            format!(
+                "unsupported provider {name:?} (this gateway supports {})",
+                supported.join(", ")
+            ),
+        );
+    }
+    kind
+}
+
+fn display_name(report: &mut Report, fields: &mut Fields<'_>) -> Option<String> {
+    fields
+        .required(report, "display_name")
+        .and_then(|(v, p)| non_empty_string(report, v, &p))
+        .map(str::to_owned)
+}
+
+/// A model as far as it could be read, before its provider key is looked up.
+#[derive(Default)]
+struct ModelDraft {
+    path: String,
+    name: Option<String>,
+    provider: Option<ProviderKind>,
+    model_name: Option<String>,
+    provider_key: Option<String>,
+    /// `None` when absent; `Some(None)` when given but wrong.
+    timeout: Option<Option<Duration>>,
+}
+
+fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
+    let Some(mut fields) = Fields::new(report, path.clone(), value) else {
+        return ModelDraft::default();
+    };
+    let name = display_name(report, &mut fields);
+    let provider = fields
+        .required(report, "provider")
+        .and_then(|(v, p)| provider_kind(report, v, &p));
+    let model_name = fields
+        .required(report, "model_name")
+        .and_then(|(v, p)| non_empty_string(report, v, &p))
+        .map(str::to_owned);
+    let provider_key = fields
+        .required(report, "provider_key")
+        .and_then(|(v, p)| non_empty_string(report, v, &p))
+        .map(str::to_owned);
+    let timeout = fields
+        .optional(report, "timeout")
+        .map(|(v, p)| positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis));
+    fields.finish(report, "field");
+    ModelDraft {
+        path,
+        name,
+        provider,
+        model_name,
+        provider_key,
+        timeout,
+    }
+}
+
+/// Checks each model's `provider_key` against the provider keys and builds the model; `None`
+/// for a model with any error.
+fn resolve_provider_keys(
+    report: &mut Report,
+    provider_keys: &[ProviderKeyDraft],
+    models: Vec<ModelDraft>,
+) -> Vec<Option<Model>> {
+    let mut by_name: HashMap<&str, usize> = HashMap::new();
+    for (i, key) in provider_keys.iter().enumerate() {
+        if let Some(name) = &key.name {
+            by_name.entry(name).or_insert(i);
+        }
+    }
+    models
+        .into_iter()
+        .map(|model| {
+            let reference = model.provider_key.as_deref()?;
+            let Some(&index) = by_name.get(reference) else {
+                report.error(
+                    format!("{}.provider_key", model.path),
+                    format!("no provider key named {reference:?}"),
+                );
+                return None;
+            };
+            let key_provider = provider_keys.get(index).and_then(|key| key.provider);
+            if let (Some(provider), Some(key_provider)) = (model.provider, key_provider)
+                && provider != key_provider
+            {
+                report.error(
+                    format!("{}.provider", model.path),
+                    format!("is {provider} but provider key {reference:?} is {key_provider}"),
+                );
+                return None;
+            }
+            Some(Model {
+                display_name: model.name?,
+                provider: model.provider?,
+                model_name: model.model_name?,
+                provider_key: reference.to_owned(),
+                provider_key_index: index,
+                timeout: given(model.timeout)?,
+            })
+        })
+        .collect()
+}
+
+/// An API key as far as it could be read; `hash` comes with the path of the field it came from.
+#[derive(Default)]
+struct ApiKeyDraft {
+    name: Option<String>,
+    hash: Option<(KeyHash, String)>,
+    built: Option<ApiKey>,
+}
+
+fn read_api_key(
+    report: &mut Report,
+    value: &Value,
+    path: String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> ApiKeyDraft {
+    let Some(mut fields) = Fields::new(report, path, value) else {
+        return ApiKeyDraft::default();
+    };
+    let name = display_name(report, &mut fields);
+    let hash = match (
+        fields.take(report, "key_env"),
+        fields.take(report, "key_hash"),
+    ) {
+        (Slot::Present(..) | Slot::Poisoned, Slot::Present(..) | Slot::Poisoned) => {
+            report.error(fields.path(), "give one of key_env or key_hash, not both");
+            None
+        }
+        (Slot::Absent, Slot::Absent) => {
+            report.error(fields.path(), KEY_SOURCE_REQUIRED);
+            None
+        }
+        (Slot::Present(v, p), Slot::Absent) => {
+            key_from_env(report, v, &p, env).map(|hash| (hash, p))
+        }
+        (Slot::Absent, Slot::Present(v, p)) => key_from_hash(report, v, &p).map(|hash| (hash, p)),
+        (Slot::Poisoned, Slot::Absent) | (Slot::Absent, Slot::Poisoned) => None,
+    };
+    let allowed_models = fields
+        .required_or(
+            report,
+            "allowed_models",
+            "is required (use [\"*\"] to allow every model, [] to allow none)",
+        )
+        .and_then(|(v, p)| allowed_models(report, v, &p));
+    let disabled = fields
+        .optional(report, "disabled")
+        .map(|(v, p)| bool(report, v, &p));
+    let expires_at = fields.optional(report, "expires_at").map(|(v, p)| {
+        let text = string(report, v, &p)?;
+        let at = rfc3339::parse(text);
+        if at.is_none() {
+            report.error(
+                &p,
+                "expected an RFC 3339 timestamp such as \"2027-01-01T00:00:00Z\"",
+            );
+        }
+        at
+    });
+    fields.finish(report, "field");
+
+    let built = build_api_key(
+        name.clone(),
+        hash.as_ref().map(|(hash, _)| *hash),
+        allowed_models,
+        disabled,
+        expires_at,
+    );
+    ApiKeyDraft { name, hash, built }
+}
+
+fn build_api_key(
+    name: Option<String>,
+    hash: Option<KeyHash>,
+    allowed_models: Option<Vec<ModelPattern>>,
+    disabled: Option<Option<bool>>,
+    expires_at: Option<Option<SystemTime>>,
+) -> Option<ApiKey> {
+    Some(ApiKey {
+        display_name: name?,
+        key_hash: hash?,
+        allowed_models: allowed_models?,
+        disabled: given(disabled)?.unwrap_or(false),
+        expires_at: given(expires_at)?,
+    })
+}
+
+/// Reads the key's plaintext from the variable named at `key_env` and hashes it; the plaintext
+/// goes no further.
+fn key_from_env(
+    report: &mut Report,
+    value: &Value,
+    path: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<KeyHash> {
+    let var = non_empty_string(report, value, path)?;
+    match env(var) {
+        None => {
+            report.error(path, format!("environment variable {var} is not set"));
+            None
+        }
+        Some(plaintext) if plaintext.is_empty() => {
+            report.error(path, format!("environment variable {var} is empty"));
+            None
+        }
+        Some(plaintext) => Some(hash_key(&plaintext)),
+    }
+}
+
+fn key_from_hash(report: &mut Report, value: &Value, path: &str) -> Option<KeyHash> {
+    let hex = string(report, value, path)?;
+    let hash = KeyHash::from_hex(hex);
+    if hash.is_none() {
+        report.error(
+            path,
+            "expected 64 hexadecimal characters (the SHA-256 of the key)",
+        );
+    }
+    hash
+}
+
+fn allowed_models(report: &mut Report, value: &Value, path: &str) -> Option<Vec<ModelPattern>> {
+    let items = list(report, value, path)?;
+    let mut patterns = Some(Vec::with_capacity(items.len()));
+    for (i, item) in items.iter().enumerate() {
+        let item_path = index_path(path, i);
+        let pattern = if report.is_poisoned(&item_path) {
+            None
+        } else {
+            non_empty_string(report, item, &item_path).map(ModelPattern::new)
+        };
+        match (pattern, patterns.as_mut()) {
+            (Some(pattern), Some(patterns)) => patterns.push(pattern),
+            _ => patterns = None,
+        }
+    }
+    patterns
+}
+
+/// Reports each `display_name` already used earlier in `collection`.
+fn check_unique_names<'a>(
+    report: &mut Report,
+    collection: &str,
+    names: impl Iterator<Item = Option<&'a str>>,
+) {
+    let mut first_at: HashMap<&str, usize> = HashMap::new();
+    for (i, name) in names.enumerate() {
+        let Some(name) = name else { continue };
+        match first_at.get(name) {
+            Some(&first) => report.error(
+                format!("{}.display_name", index_path(collection, i)),
+                format!(
+                    "duplicate name {name:?} (first at {})",
+                    index_path(collection, first)
+                ),
+            ),
+            None => {
+                first_at.insert(name, i);
+            }
+        }
+    }
+}
+
+/// Reports each API key whose key another entry already has, naming neither key nor hash.
+fn check_unique_key_hashes(report: &mut Report, api_keys: &[ApiKeyDraft]) {
+    let mut first_at: HashMap<KeyHash, usize> = HashMap::new();
+    for (i, key) in api_keys.iter().enumerate() {
+        let Some((hash, path)) = &key.hash else {
+            continue;
+        };
+        match first_at.get(hash) {
+            Some(&first) => report.error(
+                path.as_str(),
+                format!(
+                    "the same key as {} (each API key must be unique)",
+                    index_path("api_keys", first)
+                ),
+            ),
+            None => {
+                first_at.insert(*hash, i);
+            }
+        }
+    }
+}

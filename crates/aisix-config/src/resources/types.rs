@@ -1,0 +1,199 @@
+//! The resource types the gateway serves from: provider keys, models and API keys, as loaded and
+//! validated. Reading them from YAML is `load`'s job; matching names is `pattern`'s.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use super::key::KeyHash;
+use super::pattern::ModelPattern;
+
+/// Everything one resources file defines, validated: names are unique within each collection
+/// and every reference resolves.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Resources {
+    pub provider_keys: Vec<ProviderKey>,
+    pub models: Vec<Model>,
+    pub api_keys: Vec<ApiKey>,
+}
+
+/// The upstream protocol a provider key and its models speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ProviderKind {
+    /// OpenAI, or any server speaking its HTTP API.
+    OpenAi,
+    /// The scriptable mock provider used in tests and benchmarks.
+    Mock,
+}
+
+impl ProviderKind {
+    /// Every kind, in the order error messages list them.
+    pub const ALL: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Mock];
+
+    /// The name the resources file uses (`openai`, `mock`); also a bounded metric label.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "openai",
+            ProviderKind::Mock => "mock",
+        }
+    }
+
+    /// The kind named `name` in a resources file, if this gateway supports it.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| kind.as_str() == name)
+    }
+
+    /// The `api_base` used when a provider key gives none; empty when the kind needs none.
+    pub fn default_api_base(&self) -> &'static str {
+        match self {
+            ProviderKind::OpenAi => "https://api.openai.com/v1",
+            ProviderKind::Mock => "",
+        }
+    }
+}
+
+impl fmt::Display for ProviderKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `provider_keys[]`: credentials and endpoint for one upstream account.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderKey {
+    pub display_name: String,
+    pub provider: ProviderKind,
+    /// Sent upstream as the provider credential; `None` for servers that need none.
+    pub api_key: Option<Secret>,
+    /// Base URL without a trailing `/` (`https://api.openai.com/v1`); the provider's default
+    /// when the file gives none (empty for `mock`).
+    pub api_base: String,
+}
+
+/// `models[]`: a name clients send, and where requests for it go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    /// The name clients send in `model`.
+    pub display_name: String,
+    /// Always the same as the provider key's `provider`.
+    pub provider: ProviderKind,
+    /// The upstream's name for the model, sent in place of `display_name`.
+    pub model_name: String,
+    /// The provider key's `display_name`.
+    pub provider_key: String,
+    /// Index of that provider key in [`Resources::provider_keys`].
+    pub provider_key_index: usize,
+    /// Overrides `upstream.timeout_ms` for this model.
+    pub timeout: Option<Duration>,
+}
+
+/// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKey {
+    pub display_name: String,
+    pub key_hash: KeyHash,
+    /// Models this key may call; empty allows none.
+    pub allowed_models: Vec<ModelPattern>,
+    pub disabled: bool,
+    pub expires_at: Option<SystemTime>,
+}
+
+impl ApiKey {
+    /// Whether some pattern in `allowed_models` matches `model` (a model's `display_name`).
+    /// Says nothing about `disabled` or expiry.
+    pub fn allows(&self, model: &str) -> bool {
+        self.allowed_models
+            .iter()
+            .any(|pattern| pattern.matches(model))
+    }
+
+    /// Whether the key has expired at `now`; the expiry instant itself is already expired.
+    pub fn is_expired(&self, now: SystemTime) -> bool {
+        self.expires_at.is_some_and(|expires_at| now >= expires_at)
+    }
+}
+
+/// A value that must never be printed: `Debug` and `Display` show `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The plaintext, for the one place that sends it (an upstream request header).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(patterns: &[&str], expires_at: Option<SystemTime>) -> ApiKey {
+        ApiKey {
+            display_name: "k".to_owned(),
+            key_hash: crate::hash_key("k"),
+            allowed_models: patterns.iter().map(|p| ModelPattern::new(p)).collect(),
+            disabled: false,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn secret_prints_stars_in_debug_and_display() {
+        let secret = Secret::new("sk-live-123");
+        assert_eq!(format!("{secret:?}"), "***");
+        assert_eq!(secret.to_string(), "***");
+        assert_eq!(secret.expose(), "sk-live-123");
+    }
+
+    #[test]
+    fn provider_kind_names_round_trip() {
+        for kind in ProviderKind::ALL {
+            assert_eq!(ProviderKind::from_name(kind.as_str()), Some(kind));
+        }
+        assert_eq!(ProviderKind::from_name("OpenAI"), None);
+    }
+
+    #[test]
+    fn empty_allowed_models_allows_nothing() {
+        assert!(!key(&[], None).allows("gpt-4o"));
+    }
+
+    #[test]
+    fn allows_checks_every_pattern() {
+        let key = key(&["gpt-4o", "claude-*"], None);
+        assert!(key.allows("gpt-4o"));
+        assert!(key.allows("claude-3-opus"));
+        assert!(!key.allows("gpt-4o-mini"));
+    }
+
+    #[test]
+    fn key_is_expired_from_its_expiry_instant_on() {
+        let at = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000);
+        let key = key(&["*"], Some(at));
+        assert!(!key.is_expired(at - Duration::from_nanos(1)));
+        assert!(key.is_expired(at));
+        assert!(key.is_expired(at + Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn key_without_expiry_never_expires() {
+        let far = SystemTime::UNIX_EPOCH + Duration::from_secs(1 << 40);
+        assert!(!key(&["*"], None).is_expired(far));
+    }
+}
