@@ -1,0 +1,228 @@
+//! Scripted replies: what the mock answers to one request (status, headers, body or SSE frames,
+//! delays, and how the body ends). Pure data with builders; the server module plays them.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+use serde_json::{Value, json};
+
+use super::openai;
+
+/// What the mock sends for one request.
+///
+/// Built in one line: a constructor picks the content, modifiers adjust timing and ending.
+///
+/// ```
+/// use std::time::Duration;
+/// use aisix_e2e::mock::{Frame, Reply};
+///
+/// let _ = Reply::status(500).json(serde_json::json!({"error": {"message": "boom"}}));
+/// let _ = Reply::openai_error(429, "rate_limit_exceeded", "slow down").header("retry-after", "2");
+/// let _ = Reply::openai().delay_head(Duration::from_millis(300));
+/// let _ = Reply::sse([Frame::chat_delta("gpt-4o", "Hel")]).disconnect();
+/// let _ = Reply::close();
+/// ```
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub(crate) status: StatusCode,
+    pub(crate) headers: Vec<(HeaderName, HeaderValue)>,
+    pub(crate) content: Content,
+    pub(crate) head_delay: Duration,
+    pub(crate) frame_delay: Duration,
+    pub(crate) ending: Ending,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) enum Content {
+    /// The OpenAI-like answer the mock gives when nothing is scripted.
+    OpenAi,
+    /// One body, sent as a single chunk.
+    Fixed(Bytes),
+    /// Server-sent events, one chunk per frame.
+    Sse(Vec<Frame>),
+    /// Close the connection without a response (on HTTP/2: reset the stream).
+    NoResponse,
+}
+
+/// How a response body ends once its last frame is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Normal end; SSE bodies get a final `data: [DONE]` frame first.
+    Done,
+    /// Normal end of the body without `data: [DONE]`.
+    Eof,
+    /// Close the connection mid-body: no terminating chunk (HTTP/2: reset the stream).
+    Disconnect,
+    /// Keep the body open forever, until the peer goes away.
+    Hang,
+}
+
+impl Reply {
+    /// The default, OpenAI-like answer for whatever was requested: useful with the modifiers
+    /// (`Reply::openai().delay_head(..)`, `Reply::openai().frame_delay(..).hang()`).
+    pub fn openai() -> Reply {
+        Reply::new(StatusCode::OK, Content::OpenAi)
+    }
+
+    /// A response with this status and an empty body; add one with [`Reply::json`] or
+    /// [`Reply::body`].
+    ///
+    /// A code outside 100..=999 is a bug in the test and panics at the caller's line.
+    #[track_caller]
+    #[allow(
+        clippy::expect_used,
+        reason = "test setup, not a request path: a bad status is the test's bug, reported at its line"
+    )]
+    pub fn status(code: u16) -> Reply {
+        let status = StatusCode::from_u16(code).expect("Reply::status: invalid HTTP status code");
+        Reply::new(status, Content::Fixed(Bytes::new()))
+    }
+
+    /// `status` with an OpenAI error envelope:
+    /// `{"error":{"message","type","param":null,"code":null}}`.
+    #[track_caller]
+    pub fn openai_error(code: u16, error_type: &str, message: &str) -> Reply {
+        Reply::status(code).json(openai::error_body(error_type, None, message))
+    }
+
+    /// A `200 text/event-stream` response made of these frames; by default it ends with
+    /// `data: [DONE]`.
+    pub fn sse(frames: impl IntoIterator<Item = Frame>) -> Reply {
+        Reply::new(StatusCode::OK, Content::Sse(frames.into_iter().collect()))
+            .header("content-type", "text/event-stream")
+            .header("cache-control", "no-cache")
+    }
+
+    /// Close the connection without sending any response (on HTTP/2: reset the stream).
+    pub fn close() -> Reply {
+        Reply::new(StatusCode::OK, Content::NoResponse)
+    }
+
+    /// Replace the body with this JSON value and set `content-type: application/json`.
+    pub fn json(self, value: Value) -> Reply {
+        self.header("content-type", "application/json")
+            .body(value.to_string())
+    }
+
+    /// Replace the body with these bytes (sent as one chunk).
+    pub fn body(mut self, body: impl Into<Bytes>) -> Reply {
+        self.content = Content::Fixed(body.into());
+        self
+    }
+
+    /// Set a response header, replacing the mock's own value of that name if any. Calling it
+    /// twice with one name sends both values.
+    ///
+    /// An invalid name or value is a bug in the test and panics at the caller's line.
+    #[track_caller]
+    #[allow(
+        clippy::expect_used,
+        reason = "test setup, not a request path: a bad header is the test's bug, reported at its line"
+    )]
+    pub fn header(mut self, name: &str, value: &str) -> Reply {
+        let name = HeaderName::try_from(name).expect("Reply::header: invalid header name");
+        let value = HeaderValue::try_from(value).expect("Reply::header: invalid header value");
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Wait this long before sending the response head (or before closing, for
+    /// [`Reply::close`]). The request is recorded on arrival, before the wait.
+    pub fn delay_head(mut self, delay: Duration) -> Reply {
+        self.head_delay = delay;
+        self
+    }
+
+    /// Wait this long before each body frame that has no delay of its own (for a non-SSE body:
+    /// before the body, after the head).
+    pub fn frame_delay(mut self, delay: Duration) -> Reply {
+        self.frame_delay = delay;
+        self
+    }
+
+    /// After the last frame, close the connection abruptly: no `[DONE]`, no terminating chunk,
+    /// so the peer sees an incomplete body.
+    pub fn disconnect(mut self) -> Reply {
+        self.ending = Ending::Disconnect;
+        self
+    }
+
+    /// After the last frame, keep the body open until the peer goes away.
+    pub fn hang(mut self) -> Reply {
+        self.ending = Ending::Hang;
+        self
+    }
+
+    /// End the body normally but without the `data: [DONE]` frame.
+    pub fn without_done(mut self) -> Reply {
+        self.ending = Ending::Eof;
+        self
+    }
+
+    fn new(status: StatusCode, content: Content) -> Reply {
+        Reply {
+            status,
+            headers: Vec::new(),
+            content,
+            head_delay: Duration::ZERO,
+            frame_delay: Duration::ZERO,
+            ending: Ending::Done,
+        }
+    }
+}
+
+/// One chunk of a streamed body, usually one server-sent event, with an optional delay before
+/// it is sent.
+#[derive(Clone, Debug)]
+pub struct Frame {
+    pub(crate) delay: Option<Duration>,
+    pub(crate) bytes: Bytes,
+}
+
+impl Frame {
+    /// `data: {payload}\n\n`. The payload must be a single line; use [`Frame::raw`] otherwise.
+    pub fn data(payload: &str) -> Frame {
+        Frame::raw(format!("data: {payload}\n\n"))
+    }
+
+    /// `data: {compact JSON}\n\n`.
+    pub fn json(value: Value) -> Frame {
+        Frame::data(&value.to_string())
+    }
+
+    /// Exactly these bytes: comments, `event:` lines, split or malformed events.
+    pub fn raw(bytes: impl Into<Bytes>) -> Frame {
+        Frame {
+            delay: None,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// `data: [DONE]\n\n`.
+    pub fn done() -> Frame {
+        Frame::data("[DONE]")
+    }
+
+    /// A `chat.completion.chunk` whose only choice carries this content delta.
+    pub fn chat_delta(model: &str, content: &str) -> Frame {
+        Frame::json(json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion.chunk",
+            "created": openai::CREATED,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "delta": {"content": content},
+                "logprobs": null,
+                "finish_reason": null,
+            }],
+        }))
+    }
+
+    /// Wait this long before sending this frame.
+    pub fn after(mut self, delay: Duration) -> Frame {
+        self.delay = Some(delay);
+        self
+    }
+}
