@@ -1,0 +1,300 @@
+//! Every metric family aisix exports: name, help, type, unit, label names and buckets.
+//! Emitting lives in [`super::emit`]; storage and rendering in [`super::Metrics`].
+//!
+//! Label values come from configuration (model and provider names) or from the enums in
+//! [`super::labels`], so every family's cardinality is bounded by the config.
+
+use ::metrics::Unit;
+
+/// Identifies a family inside the handle cache's keys (one byte).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FamilyId {
+    RequestsTotal,
+    RequestDuration,
+    UpstreamTtft,
+    TokensTotal,
+    RequestsInFlight,
+    UpstreamErrors,
+    AuthFailures,
+    BodyRejections,
+    WorkerConnectionsOpen,
+    WorkerRequests,
+    GatewayOverhead,
+    BuildInfo,
+}
+
+/// The Prometheus type of a family. Durations are histograms with explicit buckets, never
+/// summaries: summaries cannot be aggregated across workers or replicas.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    /// Upper bounds of the buckets, strictly increasing; `+Inf` is implied.
+    Histogram {
+        buckets: &'static [f64],
+    },
+}
+
+/// One metric family with `N` labels. The label count is part of the type, so an emit that
+/// passes the wrong number of label values does not compile.
+#[derive(Debug)]
+pub struct Family<const N: usize> {
+    pub id: FamilyId,
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub unit: Unit,
+    /// Label names, in the order the values are passed and rendered.
+    pub labels: [&'static str; N],
+}
+
+/// A family with its label count erased, for walking the whole catalog.
+#[derive(Clone, Copy, Debug)]
+pub struct FamilyInfo {
+    pub id: FamilyId,
+    pub name: &'static str,
+    pub help: &'static str,
+    pub kind: Kind,
+    pub unit: Unit,
+    pub labels: &'static [&'static str],
+}
+
+impl<const N: usize> Family<N> {
+    /// This family with its label count erased.
+    pub const fn info(&'static self) -> FamilyInfo {
+        FamilyInfo {
+            id: self.id,
+            name: self.name,
+            help: self.help,
+            kind: self.kind,
+            unit: self.unit,
+            labels: &self.labels,
+        }
+    }
+}
+
+/// Whole LLM calls: from a few milliseconds (cached, tiny) to the long tail of minute-long
+/// generations; the last bound is above the default upstream timeout.
+pub const REQUEST_DURATION_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0,
+    300.0, 600.0,
+];
+
+/// Time to first token: tens of milliseconds (a nearby mock or cache) to a minute (a cold,
+/// overloaded provider), densest between 100 ms and 3 s where real providers sit.
+pub const TTFT_BUCKETS: &[f64] = &[
+    0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 20.0, 30.0,
+    60.0,
+];
+
+/// The gateway's own share of a request: 10 µs (a proxy's budget) up to a quarter second
+/// (something is badly wrong).
+pub const OVERHEAD_BUCKETS: &[f64] = &[
+    0.000_01, 0.000_025, 0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025,
+    0.05, 0.1, 0.25,
+];
+
+pub static REQUESTS_TOTAL: Family<5> = Family {
+    id: FamilyId::RequestsTotal,
+    name: "aisix_requests_total",
+    help: "Requests answered, by endpoint, model, provider, status class and outcome.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["endpoint", "model", "provider", "status_class", "outcome"],
+};
+
+pub static REQUEST_DURATION: Family<4> = Family {
+    id: FamilyId::RequestDuration,
+    name: "aisix_request_duration_seconds",
+    help: "Time from the request's arrival to the end of its response, streams included.",
+    kind: Kind::Histogram {
+        buckets: REQUEST_DURATION_BUCKETS,
+    },
+    unit: Unit::Seconds,
+    labels: ["endpoint", "model", "provider", "outcome"],
+};
+
+pub static UPSTREAM_TTFT: Family<2> = Family {
+    id: FamilyId::UpstreamTtft,
+    name: "aisix_upstream_ttft_seconds",
+    help: "Time from sending a streaming request upstream to its first token.",
+    kind: Kind::Histogram {
+        buckets: TTFT_BUCKETS,
+    },
+    unit: Unit::Seconds,
+    labels: ["model", "provider"],
+};
+
+pub static TOKENS_TOTAL: Family<3> = Family {
+    id: FamilyId::TokensTotal,
+    name: "aisix_tokens_total",
+    help: "Tokens reported by providers, by model, provider and kind (input or output).",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["model", "provider", "kind"],
+};
+
+pub static REQUESTS_IN_FLIGHT: Family<1> = Family {
+    id: FamilyId::RequestsInFlight,
+    name: "aisix_requests_in_flight",
+    help: "Requests being served now, summed over every worker when scraped.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: ["endpoint"],
+};
+
+pub static UPSTREAM_ERRORS: Family<2> = Family {
+    id: FamilyId::UpstreamErrors,
+    name: "aisix_upstream_errors_total",
+    help: "Failed calls to providers, by provider and kind of failure.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["provider", "kind"],
+};
+
+pub static AUTH_FAILURES: Family<1> = Family {
+    id: FamilyId::AuthFailures,
+    name: "aisix_auth_failures_total",
+    help: "Requests refused by authentication, by reason.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["reason"],
+};
+
+pub static BODY_REJECTIONS: Family<1> = Family {
+    id: FamilyId::BodyRejections,
+    name: "aisix_request_body_rejections_total",
+    help: "Requests refused because their body exceeded the size limit.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["endpoint"],
+};
+
+pub static WORKER_CONNECTIONS_OPEN: Family<1> = Family {
+    id: FamilyId::WorkerConnectionsOpen,
+    name: "aisix_worker_connections_open",
+    help: "Client connections open now, per worker thread.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: ["worker"],
+};
+
+pub static WORKER_REQUESTS: Family<1> = Family {
+    id: FamilyId::WorkerRequests,
+    name: "aisix_worker_requests_total",
+    help: "Requests received, per worker thread; an uneven spread shows here.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["worker"],
+};
+
+pub static GATEWAY_OVERHEAD: Family<1> = Family {
+    id: FamilyId::GatewayOverhead,
+    name: "aisix_gateway_overhead_seconds",
+    help: "Time spent in the gateway itself, excluding the wait on the upstream.",
+    kind: Kind::Histogram {
+        buckets: OVERHEAD_BUCKETS,
+    },
+    unit: Unit::Seconds,
+    labels: ["endpoint"],
+};
+
+pub static BUILD_INFO: Family<3> = Family {
+    id: FamilyId::BuildInfo,
+    name: "aisix_build_info",
+    help: "Always 1; labels carry the version, serving mode and worker count.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: ["version", "mode", "workers"],
+};
+
+/// Every family, in the order the families are documented above.
+pub static CATALOG: [FamilyInfo; 12] = [
+    REQUESTS_TOTAL.info(),
+    REQUEST_DURATION.info(),
+    UPSTREAM_TTFT.info(),
+    TOKENS_TOTAL.info(),
+    REQUESTS_IN_FLIGHT.info(),
+    UPSTREAM_ERRORS.info(),
+    AUTH_FAILURES.info(),
+    BODY_REJECTIONS.info(),
+    WORKER_CONNECTIONS_OPEN.info(),
+    WORKER_REQUESTS.info(),
+    GATEWAY_OVERHEAD.info(),
+    BUILD_INFO.info(),
+];
+
+/// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.
+pub fn find(name: &str) -> Option<&'static FamilyInfo> {
+    CATALOG.iter().find(|family| family.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_family_is_named_aisix_and_unique() {
+        let mut names = HashSet::new();
+        let mut ids = HashSet::new();
+        for family in &CATALOG {
+            assert!(family.name.starts_with("aisix_"), "{}", family.name);
+            assert!(names.insert(family.name), "duplicate name {}", family.name);
+            assert!(ids.insert(family.id as u8), "duplicate id {:?}", family.id);
+            assert!(!family.help.is_empty(), "{} has no help", family.name);
+        }
+    }
+
+    #[test]
+    fn counters_end_in_total_and_histograms_in_seconds() {
+        for family in &CATALOG {
+            match family.kind {
+                Kind::Counter => assert!(family.name.ends_with("_total"), "{}", family.name),
+                Kind::Histogram { .. } => {
+                    assert!(family.name.ends_with("_seconds"), "{}", family.name);
+                    assert_eq!(family.unit, Unit::Seconds, "{}", family.name);
+                }
+                Kind::Gauge => assert!(!family.name.ends_with("_total"), "{}", family.name),
+            }
+        }
+    }
+
+    #[test]
+    fn histogram_buckets_are_positive_and_strictly_increasing() {
+        for family in &CATALOG {
+            if let Kind::Histogram { buckets } = family.kind {
+                assert!(!buckets.is_empty(), "{}", family.name);
+                assert!(buckets[0] > 0.0, "{}", family.name);
+                assert!(buckets.windows(2).all(|w| w[0] < w[1]), "{}", family.name);
+            }
+        }
+        assert!(OVERHEAD_BUCKETS[0] <= 0.000_01);
+        assert!(REQUEST_DURATION_BUCKETS.last().is_some_and(|b| *b >= 300.0));
+    }
+
+    #[test]
+    fn label_names_are_valid_and_unique_per_family() {
+        for family in &CATALOG {
+            let mut seen = HashSet::new();
+            for label in family.labels {
+                assert!(
+                    label.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                    "{label}"
+                );
+                assert!(*label != "le", "{} uses the reserved label le", family.name);
+                assert!(seen.insert(label), "{} repeats {label}", family.name);
+            }
+        }
+    }
+
+    #[test]
+    fn find_looks_families_up_by_name() {
+        assert_eq!(
+            find("aisix_tokens_total").map(|f| f.id),
+            Some(FamilyId::TokensTotal)
+        );
+        assert!(find("aisix_nope").is_none());
+    }
+}

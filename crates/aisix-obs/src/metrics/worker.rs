@@ -1,0 +1,33 @@
+//! Which worker the current thread is, for the `worker` label. Set once per thread by
+//! [`Metrics::register_worker`](super::Metrics::register_worker).
+
+use std::cell::Cell;
+
+use super::labels::{UNREGISTERED_WORKER, Worker, WorkerLabel};
+
+thread_local! {
+    // The label is formatted once here, not on every emit.
+    static CURRENT: Cell<Option<(Worker, WorkerLabel)>> = const { Cell::new(None) };
+}
+
+pub(crate) fn set_current(worker: Worker) {
+    let _ = CURRENT.try_with(|current| current.set(Some((worker, worker.label()))));
+}
+
+/// The worker the calling thread registered as, if any.
+pub fn current_worker() -> Option<Worker> {
+    CURRENT
+        .try_with(Cell::get)
+        .ok()
+        .flatten()
+        .map(|(worker, _)| worker)
+}
+
+/// Runs `f` with the calling thread's `worker` label value (`"unregistered"` if it never
+/// registered).
+pub(crate) fn with_label<R>(f: impl FnOnce(&str) -> R) -> R {
+    match CURRENT.try_with(Cell::get).ok().flatten() {
+        Some((_, label)) => f(label.as_str()),
+        None => f(UNREGISTERED_WORKER),
+    }
+}
