@@ -234,11 +234,12 @@ fn start_shared<F: ServiceFactory>(
         workers: plan.workers.get(),
         readiness,
     };
-    let listener = {
+    // The service is built inside the runtime, as each tpc worker builds its own.
+    let (listener, service) = {
         let _guard = runtime.enter();
-        tokio::net::TcpListener::from_std(listener).map_err(worker_error)?
+        let listener = tokio::net::TcpListener::from_std(listener).map_err(worker_error)?;
+        (listener, factory.make_service(&ctx))
     };
-    let service = factory.make_service(&ctx);
     for id in 0..plan.workers.get() {
         tracing::info!(mode = %Mode::Shared, worker = id, addr = %listeners.addr, "worker accepting (one shared listener)");
     }

@@ -7,10 +7,13 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-/// A response body: a whole buffer, or (later variants) a relayed upstream stream.
+use crate::relay::SseRelay;
+
+/// A response body: a whole buffer, or a relayed upstream event stream.
 #[derive(Debug)]
 pub enum GatewayBody {
     Full(Option<Bytes>),
+    Sse(Box<SseRelay>),
 }
 
 impl GatewayBody {
@@ -29,16 +32,18 @@ impl Body for GatewayBody {
 
     fn poll_frame(
         self: Pin<&mut Self>,
-        _cx: &mut Context<'_>,
+        cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         match self.get_mut() {
             GatewayBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            GatewayBody::Sse(relay) => Pin::new(relay.as_mut()).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
             GatewayBody::Full(bytes) => bytes.is_none(),
+            GatewayBody::Sse(relay) => relay.is_end_stream(),
         }
     }
 
@@ -46,6 +51,7 @@ impl Body for GatewayBody {
         match self {
             GatewayBody::Full(Some(bytes)) => SizeHint::with_exact(bytes.len() as u64),
             GatewayBody::Full(None) => SizeHint::with_exact(0),
+            GatewayBody::Sse(_) => SizeHint::default(),
         }
     }
 }

@@ -1,17 +1,68 @@
-//! Builds each worker's gateway service inside that worker.
+//! Builds each worker's gateway inside that worker, and holds what workers share: the loaded
+//! resources (swapped whole on reload) and the settings.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aisix_bootstrap::{ServiceFactory, WorkerContext};
+use aisix_config::{Bootstrap, Resources};
+use arc_swap::ArcSwap;
 
 use crate::body::GatewayBody;
+use crate::relay::StreamSettings;
 use crate::service::Gateway;
 
-/// What every worker's gateway is built from.
-#[derive(Debug, Default)]
-pub struct GatewayFactory {}
+/// Settings the request path reads.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub body_limit: u64,
+    pub upstream: aisix_config::UpstreamConfig,
+    pub stream: StreamSettings,
+}
+
+/// What every worker reads.
+// shared: one copy of the resources for all workers; SIGHUP publishes a new one to each.
+pub(crate) struct Shared {
+    pub resources: ArcSwap<Resources>,
+    /// Bumped on every reload; workers rebuild their own lookup tables when it moves.
+    pub generation: AtomicU64,
+    pub settings: Settings,
+    pub tls: Arc<rustls::ClientConfig>,
+}
+
+/// Builds the gateway of each worker, and reloads resources for all of them.
+pub struct GatewayFactory {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot build the upstream TLS configuration: {0}")]
+pub struct GatewayInitError(#[from] rustls::Error);
 
 impl GatewayFactory {
-    pub fn new() -> Self {
-        Self {}
+    pub fn new(bootstrap: &Bootstrap, resources: Resources) -> Result<Self, GatewayInitError> {
+        let settings = Settings {
+            body_limit: bootstrap.proxy.request_body_limit_bytes,
+            upstream: bootstrap.upstream.clone(),
+            stream: StreamSettings {
+                idle_timeout: bootstrap.upstream.stream_idle_timeout,
+                keepalive: bootstrap.downstream.sse_keepalive_interval,
+            },
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                resources: ArcSwap::from_pointee(resources),
+                generation: AtomicU64::new(0),
+                settings,
+                tls: crate::upstream::tls_client_config()?,
+            }),
+        })
+    }
+
+    /// Publishes new resources to every worker; requests already running keep the old ones.
+    pub fn reload(&self, resources: Resources) {
+        self.shared.resources.store(Arc::new(resources));
+        self.shared.generation.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -21,6 +72,6 @@ impl ServiceFactory for GatewayFactory {
     type Service = Gateway;
 
     fn make_service(&self, worker: &WorkerContext) -> Gateway {
-        Gateway::new(worker.clone())
+        Gateway::new(worker.clone(), self.shared.clone())
     }
 }

@@ -1,13 +1,24 @@
-//! The LLM gateway: OpenAI- and Anthropic-compatible endpoints in front of configured providers,
-//! with authentication, routing, per-worker upstream pools, SSE relay and usage accounting.
+//! The LLM gateway: OpenAI-compatible endpoints in front of configured providers, with
+//! authentication, routing, per-worker upstream pools, SSE relay and usage accounting.
 
+mod account;
+mod auth;
 mod body;
+mod endpoint;
 mod error;
 mod factory;
 mod health;
+mod models;
+mod provider;
+mod relay;
 mod service;
+mod snapshot;
+mod upstream;
+mod wire;
 
 pub use body::GatewayBody;
-pub use error::{ErrorKind, GatewayError, Side};
-pub use factory::GatewayFactory;
+pub use endpoint::Endpoint;
+pub use error::{AuthFailure, ErrorKind, GatewayError, Side};
+pub use factory::{GatewayFactory, GatewayInitError};
 pub use service::Gateway;
+pub use wire::usage::Usage;

@@ -1,17 +1,41 @@
-//! The per-worker gateway service: routes a request to its endpoint.
+//! The per-worker gateway service. One request's life reads top to bottom in [`Worker::proxy`]:
+//! authenticate → read body → inspect → route → dispatch → relay, each stage returning
+//! `Result<_, GatewayError>`; [`Worker::handle`] renders errors once and records the request.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use aisix_bootstrap::WorkerContext;
-use http::{Method, Request, Response};
+use aisix_config::ProviderKind;
+use aisix_obs::request_id::RequestIds;
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
+use crate::account::{Accounted, Outcome, Record};
+use crate::auth;
 use crate::body::GatewayBody;
-use crate::error::{ErrorKind, GatewayError};
+use crate::endpoint::Endpoint;
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::factory::Shared;
 use crate::health;
+use crate::models;
+use crate::provider::{mock, openai};
+use crate::relay::SseRelay;
+use crate::snapshot::Snapshot;
+use crate::upstream::{self, UpstreamClient};
+use crate::wire::openai::{BodyError, inspect};
+use crate::wire::usage;
+
+static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
 
 /// One worker's gateway; cloned per connection (one reference-count increment).
 #[derive(Clone)]
@@ -19,14 +43,33 @@ pub struct Gateway {
     worker: Arc<Worker>,
 }
 
+/// Everything one worker owns: its upstream pool, its id generator, its copy of the lookup
+/// tables. In thread-per-core mode none of it is touched by another thread.
 struct Worker {
     ctx: WorkerContext,
+    shared: Arc<Shared>,
+    /// This worker's lookup tables, rebuilt from `shared.resources` when a reload happened.
+    snapshot: ArcSwap<Snapshot>,
+    snapshot_generation: AtomicU64,
+    client: UpstreamClient,
+    ids: RequestIds,
 }
 
 impl Gateway {
-    pub(crate) fn new(ctx: WorkerContext) -> Self {
+    pub(crate) fn new(ctx: WorkerContext, shared: Arc<Shared>) -> Self {
+        let generation = shared.generation.load(Ordering::Acquire);
+        let snapshot = Snapshot::from_resources(&shared.resources.load());
+        let client = upstream::client(&shared.settings.upstream, shared.tls.clone());
+        let ids = RequestIds::new(ctx.id);
         Self {
-            worker: Arc::new(Worker { ctx }),
+            worker: Arc::new(Worker {
+                ctx,
+                shared,
+                snapshot: ArcSwap::from_pointee(snapshot),
+                snapshot_generation: AtomicU64::new(generation),
+                client,
+                ids,
+            }),
         }
     }
 }
@@ -42,20 +85,263 @@ impl hyper::service::Service<Request<Incoming>> for Gateway {
     }
 }
 
+/// A successful answer before it becomes a response.
+enum Answer {
+    Complete {
+        content_type: HeaderValue,
+        body: Bytes,
+    },
+    Stream {
+        upstream: Incoming,
+        strip_usage_chunk: bool,
+        sent_at: Instant,
+    },
+    Ready(Response<GatewayBody>),
+}
+
 impl Worker {
     async fn handle(&self, request: Request<Incoming>) -> Response<GatewayBody> {
-        let path = request.uri().path();
-        match (request.method(), path) {
-            (&Method::GET | &Method::HEAD, "/livez") => health::livez(),
-            (&Method::GET | &Method::HEAD, "/readyz") => {
-                health::readyz(self.ctx.readiness.is_ready())
+        let received = Instant::now();
+        let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
+        let mut response = match Endpoint::resolve(request.method(), request.uri().path()) {
+            Ok(Endpoint::Livez) => health::livez(),
+            Ok(Endpoint::Readyz) => health::readyz(self.ctx.readiness.is_ready()),
+            Ok(endpoint) => {
+                let mut record = Accounted(Record::new(request_id.clone(), endpoint, received));
+                let answer = self.serve(endpoint, request, &mut record.0).await;
+                self.respond(answer, record)
             }
-            (_, "/livez" | "/readyz") => {
-                GatewayError::new(ErrorKind::MethodNotAllowed, "use GET").to_response()
+            Err(error) => error.to_response(),
+        };
+        response
+            .headers_mut()
+            .insert(X_REQUEST_ID.clone(), request_id);
+        response
+    }
+
+    async fn serve(
+        &self,
+        endpoint: Endpoint,
+        request: Request<Incoming>,
+        record: &mut Record,
+    ) -> Result<Answer, GatewayError> {
+        let snapshot = self.snapshot();
+        match endpoint {
+            Endpoint::Models => {
+                let key = auth::authenticate(&snapshot, request.headers())?;
+                record.key_name = Some(key.name.clone());
+                Ok(Answer::Ready(models::list(&snapshot, key)))
             }
-            _ => {
-                GatewayError::new(ErrorKind::NotFound, format!("no route for {path}")).to_response()
+            Endpoint::Model => {
+                let key = auth::authenticate(&snapshot, request.headers())?;
+                record.key_name = Some(key.name.clone());
+                let id = request.uri().path().trim_start_matches("/v1/models/");
+                models::get(&snapshot, key, id).map(Answer::Ready)
+            }
+            _ => self.proxy(endpoint, request, &snapshot, record).await,
+        }
+    }
+
+    /// The life of a model request.
+    async fn proxy(
+        &self,
+        endpoint: Endpoint,
+        request: Request<Incoming>,
+        snapshot: &Snapshot,
+        record: &mut Record,
+    ) -> Result<Answer, GatewayError> {
+        let key = auth::authenticate(snapshot, request.headers())?;
+        record.key_name = Some(key.name.clone());
+
+        let body = self.read_body(request).await?;
+        let inspected = inspect(&body).map_err(body_error)?;
+        let stream = inspected.stream && endpoint.can_stream();
+        record.stream = stream;
+
+        let route = snapshot
+            .model(&inspected.model)
+            .ok_or_else(|| models::model_not_found(&inspected.model))?;
+        record.model = Some(route.name.clone());
+        record.provider = Some(route.target.name.clone());
+        if !key.allows(&route.name) {
+            return Err(GatewayError::new(
+                ErrorKind::ModelNotAllowed,
+                format!(
+                    "This API key is not allowed to use the model '{}'.",
+                    route.name
+                ),
+            )
+            .with_param("model"));
+        }
+
+        match route.target.provider {
+            ProviderKind::Mock => {
+                let reply = mock::respond(
+                    endpoint,
+                    &route.upstream_model,
+                    &body,
+                    stream,
+                    inspected.client_wants_usage(),
+                    record.request_id.to_str().unwrap_or_default(),
+                )?;
+                record.usage = Some(reply.usage);
+                Ok(Answer::Complete {
+                    content_type: HeaderValue::from_static(reply.content_type),
+                    body: reply.body,
+                })
+            }
+            ProviderKind::OpenAi => {
+                let upstream_body = inspected.rewrite(&body, &route.upstream_model_json, stream);
+                let timeout = route
+                    .timeout
+                    .unwrap_or(self.shared.settings.upstream.timeout);
+                let sent_at = Instant::now();
+                let result = openai::call(
+                    &self.client,
+                    &route.target,
+                    endpoint,
+                    upstream_body,
+                    stream,
+                    &record.request_id,
+                    sent_at + timeout,
+                )
+                .await;
+                record.upstream_wait = sent_at.elapsed();
+                let (status, reply) = result.inspect_err(|e| {
+                    if let ErrorKind::UpstreamClientError(s) = e.kind {
+                        record.upstream_status = Some(s.as_u16());
+                    }
+                })?;
+                record.upstream_status = Some(status.as_u16());
+                Ok(match reply {
+                    openai::Reply::Complete { content_type, body } => {
+                        record.usage = usage::from_response(&body);
+                        Answer::Complete { content_type, body }
+                    }
+                    openai::Reply::Stream(response) => Answer::Stream {
+                        upstream: response.into_body(),
+                        strip_usage_chunk: !inspected.client_wants_usage(),
+                        sent_at,
+                    },
+                })
             }
         }
+    }
+
+    /// Reads the request body, refusing one over the limit from its `Content-Length` before
+    /// reading, and otherwise as soon as it passes the limit.
+    async fn read_body(&self, request: Request<Incoming>) -> Result<Bytes, GatewayError> {
+        let limit = self.shared.settings.body_limit;
+        let too_large = || {
+            GatewayError::new(
+                ErrorKind::BodyTooLarge,
+                format!("The request body is larger than the limit of {limit} bytes."),
+            )
+        };
+        let declared = request
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > limit) {
+            return Err(too_large());
+        }
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        match Limited::new(request.into_body(), limit).collect().await {
+            Ok(collected) => Ok(collected.to_bytes()),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+            Err(_) => Err(GatewayError::new(
+                ErrorKind::InvalidRequest,
+                "The request body could not be read.",
+            )),
+        }
+    }
+
+    /// Turns the answer (or the error, rendered here and only here) into the response, and
+    /// completes the record: now for whole responses, when the stream ends for streams.
+    fn respond(
+        &self,
+        answer: Result<Answer, GatewayError>,
+        mut record: Accounted,
+    ) -> Response<GatewayBody> {
+        let mut response = match answer {
+            Ok(Answer::Ready(response)) => response,
+            Ok(Answer::Complete { content_type, body }) => {
+                let mut response = Response::new(GatewayBody::full(body));
+                response.headers_mut().insert(CONTENT_TYPE, content_type);
+                response
+            }
+            Ok(Answer::Stream {
+                upstream,
+                strip_usage_chunk,
+                sent_at,
+            }) => {
+                record.0.status = StatusCode::OK.as_u16();
+                let overhead = overhead_header(&record.0);
+                let relay = SseRelay::new(
+                    upstream,
+                    strip_usage_chunk,
+                    self.shared.settings.stream,
+                    sent_at,
+                    record,
+                );
+                let mut response = Response::new(GatewayBody::Sse(Box::new(relay)));
+                sse_headers(&mut response, overhead);
+                return response;
+            }
+            Err(error) => {
+                record.0.error = Some(error.code());
+                record.0.outcome = match error.side() {
+                    Side::Client => Outcome::ClientError,
+                    Side::Upstream | Side::Internal => Outcome::UpstreamError,
+                };
+                error.to_response()
+            }
+        };
+        record.0.status = response.status().as_u16();
+        response
+            .headers_mut()
+            .insert(X_OVERHEAD.clone(), overhead_header(&record.0));
+        response
+    }
+
+    /// This worker's lookup tables, rebuilt here if a reload happened since the last request.
+    fn snapshot(&self) -> Arc<Snapshot> {
+        let generation = self.shared.generation.load(Ordering::Acquire);
+        if generation != self.snapshot_generation.load(Ordering::Relaxed) {
+            let rebuilt = Snapshot::from_resources(&self.shared.resources.load());
+            self.snapshot.store(Arc::new(rebuilt));
+            self.snapshot_generation
+                .store(generation, Ordering::Relaxed);
+        }
+        self.snapshot.load_full()
+    }
+}
+
+fn overhead_header(record: &Record) -> HeaderValue {
+    HeaderValue::from(record.overhead().as_micros() as u64)
+}
+
+fn sse_headers(response: &mut Response<GatewayBody>, overhead: HeaderValue) {
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    headers.insert(X_OVERHEAD.clone(), overhead);
+}
+
+fn body_error(error: BodyError) -> GatewayError {
+    match error {
+        BodyError::InvalidJson(message) => GatewayError::new(ErrorKind::InvalidJson, message),
+        BodyError::MissingModel => GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "You must provide a model parameter.",
+        )
+        .with_param("model"),
+        BodyError::InvalidField(field, expected) => GatewayError::new(
+            ErrorKind::InvalidRequest,
+            format!("'{field}' must be {expected}."),
+        )
+        .with_param(field),
     }
 }

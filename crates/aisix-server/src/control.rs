@@ -24,3 +24,44 @@ pub(crate) async fn stop_signal() {
         }
     }
 }
+
+/// Re-reads the resources file on every SIGHUP and publishes it to all workers. A file with
+/// errors is refused as a whole (every error logged) and the running resources stay.
+pub(crate) async fn reload_on_sighup(
+    bootstrap: aisix_config::Bootstrap,
+    factory: std::sync::Arc<aisix_gateway::GatewayFactory>,
+) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+            tracing::warn!("cannot listen for SIGHUP; resources reload is unavailable");
+            return;
+        };
+        while hangup.recv().await.is_some() {
+            match crate::run::load_resources(&bootstrap) {
+                Ok(resources) => {
+                    tracing::info!(
+                        models = resources.models.len(),
+                        api_keys = resources.api_keys.len(),
+                        "SIGHUP: resources reloaded"
+                    );
+                    factory.reload(resources);
+                }
+                Err(errors) => {
+                    for error in &errors {
+                        tracing::error!(%error, "SIGHUP: resources file refused");
+                    }
+                    tracing::error!(
+                        errors = errors.len(),
+                        "SIGHUP: keeping the running resources"
+                    );
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (bootstrap, factory);
+    }
+}

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use aisix_bootstrap::{Readiness, ServeSettings, Server, ServingPlan, Stopped};
-use aisix_config::{Bootstrap, ConfigError, Origin};
+use aisix_config::{Bootstrap, ConfigError, Origin, Resources};
 use aisix_gateway::GatewayFactory;
 
 use crate::control;
@@ -20,8 +20,11 @@ pub enum RunError {
     WorkerFailed { worker: String, reason: String },
 }
 
-/// Loads the bootstrap config and checks what can be checked offline. Every error, at once.
-pub(crate) fn load_and_check(config: Option<&Path>) -> Result<Bootstrap, Vec<ConfigError>> {
+/// Loads the bootstrap config and the resources file, and checks what can be checked offline.
+/// Every error, at once.
+pub(crate) fn load_and_check(
+    config: Option<&Path>,
+) -> Result<(Bootstrap, Resources), Vec<ConfigError>> {
     let bootstrap = aisix_config::load_bootstrap(config, std::env::vars()).map_err(|e| e.0)?;
     let mut errors = Vec::new();
     if let Err(message) = aisix_obs::log::validate_filter(&bootstrap.observability.log_level) {
@@ -40,17 +43,33 @@ pub(crate) fn load_and_check(config: Option<&Path>) -> Result<Bootstrap, Vec<Con
             Origin::Unknown,
         ));
     }
+    let resources = match load_resources(&bootstrap) {
+        Ok(resources) => resources,
+        Err(mut resource_errors) => {
+            errors.append(&mut resource_errors);
+            Resources::default()
+        }
+    };
     if errors.is_empty() {
-        Ok(bootstrap)
+        Ok((bootstrap, resources))
     } else {
         Err(errors)
     }
 }
 
+/// The resources file named by the bootstrap config; none configured means no models.
+pub(crate) fn load_resources(bootstrap: &Bootstrap) -> Result<Resources, Vec<ConfigError>> {
+    match &bootstrap.resources_file {
+        Some(path) => {
+            aisix_config::load_resources(path, &|name| std::env::var(name).ok()).map_err(|e| e.0)
+        }
+        None => Ok(Resources::default()),
+    }
+}
+
 /// Runs the gateway until SIGTERM/SIGINT (then drains and returns `Ok`) or until a worker dies.
 pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
-    let bootstrap = aisix_config::load_bootstrap(config, std::env::vars())
-        .map_err(|e| RunError::Config(e.0))?;
+    let (bootstrap, resources) = load_and_check(config).map_err(RunError::Config)?;
     aisix_obs::log::init(&bootstrap.observability.log_level).map_err(RunError::Startup)?;
 
     let plan = ServingPlan::resolve(&bootstrap.proxy);
@@ -62,6 +81,18 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         config = ?bootstrap.config_file,
         "starting aisix"
     );
+    if bootstrap.resources_file.is_none() {
+        tracing::warn!(
+            "no resources_file is configured: there are no models, and every model request is refused"
+        );
+    }
+    tracing::info!(
+        provider_keys = resources.provider_keys.len(),
+        models = resources.models.len(),
+        api_keys = resources.api_keys.len(),
+        resources = ?bootstrap.resources_file,
+        "resources loaded"
+    );
     // TLS is loaded before any port is taken, so a bad path fails without side effects.
     let tls = match &bootstrap.proxy.tls {
         Some(tls) => {
@@ -69,6 +100,9 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         }
         None => None,
     };
+    let factory = Arc::new(
+        GatewayFactory::new(&bootstrap, resources).map_err(|e| RunError::Startup(e.to_string()))?,
+    );
     let listeners = aisix_bootstrap::bind(&plan).map_err(|e| RunError::Startup(e.to_string()))?;
 
     let control = tokio::runtime::Builder::new_current_thread()
@@ -77,13 +111,16 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         .build()
         .map_err(|e| RunError::Startup(format!("cannot start the control runtime: {e}")))?;
     let readiness = Readiness::new();
-    let factory = Arc::new(GatewayFactory::new());
     let settings = ServeSettings::from_config(&bootstrap);
-    let server = Server::start(&plan, listeners, tls, &settings, readiness, factory)
+    let server = Server::start(&plan, listeners, tls, &settings, readiness, factory.clone())
         .map_err(|e| RunError::Startup(e.to_string()))?;
     tracing::info!(addr = %server.local_addr(), tls = bootstrap.proxy.tls.is_some(), "listening");
 
-    match control.block_on(server.run(control::stop_signal())) {
+    let stopped = control.block_on(async {
+        tokio::spawn(control::reload_on_sighup(bootstrap.clone(), factory));
+        server.run(control::stop_signal()).await
+    });
+    match stopped {
         Stopped::Drained => Ok(()),
         Stopped::WorkerFailed { worker, reason } => Err(RunError::WorkerFailed { worker, reason }),
     }

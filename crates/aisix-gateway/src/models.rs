@@ -1,0 +1,56 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`: the models the caller's key may use, in OpenAI's
+//! list shape.
+
+use bytes::Bytes;
+use http::{HeaderValue, Response, header};
+use serde_json::{Value, json};
+
+use crate::body::GatewayBody;
+use crate::error::{ErrorKind, GatewayError};
+use crate::snapshot::{ApiKeyEntry, ModelRoute, Snapshot};
+
+pub(crate) fn list(snapshot: &Snapshot, key: &ApiKeyEntry) -> Response<GatewayBody> {
+    let data: Vec<Value> = snapshot
+        .models()
+        .filter(|m| key.allows(&m.name))
+        .map(|m| model_object(m))
+        .collect();
+    json_response(&json!({"object": "list", "data": data}))
+}
+
+pub(crate) fn get(
+    snapshot: &Snapshot,
+    key: &ApiKeyEntry,
+    id: &str,
+) -> Result<Response<GatewayBody>, GatewayError> {
+    match snapshot.model(id) {
+        Some(model) if key.allows(&model.name) => Ok(json_response(&model_object(model))),
+        _ => Err(model_not_found(id)),
+    }
+}
+
+pub(crate) fn model_not_found(name: &str) -> GatewayError {
+    GatewayError::new(
+        ErrorKind::ModelNotFound,
+        format!("The model '{name}' does not exist or you do not have access to it."),
+    )
+    .with_param("model")
+}
+
+fn model_object(model: &ModelRoute) -> Value {
+    json!({
+        "id": model.name,
+        "object": "model",
+        "created": 0,
+        "owned_by": model.target.provider.as_str(),
+    })
+}
+
+fn json_response(value: &Value) -> Response<GatewayBody> {
+    let mut response = Response::new(GatewayBody::full(Bytes::from(value.to_string())));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+}

@@ -1,0 +1,153 @@
+//! The resources as the request path reads them: models by name, API keys by hash, upstream
+//! targets with their credentials ready to send. Built once per load; swapped whole on reload.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use aisix_config::{KeyHash, ModelPattern, ProviderKind, Resources};
+use bytes::Bytes;
+use http::HeaderValue;
+
+use crate::wire::openai::json_string;
+
+/// One loaded configuration. Workers read it through an `ArcSwap` without locking.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    models: HashMap<String, Arc<ModelRoute>>,
+    /// Models in file order, for `/v1/models`.
+    model_order: Vec<Arc<ModelRoute>>,
+    keys: HashMap<KeyHash, ApiKeyEntry, BuildHasherDefault<KeyHashHasher>>,
+}
+
+/// Where a model's requests go.
+#[derive(Debug)]
+pub struct ModelRoute {
+    /// The name clients send.
+    pub name: String,
+    /// The upstream's name for it.
+    pub upstream_model: String,
+    /// `upstream_model` as a JSON string literal, ready to splice into a body.
+    pub upstream_model_json: Bytes,
+    pub timeout: Option<Duration>,
+    pub target: Arc<Target>,
+}
+
+/// An upstream endpoint with its credential.
+#[derive(Debug)]
+pub struct Target {
+    /// The provider key's display name (a metric label; never the key).
+    pub name: String,
+    pub provider: ProviderKind,
+    /// `https://api.openai.com/v1`, without a trailing slash.
+    pub api_base: String,
+    /// `Bearer <key>`, marked sensitive so it is never logged by hyper.
+    pub authorization: Option<HeaderValue>,
+}
+
+#[derive(Debug)]
+pub struct ApiKeyEntry {
+    pub name: String,
+    pub allowed: Vec<ModelPattern>,
+    pub disabled: bool,
+    pub expires_at: Option<SystemTime>,
+}
+
+impl ApiKeyEntry {
+    pub fn allows(&self, model: &str) -> bool {
+        self.allowed.iter().any(|p| p.matches(model))
+    }
+}
+
+impl Snapshot {
+    pub fn from_resources(resources: &Resources) -> Self {
+        let targets: Vec<Arc<Target>> = resources
+            .provider_keys
+            .iter()
+            .map(|key| {
+                let authorization = key.api_key.as_ref().and_then(|secret| {
+                    let mut value =
+                        HeaderValue::try_from(format!("Bearer {}", secret.expose())).ok()?;
+                    value.set_sensitive(true);
+                    Some(value)
+                });
+                Arc::new(Target {
+                    name: key.display_name.clone(),
+                    provider: key.provider,
+                    api_base: key.api_base.clone(),
+                    authorization,
+                })
+            })
+            .collect();
+
+        let mut models = HashMap::with_capacity(resources.models.len());
+        let mut model_order = Vec::with_capacity(resources.models.len());
+        for model in &resources.models {
+            let Some(target) = targets.get(model.provider_key_index) else {
+                continue;
+            };
+            let route = Arc::new(ModelRoute {
+                name: model.display_name.clone(),
+                upstream_model: model.model_name.clone(),
+                upstream_model_json: json_string(&model.model_name),
+                timeout: model.timeout,
+                target: target.clone(),
+            });
+            models.insert(model.display_name.clone(), route.clone());
+            model_order.push(route);
+        }
+
+        let keys = resources
+            .api_keys
+            .iter()
+            .map(|key| {
+                (
+                    key.key_hash,
+                    ApiKeyEntry {
+                        name: key.display_name.clone(),
+                        allowed: key.allowed_models.clone(),
+                        disabled: key.disabled,
+                        expires_at: key.expires_at,
+                    },
+                )
+            })
+            .collect();
+
+        Self {
+            models,
+            model_order,
+            keys,
+        }
+    }
+
+    pub fn model(&self, name: &str) -> Option<&Arc<ModelRoute>> {
+        self.models.get(name)
+    }
+
+    pub fn models(&self) -> impl Iterator<Item = &Arc<ModelRoute>> {
+        self.model_order.iter()
+    }
+
+    pub fn api_key(&self, hash: &KeyHash) -> Option<&ApiKeyEntry> {
+        self.keys.get(hash)
+    }
+}
+
+/// Key hashes are SHA-256 outputs already: their first eight bytes are a fine hash.
+#[derive(Default)]
+struct KeyHashHasher(u64);
+
+impl Hasher for KeyHashHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8).take(1) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 ^= u64::from_le_bytes(word);
+        }
+    }
+}

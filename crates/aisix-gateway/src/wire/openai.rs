@@ -1,0 +1,298 @@
+//! OpenAI request bodies: find `model`, `stream` and `stream_options` in one validating parse,
+//! then splice new values into the original bytes. The document is never re-serialized, so
+//! fields the gateway does not know pass through byte for byte.
+//!
+//! Cost: one serde_json pass that borrows (no allocation for skipped fields), plus one copy of
+//! the body when something must change.
+
+use std::borrow::Cow;
+
+use bytes::{Bytes, BytesMut};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Why a request body was refused; the message is safe to show the client.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum BodyError {
+    /// Not JSON, or not a JSON object, or a duplicate key.
+    InvalidJson(String),
+    MissingModel,
+    /// A known field with the wrong type: (field, expected).
+    InvalidField(&'static str, &'static str),
+}
+
+/// What the gateway needs from a request body, with byte spans into it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Inspected {
+    pub model: String,
+    pub stream: bool,
+    /// Byte range of the `model` value (the quoted string) in the body.
+    model_span: (usize, usize),
+    /// Byte range of the `stream_options` value, if present and not null.
+    stream_options: Option<StreamOptions>,
+    /// Offset just after the top-level `{`.
+    object_start: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StreamOptions {
+    span: (usize, usize),
+    include_usage: bool,
+}
+
+#[derive(Deserialize)]
+struct Probe<'a> {
+    #[serde(borrow)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow)]
+    stream_options: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct StreamOptionsProbe {
+    include_usage: Option<bool>,
+}
+
+/// Validates the body as a JSON object and finds the fields the gateway acts on.
+pub(crate) fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
+    let object_start = match body.iter().position(|b| !b.is_ascii_whitespace()) {
+        Some(i) if body[i] == b'{' => i + 1,
+        _ => {
+            return Err(BodyError::InvalidJson(
+                "the request body must be a JSON object".into(),
+            ));
+        }
+    };
+    let probe: Probe<'_> = serde_json::from_slice(body)
+        .map_err(|e| BodyError::InvalidJson(format!("could not parse the JSON body: {e}")))?;
+
+    let model_raw = match probe.model {
+        Some(raw) if raw.get() != "null" => raw,
+        _ => return Err(BodyError::MissingModel),
+    };
+    let model: Cow<'_, str> = serde_json::from_str(model_raw.get())
+        .map_err(|_| BodyError::InvalidField("model", "a string"))?;
+    if model.is_empty() {
+        return Err(BodyError::MissingModel);
+    }
+
+    let stream = match probe.stream.map(RawValue::get) {
+        None | Some("null") | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(BodyError::InvalidField("stream", "a boolean")),
+    };
+
+    let stream_options = match probe.stream_options {
+        Some(raw) if raw.get() != "null" => {
+            let options: StreamOptionsProbe = serde_json::from_str(raw.get())
+                .map_err(|_| BodyError::InvalidField("stream_options", "an object"))?;
+            Some(StreamOptions {
+                span: span_of(body, raw.get()),
+                include_usage: options.include_usage.unwrap_or(false),
+            })
+        }
+        _ => None,
+    };
+
+    Ok(Inspected {
+        model: model.into_owned(),
+        stream,
+        model_span: span_of(body, model_raw.get()),
+        stream_options,
+        object_start,
+    })
+}
+
+/// The byte range of `part`, a slice borrowed from `whole`.
+fn span_of(whole: &[u8], part: &str) -> (usize, usize) {
+    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
+    (start, start + part.len())
+}
+
+impl Inspected {
+    /// Whether the client asked for the usage-only final chunk of a stream.
+    pub(crate) fn client_wants_usage(&self) -> bool {
+        self.stream_options
+            .as_ref()
+            .is_some_and(|o| o.include_usage)
+    }
+
+    /// The body for the upstream: `model` replaced by `upstream_model` (a JSON string literal,
+    /// quotes included) and, when `stream` (the endpoint streams and the client asked for it),
+    /// `stream_options.include_usage` forced on so usage is exact. Returns the original bytes
+    /// when nothing changes.
+    pub(crate) fn rewrite(&self, body: &Bytes, upstream_model: &[u8], stream: bool) -> Bytes {
+        let (model_start, model_end) = self.model_span;
+        let same_model = &body[model_start..model_end] == upstream_model;
+        let usage_edit: Option<(usize, usize, Cow<'static, [u8]>)> = match &self.stream_options {
+            _ if !stream => None,
+            Some(options) if options.include_usage => None,
+            Some(options) => {
+                let (start, end) = options.span;
+                Some((
+                    start,
+                    end,
+                    Cow::Owned(with_include_usage(&body[start..end])),
+                ))
+            }
+            None => Some((
+                self.object_start,
+                self.object_start,
+                Cow::Borrowed(&br#""stream_options":{"include_usage":true},"#[..]),
+            )),
+        };
+        if same_model && usage_edit.is_none() {
+            return body.clone();
+        }
+
+        let mut edits: Vec<(usize, usize, &[u8])> = Vec::with_capacity(2);
+        if !same_model {
+            edits.push((model_start, model_end, upstream_model));
+        }
+        if let Some((start, end, bytes)) = &usage_edit {
+            edits.push((*start, *end, bytes));
+        }
+        edits.sort_by_key(|&(start, _, _)| start);
+
+        let extra: usize = edits.iter().map(|(_, _, b)| b.len()).sum();
+        let mut out = BytesMut::with_capacity(body.len() + extra);
+        let mut at = 0;
+        for (start, end, bytes) in edits {
+            out.extend_from_slice(&body[at..start]);
+            out.extend_from_slice(bytes);
+            at = end;
+        }
+        out.extend_from_slice(&body[at..]);
+        out.freeze()
+    }
+}
+
+/// `stream_options` with `include_usage: true`, other options kept.
+fn with_include_usage(options: &[u8]) -> Vec<u8> {
+    let mut value: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(options).unwrap_or_default();
+    value.insert("include_usage".to_owned(), serde_json::Value::Bool(true));
+    serde_json::to_vec(&value).unwrap_or_else(|_| br#"{"include_usage":true}"#.to_vec())
+}
+
+/// A JSON string literal for `s`, quotes included.
+pub(crate) fn json_string(s: &str) -> Bytes {
+    Bytes::from(serde_json::Value::String(s.to_owned()).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(body: &str, model: &str) -> String {
+        let bytes = Bytes::from(body.to_owned());
+        let inspected = inspect(&bytes).unwrap();
+        let out = inspected.rewrite(&bytes, &json_string(model), inspected.stream);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn model_is_replaced_in_place_and_everything_else_is_untouched() {
+        let body = r#"{ "messages":[{"role":"user","content":"hi \"model\""}],  "model" : "demo", "x":1.50}"#;
+        assert_eq!(
+            rewrite(body, "gpt-4o-2024"),
+            r#"{ "messages":[{"role":"user","content":"hi \"model\""}],  "model" : "gpt-4o-2024", "x":1.50}"#
+        );
+    }
+
+    #[test]
+    fn unchanged_body_is_not_copied() {
+        let bytes = Bytes::from_static(br#"{"model":"same"}"#);
+        let out = inspect(&bytes)
+            .unwrap()
+            .rewrite(&bytes, &json_string("same"), false);
+        assert_eq!(out.as_ptr(), bytes.as_ptr());
+    }
+
+    #[test]
+    fn escaped_model_names_are_decoded_and_reencoded() {
+        let inspected = inspect(br#"{"model":"a\u002fb"}"#).unwrap();
+        assert_eq!(inspected.model, "a/b");
+        assert_eq!(
+            rewrite(r#"{"model":"a\u002fb"}"#, "q\"x"),
+            r#"{"model":"q\"x"}"#
+        );
+    }
+
+    #[test]
+    fn stream_without_options_gets_include_usage() {
+        let out = rewrite(r#"{"model":"m","stream":true}"#, "m");
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(value["stream_options"]["include_usage"], true);
+        assert_eq!(value["stream"], true);
+        assert!(
+            !inspect(br#"{"model":"m","stream":true}"#)
+                .unwrap()
+                .client_wants_usage()
+        );
+    }
+
+    #[test]
+    fn stream_options_keep_their_other_fields() {
+        let out = rewrite(
+            r#"{"model":"m","stream_options":{"other":1},"stream":true}"#,
+            "u",
+        );
+        let value: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(value["stream_options"]["include_usage"], true);
+        assert_eq!(value["stream_options"]["other"], 1);
+        assert_eq!(value["model"], "u");
+    }
+
+    #[test]
+    fn client_that_asked_for_usage_is_left_alone() {
+        let body = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#;
+        assert!(inspect(body.as_bytes()).unwrap().client_wants_usage());
+        assert_eq!(rewrite(body, "m"), body);
+    }
+
+    #[test]
+    fn non_stream_requests_get_no_stream_options() {
+        assert_eq!(rewrite(r#"{"model":"m"}"#, "m"), r#"{"model":"m"}"#);
+        assert_eq!(
+            rewrite(r#"{"model":"m","stream":false}"#, "m"),
+            r#"{"model":"m","stream":false}"#
+        );
+    }
+
+    #[test]
+    fn bad_bodies_are_refused_with_a_reason() {
+        assert!(matches!(
+            inspect(b"not json"),
+            Err(BodyError::InvalidJson(_))
+        ));
+        assert!(matches!(inspect(b"[1,2]"), Err(BodyError::InvalidJson(_))));
+        assert!(matches!(
+            inspect(br#"{"model":"a","model":"b"}"#),
+            Err(BodyError::InvalidJson(_))
+        ));
+        assert!(matches!(
+            inspect(br#"{"model":"a","x":[1,,2]}"#),
+            Err(BodyError::InvalidJson(_))
+        ));
+        assert_eq!(inspect(br#"{"messages":[]}"#), Err(BodyError::MissingModel));
+        assert_eq!(inspect(br#"{"model":null}"#), Err(BodyError::MissingModel));
+        assert_eq!(inspect(br#"{"model":""}"#), Err(BodyError::MissingModel));
+        assert_eq!(
+            inspect(br#"{"model":5}"#),
+            Err(BodyError::InvalidField("model", "a string"))
+        );
+        assert_eq!(
+            inspect(br#"{"model":"m","stream":"yes"}"#),
+            Err(BodyError::InvalidField("stream", "a boolean"))
+        );
+    }
+
+    #[test]
+    fn nested_model_keys_are_not_the_model() {
+        let inspected = inspect(br#"{"tools":[{"model":"inner"}],"model":"outer"}"#).unwrap();
+        assert_eq!(inspected.model, "outer");
+    }
+}
