@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Linux machine that has only the Rust toolchain (and the
+# gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
+#   - promtool (Debian package `prometheus`): checks the /metrics page;
+#   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
+#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv.
+# Needs root (or sudo) only when a Debian package is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
+command -v make >/dev/null 2>&1 || missing+=(make)
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "installing Debian packages: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+    || { $sudo apt-get update -qq && $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"; }
+fi
+
+bash scripts/setup-python.sh
+
+# Build everything first, so the end-to-end tests' own build of the binary is a no-op.
+cargo build --locked --workspace --all-targets
+cargo test --locked --workspace
