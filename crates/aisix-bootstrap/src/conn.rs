@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 pub(crate) struct ConnSettings {
     pub header_read_timeout: Duration,
     pub idle_timeout: Option<Duration>,
+    pub count_connections: bool,
 }
 
 /// The HTTP server builder for one worker.
@@ -77,6 +78,9 @@ pub(crate) async fn serve<I, S, B>(
     B: Body<Data = Bytes> + Send + 'static,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
+    let _open = settings
+        .count_connections
+        .then(aisix_obs::metrics::emit::worker_connection);
     let state = Arc::new(ConnState::default());
     let io = TokioIo::new(CountingIo {
         inner: io,

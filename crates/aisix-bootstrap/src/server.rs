@@ -25,6 +25,8 @@ pub struct ServeSettings {
     pub header_read_timeout: Duration,
     pub idle_timeout: Option<Duration>,
     pub drain_timeout: Duration,
+    /// Count open connections per worker in `aisix_worker_connections_open`.
+    pub count_connections: bool,
 }
 
 impl ServeSettings {
@@ -33,6 +35,7 @@ impl ServeSettings {
             header_read_timeout: config.downstream.header_read_timeout,
             idle_timeout: config.downstream.idle_timeout,
             drain_timeout: config.shutdown.drain_timeout,
+            count_connections: config.observability.metrics.prometheus.enabled,
         }
     }
 
@@ -40,6 +43,7 @@ impl ServeSettings {
         ConnSettings {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
+            count_connections: self.count_connections,
         }
     }
 }
@@ -217,16 +221,6 @@ fn start_shared<F: ServiceFactory>(
         worker: name.clone(),
         source,
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(plan.workers.get())
-        .enable_all()
-        .build()
-        .map_err(worker_error)?;
-    let listener = listeners.listeners.pop().ok_or_else(|| {
-        worker_error(io::Error::other(
-            "no listener was bound for the shared runtime",
-        ))
-    })?;
     let ctx = WorkerContext {
         id: 0,
         name: name.clone(),
@@ -234,6 +228,21 @@ fn start_shared<F: ServiceFactory>(
         workers: plan.workers.get(),
         readiness,
     };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(plan.workers.get())
+        .enable_all()
+        .on_thread_start({
+            let factory = factory.clone();
+            let ctx = ctx.clone();
+            move || factory.thread_started(&ctx)
+        })
+        .build()
+        .map_err(worker_error)?;
+    let listener = listeners.listeners.pop().ok_or_else(|| {
+        worker_error(io::Error::other(
+            "no listener was bound for the shared runtime",
+        ))
+    })?;
     // The service is built inside the runtime, as each tpc worker builds its own.
     let (listener, service) = {
         let _guard = runtime.enter();

@@ -40,4 +40,10 @@ pub trait ServiceFactory: Send + Sync + 'static {
         + 'static;
 
     fn make_service(&self, worker: &WorkerContext) -> Self::Service;
+
+    /// Called on every serving thread as it starts, before it serves anything: each `tpc-N`
+    /// thread, and each thread of the shared runtime. For thread-local setup (metric labels).
+    fn thread_started(&self, worker: &WorkerContext) {
+        let _ = worker;
+    }
 }

@@ -234,6 +234,7 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
             addr,
         } = worker;
         let listener = TcpListener::from_std(listener)?;
+        factory.thread_started(&ctx);
         let service = factory.make_service(&ctx);
         tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting");
         accept_loop::<F>(listener, service, shared, drain, &ctx.name).await

@@ -1,63 +1,77 @@
 //! What one request did, recorded exactly once: when its response is complete, when its stream
 //! ends or fails, or when the client goes away. The record is owned by a drop guard, so every
-//! ending is covered.
+//! ending is covered; dropping it emits the request's metrics and its access-log line.
 
 use std::time::Duration;
 
-use http::HeaderValue;
+use aisix_obs::access_log;
+use aisix_obs::metrics::emit::{self, InFlightGuard, RequestLabels};
+use aisix_obs::metrics::labels::{
+    AuthFailure, Endpoint as EndpointLabel, Outcome, StatusClass, UNROUTED, UpstreamErrorKind,
+};
+use http::{HeaderValue, Method, Uri};
 use tokio::time::Instant;
 
-use crate::endpoint::Endpoint;
 use crate::wire::usage::Usage;
 
-/// How a request ended, for metrics and the access log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    ClientError,
-    UpstreamError,
-    /// The client disconnected before the response was complete.
-    ClientClosed,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::ClientError => "client_error",
-            Outcome::UpstreamError => "upstream_error",
-            Outcome::ClientClosed => "client_closed",
-        }
-    }
+/// Which outputs a record feeds; fixed at startup.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Sinks {
+    pub metrics: bool,
+    pub access_log: bool,
 }
 
 /// The facts about one request, filled in as it goes.
 #[derive(Debug)]
-pub struct Record {
+pub(crate) struct Record {
     pub request_id: HeaderValue,
-    pub endpoint: Endpoint,
+    pub endpoint: EndpointLabel,
+    pub method: Method,
+    pub uri: Uri,
     pub received: Instant,
     pub key_name: Option<String>,
+    /// The model's configured name, once routed.
     pub model: Option<String>,
+    /// The provider key's configured name, once routed.
     pub provider: Option<String>,
     pub stream: bool,
     pub status: u16,
     pub upstream_status: Option<u16>,
-    /// Time spent waiting on the upstream (request sent until its response head, or its whole
-    /// body for non-streaming calls).
+    /// Time spent waiting on the upstream: request sent until its response head (streams) or
+    /// its whole body.
     pub upstream_wait: Duration,
+    /// Time in the gateway itself, fixed when the response head is ready.
+    pub overhead: Duration,
     pub ttft: Option<Duration>,
     pub usage: Option<Usage>,
     /// The error code, when the request failed.
     pub error: Option<&'static str>,
     pub outcome: Outcome,
+    pub upstream_error: Option<UpstreamErrorKind>,
+    pub auth_failure: Option<AuthFailure>,
+    pub body_rejected: bool,
+    sinks: Sinks,
+    _in_flight: Option<InFlightGuard>,
 }
 
 impl Record {
-    pub fn new(request_id: HeaderValue, endpoint: Endpoint, received: Instant) -> Self {
+    pub(crate) fn new(
+        request_id: HeaderValue,
+        endpoint: EndpointLabel,
+        method: Method,
+        uri: Uri,
+        received: Instant,
+        sinks: Sinks,
+    ) -> Self {
+        let in_flight = sinks.metrics.then(|| {
+            emit::worker_request();
+            emit::in_flight(endpoint)
+        });
         Self {
             request_id,
             endpoint,
+            method,
+            uri,
             received,
             key_name: None,
             model: None,
@@ -66,37 +80,95 @@ impl Record {
             status: 0,
             upstream_status: None,
             upstream_wait: Duration::ZERO,
+            overhead: Duration::ZERO,
             ttft: None,
             usage: None,
             error: None,
             outcome: Outcome::Success,
+            upstream_error: None,
+            auth_failure: None,
+            body_rejected: false,
+            sinks,
+            _in_flight: in_flight,
         }
     }
 
-    /// Time in the gateway itself so far: everything except the upstream wait.
-    pub fn overhead(&self) -> Duration {
-        self.received.elapsed().saturating_sub(self.upstream_wait)
+    /// Fixes the gateway's own time so far: everything except the upstream wait.
+    pub(crate) fn mark_head(&mut self) -> Duration {
+        self.overhead = self.received.elapsed().saturating_sub(self.upstream_wait);
+        self.overhead
+    }
+
+    fn emit_metrics(&self, latency: Duration) {
+        let model = self.model.as_deref().unwrap_or(UNROUTED);
+        let provider = self.provider.as_deref().unwrap_or(UNROUTED);
+        emit::request_finished(
+            &RequestLabels {
+                endpoint: self.endpoint,
+                model,
+                provider,
+                status: StatusClass::from_status(self.status),
+                outcome: self.outcome,
+            },
+            latency,
+        );
+        emit::overhead(self.endpoint, self.overhead);
+        if let Some(usage) = self.usage {
+            emit::tokens(
+                model,
+                provider,
+                usage.prompt_tokens,
+                usage.completion_tokens,
+            );
+        }
+        if let (true, Some(ttft)) = (self.stream, self.ttft) {
+            emit::ttft(model, provider, ttft);
+        }
+        if let Some(kind) = self.upstream_error {
+            emit::upstream_error(provider, kind);
+        }
+        if let Some(reason) = self.auth_failure {
+            emit::auth_failure(reason);
+        }
+        if self.body_rejected {
+            emit::body_rejected(self.endpoint);
+        }
+    }
+
+    fn write_access_log(&self, latency: Duration) {
+        access_log::record(&access_log::Entry {
+            request_id: self.request_id.to_str().unwrap_or_default(),
+            method: self.method.as_str(),
+            path: self.uri.path(),
+            status: self.status,
+            model: self.model.as_deref(),
+            provider: self.provider.as_deref(),
+            key: self.key_name.as_deref(),
+            input_tokens: self.usage.map(|u| u.prompt_tokens),
+            output_tokens: self.usage.map(|u| u.completion_tokens),
+            latency,
+            ttft: self.ttft,
+            upstream_status: self.upstream_status,
+            error: self.error,
+            stream: self.stream,
+            overhead: self.overhead,
+        });
     }
 }
 
 /// Owns a [`Record`] and emits it once, on drop.
 #[derive(Debug)]
-pub struct Accounted(pub Record);
+pub(crate) struct Accounted(pub Record);
 
 impl Drop for Accounted {
     fn drop(&mut self) {
-        let r = &self.0;
-        tracing::debug!(
-            request_id = ?r.request_id,
-            endpoint = r.endpoint.as_str(),
-            status = r.status,
-            outcome = r.outcome.as_str(),
-            model = r.model.as_deref(),
-            key = r.key_name.as_deref(),
-            prompt_tokens = r.usage.map(|u| u.prompt_tokens),
-            completion_tokens = r.usage.map(|u| u.completion_tokens),
-            latency_us = r.received.elapsed().as_micros() as u64,
-            "request finished"
-        );
+        let record = &self.0;
+        let latency = record.received.elapsed();
+        if record.sinks.metrics {
+            record.emit_metrics(latency);
+        }
+        if record.sinks.access_log {
+            record.write_access_log(latency);
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The routes of the proxy port: which endpoint a method and path name.
 
+use aisix_obs::metrics::labels::Endpoint as EndpointLabel;
 use http::Method;
 
 use crate::error::{ErrorKind, GatewayError};
@@ -72,13 +73,14 @@ impl Endpoint {
         matches!(self, Endpoint::ChatCompletions | Endpoint::Completions)
     }
 
-    pub fn as_str(self) -> &'static str {
+    /// The `endpoint` metric label.
+    pub fn label(self) -> EndpointLabel {
         match self {
-            Endpoint::Livez | Endpoint::Readyz => "health",
-            Endpoint::ChatCompletions => "chat_completions",
-            Endpoint::Completions => "completions",
-            Endpoint::Embeddings => "embeddings",
-            Endpoint::Models | Endpoint::Model => "models",
+            Endpoint::Livez | Endpoint::Readyz => EndpointLabel::Health,
+            Endpoint::ChatCompletions => EndpointLabel::ChatCompletions,
+            Endpoint::Completions => EndpointLabel::Completions,
+            Endpoint::Embeddings => EndpointLabel::Embeddings,
+            Endpoint::Models | Endpoint::Model => EndpointLabel::Models,
         }
     }
 }

@@ -5,6 +5,8 @@
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
+pub use aisix_obs::metrics::labels::AuthFailure;
+
 use crate::body::GatewayBody;
 
 /// Which side of the gateway a failure belongs to.
@@ -37,26 +39,6 @@ pub enum ErrorKind {
     /// The upstream answered 4xx; its status is passed through.
     UpstreamClientError(StatusCode),
     Internal,
-}
-
-/// Why authentication failed (a metric label, never shown in detail to the client).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AuthFailure {
-    Missing,
-    Unknown,
-    Disabled,
-    Expired,
-}
-
-impl AuthFailure {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AuthFailure::Missing => "missing",
-            AuthFailure::Unknown => "unknown",
-            AuthFailure::Disabled => "disabled",
-            AuthFailure::Expired => "expired",
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

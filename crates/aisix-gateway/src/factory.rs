@@ -6,8 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use aisix_bootstrap::{ServiceFactory, WorkerContext};
 use aisix_config::{Bootstrap, Resources};
+use aisix_obs::metrics::Metrics;
+use aisix_obs::metrics::labels::Worker;
 use arc_swap::ArcSwap;
 
+use crate::account::Sinks;
 use crate::body::GatewayBody;
 use crate::relay::StreamSettings;
 use crate::service::Gateway;
@@ -27,7 +30,9 @@ pub(crate) struct Shared {
     /// Bumped on every reload; workers rebuild their own lookup tables when it moves.
     pub generation: AtomicU64,
     pub settings: Settings,
+    pub sinks: Sinks,
     pub tls: Arc<rustls::ClientConfig>,
+    pub metrics: Option<Metrics>,
 }
 
 /// Builds the gateway of each worker, and reloads resources for all of them.
@@ -40,7 +45,13 @@ pub struct GatewayFactory {
 pub struct GatewayInitError(#[from] rustls::Error);
 
 impl GatewayFactory {
-    pub fn new(bootstrap: &Bootstrap, resources: Resources) -> Result<Self, GatewayInitError> {
+    /// `metrics` is the installed recorder when `/metrics` is enabled; without it nothing is
+    /// counted and the request path skips every emit.
+    pub fn new(
+        bootstrap: &Bootstrap,
+        resources: Resources,
+        metrics: Option<Metrics>,
+    ) -> Result<Self, GatewayInitError> {
         let settings = Settings {
             body_limit: bootstrap.proxy.request_body_limit_bytes,
             upstream: bootstrap.upstream.clone(),
@@ -54,7 +65,12 @@ impl GatewayFactory {
                 resources: ArcSwap::from_pointee(resources),
                 generation: AtomicU64::new(0),
                 settings,
+                sinks: Sinks {
+                    metrics: metrics.is_some(),
+                    access_log: bootstrap.observability.access_log,
+                },
                 tls: crate::upstream::tls_client_config()?,
+                metrics,
             }),
         })
     }
@@ -70,6 +86,17 @@ impl ServiceFactory for GatewayFactory {
     type Body = GatewayBody;
     type BodyError = std::convert::Infallible;
     type Service = Gateway;
+
+    fn thread_started(&self, worker: &WorkerContext) {
+        let label = match worker.mode {
+            aisix_bootstrap::Mode::ThreadPerCore => Worker::Tpc(worker.id),
+            aisix_bootstrap::Mode::Shared => Worker::Shared,
+        };
+        match &self.shared.metrics {
+            Some(metrics) => metrics.register_worker(label),
+            None => aisix_obs::metrics::set_current_worker(label),
+        }
+    }
 
     fn make_service(&self, worker: &WorkerContext) -> Gateway {
         Gateway::new(worker.clone(), self.shared.clone())

@@ -16,7 +16,9 @@ use http_body::{Body, Frame};
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use crate::account::{Accounted, Outcome};
+use aisix_obs::metrics::labels::{Outcome, UpstreamErrorKind};
+
+use crate::account::Accounted;
 use crate::wire::sse::{self, Event};
 
 /// Timing knobs of a relayed stream.
@@ -112,7 +114,7 @@ impl SseRelay {
     }
 
     /// Ends the stream with an error event and no `[DONE]`.
-    fn fail(&mut self, code: &'static str, message: &str) {
+    fn fail(&mut self, kind: UpstreamErrorKind, code: &'static str, message: &str) {
         tracing::warn!(request_id = ?self.record.0.request_id, code, "stream to client ended with an error event");
         let event = serde_json::json!({
             "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
@@ -121,6 +123,7 @@ impl SseRelay {
         self.finished = true;
         self.record.0.outcome = Outcome::UpstreamError;
         self.record.0.error = Some(code);
+        self.record.0.upstream_error = Some(kind);
     }
 
     fn finish(&mut self) {
@@ -180,7 +183,11 @@ impl Body for SseRelay {
                     if this.saw_done {
                         this.finish();
                     } else {
-                        this.fail("stream_cut", "The upstream stream was interrupted.");
+                        this.fail(
+                            UpstreamErrorKind::StreamCut,
+                            "stream_cut",
+                            "The upstream stream was interrupted.",
+                        );
                     }
                 }
                 Poll::Ready(None) => {
@@ -188,6 +195,7 @@ impl Body for SseRelay {
                         this.finish();
                     } else {
                         this.fail(
+                            UpstreamErrorKind::StreamCut,
                             "stream_cut",
                             "The upstream stream ended before it was complete.",
                         );
@@ -204,6 +212,7 @@ impl Body for SseRelay {
                     let now = Instant::now();
                     if now >= this.last_upstream + this.settings.idle_timeout {
                         this.fail(
+                            UpstreamErrorKind::Timeout,
                             "stream_timeout",
                             "The upstream stream went silent for too long.",
                         );

@@ -19,7 +19,11 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use crate::account::{Accounted, Outcome, Record};
+use aisix_obs::metrics::labels::{
+    AuthFailure, Endpoint as EndpointLabel, Outcome, UpstreamErrorKind,
+};
+
+use crate::account::{Accounted, Record};
 use crate::auth;
 use crate::body::GatewayBody;
 use crate::endpoint::Endpoint;
@@ -103,15 +107,29 @@ impl Worker {
     async fn handle(&self, request: Request<Incoming>) -> Response<GatewayBody> {
         let received = Instant::now();
         let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
-        let mut response = match Endpoint::resolve(request.method(), request.uri().path()) {
+        let resolved = Endpoint::resolve(request.method(), request.uri().path());
+        let mut response = match resolved {
+            // Probes are answered without a record: they are neither traffic nor worth a log line.
             Ok(Endpoint::Livez) => health::livez(),
             Ok(Endpoint::Readyz) => health::readyz(self.ctx.readiness.is_ready()),
-            Ok(endpoint) => {
-                let mut record = Accounted(Record::new(request_id.clone(), endpoint, received));
-                let answer = self.serve(endpoint, request, &mut record.0).await;
+            resolved => {
+                let label = resolved
+                    .as_ref()
+                    .map_or(EndpointLabel::Other, |e| e.label());
+                let mut record = Accounted(Record::new(
+                    request_id.clone(),
+                    label,
+                    request.method().clone(),
+                    request.uri().clone(),
+                    received,
+                    self.shared.sinks,
+                ));
+                let answer = match resolved {
+                    Ok(endpoint) => self.serve(endpoint, request, &mut record.0).await,
+                    Err(error) => Err(error),
+                };
                 self.respond(answer, record)
             }
-            Err(error) => error.to_response(),
         };
         response
             .headers_mut()
@@ -277,7 +295,7 @@ impl Worker {
                 sent_at,
             }) => {
                 record.0.status = StatusCode::OK.as_u16();
-                let overhead = overhead_header(&record.0);
+                let overhead = HeaderValue::from(record.0.mark_head().as_micros() as u64);
                 let relay = SseRelay::new(
                     upstream,
                     strip_usage_chunk,
@@ -290,18 +308,13 @@ impl Worker {
                 return response;
             }
             Err(error) => {
-                record.0.error = Some(error.code());
-                record.0.outcome = match error.side() {
-                    Side::Client => Outcome::ClientError,
-                    Side::Upstream | Side::Internal => Outcome::UpstreamError,
-                };
+                note_error(&mut record.0, &error);
                 error.to_response()
             }
         };
         record.0.status = response.status().as_u16();
-        response
-            .headers_mut()
-            .insert(X_OVERHEAD.clone(), overhead_header(&record.0));
+        let overhead = HeaderValue::from(record.0.mark_head().as_micros() as u64);
+        response.headers_mut().insert(X_OVERHEAD.clone(), overhead);
         response
     }
 
@@ -318,8 +331,31 @@ impl Worker {
     }
 }
 
-fn overhead_header(record: &Record) -> HeaderValue {
-    HeaderValue::from(record.overhead().as_micros() as u64)
+/// What an error means for metrics and the access log.
+fn note_error(record: &mut Record, error: &GatewayError) {
+    record.error = Some(error.code());
+    record.outcome = match error.kind {
+        ErrorKind::UpstreamClientError(StatusCode::TOO_MANY_REQUESTS) => Outcome::RateLimited,
+        ErrorKind::UpstreamClientError(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+            Outcome::UpstreamError
+        }
+        ErrorKind::UpstreamClientError(_) => Outcome::ClientError,
+        _ => match error.side() {
+            Side::Client => Outcome::ClientError,
+            Side::Upstream | Side::Internal => Outcome::UpstreamError,
+        },
+    };
+    match error.kind {
+        ErrorKind::Unauthorized(reason) => record.auth_failure = Some(reason),
+        ErrorKind::ModelNotAllowed => record.auth_failure = Some(AuthFailure::ModelNotAllowed),
+        ErrorKind::BodyTooLarge => record.body_rejected = true,
+        ErrorKind::UpstreamUnavailable => record.upstream_error = Some(UpstreamErrorKind::Connect),
+        ErrorKind::UpstreamTimeout => record.upstream_error = Some(UpstreamErrorKind::Timeout),
+        ErrorKind::UpstreamServerError | ErrorKind::UpstreamClientError(_) => {
+            record.upstream_error = Some(UpstreamErrorKind::Status);
+        }
+        _ => {}
+    }
 }
 
 fn sse_headers(response: &mut Response<GatewayBody>, overhead: HeaderValue) {

@@ -1,6 +1,7 @@
-//! Observability for aisix: process logging (tracing), request ids, and the metric catalog with
-//! its per-worker handle cache.
+//! Observability for aisix: process logging (tracing), the access log, request ids, and the
+//! metric catalog with its per-worker handle cache.
 
+pub mod access_log;
 pub mod log;
 pub mod metrics;
 pub mod request_id;

@@ -290,6 +290,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::upstream_error("openai", UpstreamErrorKind::StreamCut);
         emit::auth_failure(AuthFailure::Expired);
         emit::body_rejected(Endpoint::Completions);
+        emit::access_log_dropped(2);
         (conn, in_flight)
     });
 
@@ -322,6 +323,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_auth_failures_total", "reason" => "expired").increment(1);
         ::metrics::counter!("aisix_request_body_rejections_total", "endpoint" => "completions")
             .increment(1);
+        ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
     });
 
     let (cached_page, plain_page) = (cached.render(), plain.render());

@@ -3,6 +3,8 @@
 
 mod cli;
 mod control;
+mod limits;
+mod metrics;
 mod run;
 
 pub use cli::main;

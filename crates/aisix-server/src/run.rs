@@ -4,9 +4,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use aisix_bootstrap::{Readiness, ServeSettings, Server, ServingPlan, Stopped};
+use aisix_bootstrap::{Mode, Readiness, ServeSettings, Server, ServingPlan, Stopped};
 use aisix_config::{Bootstrap, ConfigError, Origin, Resources};
 use aisix_gateway::GatewayFactory;
+use aisix_obs::metrics::Metrics;
+use aisix_obs::metrics::labels::Mode as MetricsMode;
 
 use crate::control;
 
@@ -70,7 +72,9 @@ pub(crate) fn load_resources(bootstrap: &Bootstrap) -> Result<Resources, Vec<Con
 /// Runs the gateway until SIGTERM/SIGINT (then drains and returns `Ok`) or until a worker dies.
 pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     let (bootstrap, resources) = load_and_check(config).map_err(RunError::Config)?;
-    aisix_obs::log::init(&bootstrap.observability.log_level).map_err(RunError::Startup)?;
+    let _log =
+        aisix_obs::log::init(&bootstrap.observability.log_level).map_err(RunError::Startup)?;
+    let nofile = crate::limits::raise_nofile();
 
     let plan = ServingPlan::resolve(&bootstrap.proxy);
     tracing::info!(
@@ -79,17 +83,21 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         workers = plan.workers.get(),
         workers_from = ?plan.workers_source,
         config = ?bootstrap.config_file,
+        nofile,
         "starting aisix"
     );
+    // The bootstrap config holds no secrets (TLS is given as file paths); resources are
+    // summarized by name only.
+    tracing::info!(config = ?bootstrap, "effective configuration");
     if bootstrap.resources_file.is_none() {
         tracing::warn!(
             "no resources_file is configured: there are no models, and every model request is refused"
         );
     }
     tracing::info!(
-        provider_keys = resources.provider_keys.len(),
-        models = resources.models.len(),
-        api_keys = resources.api_keys.len(),
+        provider_keys = ?resources.provider_keys.iter().map(|k| k.display_name.as_str()).collect::<Vec<_>>(),
+        models = ?resources.models.iter().map(|m| m.display_name.as_str()).collect::<Vec<_>>(),
+        api_keys = ?resources.api_keys.iter().map(|k| k.display_name.as_str()).collect::<Vec<_>>(),
         resources = ?bootstrap.resources_file,
         "resources loaded"
     );
@@ -100,10 +108,37 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         }
         None => None,
     };
+
+    let prometheus = &bootstrap.observability.metrics.prometheus;
+    let metrics = if prometheus.enabled {
+        let listener = crate::metrics::bind(prometheus).map_err(RunError::Startup)?;
+        let metrics = Metrics::install().map_err(|e| RunError::Startup(e.to_string()))?;
+        metrics.set_build_info(
+            env!("CARGO_PKG_VERSION"),
+            match plan.mode {
+                Mode::ThreadPerCore => MetricsMode::ThreadPerCore,
+                Mode::Shared => MetricsMode::Shared,
+            },
+            plan.workers.get(),
+        );
+        Some((metrics, listener))
+    } else {
+        None
+    };
+
     let factory = Arc::new(
-        GatewayFactory::new(&bootstrap, resources).map_err(|e| RunError::Startup(e.to_string()))?,
+        GatewayFactory::new(&bootstrap, resources, metrics.as_ref().map(|(m, _)| *m))
+            .map_err(|e| RunError::Startup(e.to_string()))?,
     );
     let listeners = aisix_bootstrap::bind(&plan).map_err(|e| RunError::Startup(e.to_string()))?;
+    let access_log =
+        if bootstrap.observability.access_log {
+            Some(aisix_obs::access_log::Writer::start().map_err(|e| {
+                RunError::Startup(format!("cannot start the access-log writer: {e}"))
+            })?)
+        } else {
+            None
+        };
 
     let control = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -117,9 +152,20 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     tracing::info!(addr = %server.local_addr(), tls = bootstrap.proxy.tls.is_some(), "listening");
 
     let stopped = control.block_on(async {
+        if let Some((metrics, listener)) = metrics {
+            tokio::spawn(crate::metrics::serve(
+                listener,
+                prometheus.path.clone(),
+                metrics,
+            ));
+        }
         tokio::spawn(control::reload_on_sighup(bootstrap.clone(), factory));
         server.run(control::stop_signal()).await
     });
+    // Every request has been recorded by now; flush the last access-log lines.
+    if let Some(writer) = access_log {
+        writer.stop();
+    }
     match stopped {
         Stopped::Drained => Ok(()),
         Stopped::WorkerFailed { worker, reason } => Err(RunError::WorkerFailed { worker, reason }),

@@ -22,6 +22,7 @@ pub enum FamilyId {
     WorkerRequests,
     GatewayOverhead,
     BuildInfo,
+    AccessLogDropped,
 }
 
 /// The Prometheus type of a family. Durations are histograms with explicit buckets, never
@@ -209,8 +210,17 @@ pub static BUILD_INFO: Family<3> = Family {
     labels: ["version", "mode", "workers"],
 };
 
+pub static ACCESS_LOG_DROPPED: Family<0> = Family {
+    id: FamilyId::AccessLogDropped,
+    name: "aisix_access_log_dropped_total",
+    help: "Access-log lines dropped because stderr could not keep up.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: [],
+};
+
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 12] = [
+pub static CATALOG: [FamilyInfo; 13] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -223,6 +233,7 @@ pub static CATALOG: [FamilyInfo; 12] = [
     WORKER_REQUESTS.info(),
     GATEWAY_OVERHEAD.info(),
     BUILD_INFO.info(),
+    ACCESS_LOG_DROPPED.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

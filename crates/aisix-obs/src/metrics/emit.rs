@@ -15,9 +15,9 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    AUTH_FAILURES, BODY_REJECTIONS, GATEWAY_OVERHEAD, REQUEST_DURATION, REQUESTS_IN_FLIGHT,
-    REQUESTS_TOTAL, TOKENS_TOTAL, UPSTREAM_ERRORS, UPSTREAM_TTFT, WORKER_CONNECTIONS_OPEN,
-    WORKER_REQUESTS,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, GATEWAY_OVERHEAD, REQUEST_DURATION,
+    REQUESTS_IN_FLIGHT, REQUESTS_TOTAL, TOKENS_TOTAL, UPSTREAM_ERRORS, UPSTREAM_TTFT,
+    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::labels::{AuthFailure, Endpoint, Outcome, StatusClass, TokenKind, UpstreamErrorKind};
 use super::worker;
@@ -150,4 +150,9 @@ impl Drop for WorkerConnectionGuard {
 /// The calling thread's worker received a request: `aisix_worker_requests_total{worker}` += 1.
 pub fn worker_request() {
     worker::with_label(|label| cache::counter(&WORKER_REQUESTS, [label], |c| c.increment(1)));
+}
+
+/// Access-log lines were dropped because the writer could not keep up.
+pub fn access_log_dropped(lines: u64) {
+    cache::counter(&ACCESS_LOG_DROPPED, [], |c| c.increment(lines));
 }

@@ -52,4 +52,4 @@ mod recorder;
 mod worker;
 
 pub use recorder::{Metrics, MetricsError, MetricsRecorder};
-pub use worker::current_worker;
+pub use worker::{current_worker, set_current as set_current_worker};

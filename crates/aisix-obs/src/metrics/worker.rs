@@ -10,7 +10,9 @@ thread_local! {
     static CURRENT: Cell<Option<(Worker, WorkerLabel)>> = const { Cell::new(None) };
 }
 
-pub(crate) fn set_current(worker: Worker) {
+/// Names the calling thread's worker for the `worker` label and the access log. Also done by
+/// [`Metrics::register_worker`](super::Metrics::register_worker); call this when metrics are off.
+pub fn set_current(worker: Worker) {
     let _ = CURRENT.try_with(|current| current.set(Some((worker, worker.label()))));
 }
 

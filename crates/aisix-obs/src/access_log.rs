@@ -1,0 +1,407 @@
+//! The access log: one JSON line per request on stderr. A worker never writes to stderr itself:
+//! it formats the line into its own thread's buffer, and a writer thread flushes every buffer
+//! every 100 ms. A buffer that is full (stderr cannot keep up) drops the line and counts it in
+//! `aisix_access_log_dropped_total`, so a slow log reader never stalls serving.
+//!
+//! Cost per line: formatting into a reused thread-local buffer (no allocation once warm) and one
+//! uncontended lock of this thread's own buffer.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::metrics;
+
+/// Most bytes one thread buffers between flushes; beyond it lines are dropped.
+pub const MAX_BUFFERED_BYTES: usize = 1 << 20;
+/// How often the writer flushes.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Longest path logged; longer paths are cut.
+const MAX_PATH: usize = 256;
+
+/// What one access-log line says. Never holds a key: `key` is the API key's configured name.
+#[derive(Debug, Clone, Copy)]
+pub struct Entry<'a> {
+    pub request_id: &'a str,
+    pub method: &'a str,
+    /// The path only: a query string may carry secrets.
+    pub path: &'a str,
+    pub status: u16,
+    pub model: Option<&'a str>,
+    pub provider: Option<&'a str>,
+    pub key: Option<&'a str>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub latency: Duration,
+    pub ttft: Option<Duration>,
+    pub upstream_status: Option<u16>,
+    pub error: Option<&'a str>,
+    pub stream: bool,
+    pub overhead: Duration,
+}
+
+/// One thread's pending lines.
+struct Buffer {
+    lines: Mutex<Vec<u8>>,
+}
+
+// shared: the writer thread must reach every worker's buffer; each buffer has one writer
+// (its thread) and is taken by the flusher ten times a second.
+static BUFFERS: Mutex<Vec<Arc<Buffer>>> = Mutex::new(Vec::new());
+// shared: lines dropped anywhere, reported by the writer; written only when a line is dropped.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static LOCAL: RefCell<Local> = const { RefCell::new(Local { buffer: None, scratch: Vec::new() }) };
+}
+
+struct Local {
+    buffer: Option<Arc<Buffer>>,
+    scratch: Vec<u8>,
+}
+
+/// Queues `entry` for the log.
+pub fn record(entry: &Entry<'_>) {
+    let _ = LOCAL.try_with(|local| {
+        let Ok(mut local) = local.try_borrow_mut() else {
+            return;
+        };
+        let Local { buffer, scratch } = &mut *local;
+        scratch.clear();
+        format_line(scratch, entry, SystemTime::now());
+        let buffer = buffer.get_or_insert_with(register);
+        let mut lines = buffer.lines.lock().unwrap_or_else(PoisonError::into_inner);
+        if lines.len() + scratch.len() > MAX_BUFFERED_BYTES {
+            drop(lines);
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+            // Counted here, not by the writer: the writer may be the one stuck on stderr.
+            metrics::emit::access_log_dropped(1);
+        } else {
+            lines.extend_from_slice(scratch);
+        }
+    });
+}
+
+fn register() -> Arc<Buffer> {
+    let buffer = Arc::new(Buffer {
+        lines: Mutex::new(Vec::with_capacity(16 * 1024)),
+    });
+    BUFFERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(buffer.clone());
+    buffer
+}
+
+/// Lines dropped so far in this process.
+pub fn dropped() -> u64 {
+    DROPPED.load(Ordering::Relaxed)
+}
+
+/// The thread that moves buffered lines to stderr.
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+/// How long stopping waits for the last flush; a stderr nobody reads must not hold the exit.
+const STOP_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl Writer {
+    /// Starts the writer thread (`aisix-log`).
+    pub fn start() -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("aisix-log".to_owned())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    let mut spare = Vec::with_capacity(64 * 1024);
+                    let mut reported = 0;
+                    while !stop.load(Ordering::Acquire) {
+                        std::thread::park_timeout(FLUSH_INTERVAL);
+                        flush(&mut spare, &mut reported);
+                    }
+                    flush(&mut spare, &mut reported);
+                    let _ = done_tx.send(());
+                }
+            })?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+            done,
+        })
+    }
+
+    /// Flushes what is buffered and stops the thread; gives up after two seconds if stderr is
+    /// stuck.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.thread.take() {
+            thread.thread().unpark();
+            if self.done.recv_timeout(STOP_TIMEOUT).is_ok() {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn flush(spare: &mut Vec<u8>, reported: &mut u64) {
+    let buffers: Vec<Arc<Buffer>> = BUFFERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let stderr = std::io::stderr();
+    for buffer in buffers {
+        {
+            let mut lines = buffer.lines.lock().unwrap_or_else(PoisonError::into_inner);
+            if lines.is_empty() {
+                continue;
+            }
+            std::mem::swap(&mut *lines, spare);
+        }
+        let _ = stderr.lock().write_all(spare);
+        spare.clear();
+    }
+    let dropped = DROPPED.load(Ordering::Relaxed);
+    if dropped > *reported {
+        tracing::warn!(
+            dropped = dropped - *reported,
+            "access-log lines dropped: stderr is too slow"
+        );
+        *reported = dropped;
+    }
+}
+
+/// Formats one line (with its newline) into `out`.
+pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
+    out.extend_from_slice(b"{\"ts\":\"");
+    rfc3339_millis(out, now);
+    out.extend_from_slice(b"\",\"type\":\"access\",\"request_id\":");
+    json_str(out, entry.request_id);
+    out.extend_from_slice(b",\"worker\":");
+    match metrics::current_worker() {
+        Some(worker) => json_str(out, worker.label().as_str()),
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"method\":");
+    json_str(out, entry.method);
+    out.extend_from_slice(b",\"path\":");
+    let path = match entry.path.char_indices().nth(MAX_PATH) {
+        Some((cut, _)) => &entry.path[..cut],
+        None => entry.path,
+    };
+    json_str(out, path);
+    let _ = write!(out, ",\"status\":{}", entry.status);
+    out.extend_from_slice(b",\"model\":");
+    opt_str(out, entry.model);
+    out.extend_from_slice(b",\"provider\":");
+    opt_str(out, entry.provider);
+    out.extend_from_slice(b",\"api_key\":");
+    opt_str(out, entry.key);
+    out.extend_from_slice(b",\"input_tokens\":");
+    opt_num(out, entry.input_tokens);
+    out.extend_from_slice(b",\"output_tokens\":");
+    opt_num(out, entry.output_tokens);
+    let _ = write!(out, ",\"latency_ms\":{:.3}", millis(entry.latency));
+    out.extend_from_slice(b",\"ttft_ms\":");
+    match entry.ttft {
+        Some(ttft) => {
+            let _ = write!(out, "{:.3}", millis(ttft));
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    out.extend_from_slice(b",\"upstream_status\":");
+    opt_num(out, entry.upstream_status.map(u64::from));
+    out.extend_from_slice(b",\"error\":");
+    opt_str(out, entry.error);
+    let _ = writeln!(
+        out,
+        ",\"stream\":{},\"overhead_us\":{}}}",
+        entry.stream,
+        entry.overhead.as_micros()
+    );
+}
+
+fn millis(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn opt_str(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(s) => json_str(out, s),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn opt_num(out: &mut Vec<u8>, value: Option<u64>) {
+    match value {
+        Some(n) => {
+            let _ = write!(out, "{n}");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+fn json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    for &b in s.as_bytes() {
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            0..=0x1f | 0x7f => {
+                let _ = write!(out, "\\u{b:04x}");
+            }
+            _ => out.push(b),
+        }
+    }
+    out.push(b'"');
+}
+
+/// `2026-11-30T03:34:23.217Z`.
+fn rfc3339_millis(out: &mut Vec<u8>, now: SystemTime) {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    let _ = write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    );
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's method).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry() -> Entry<'static> {
+        Entry {
+            request_id: "abc",
+            method: "POST",
+            path: "/v1/chat/completions",
+            status: 200,
+            model: Some("gpt-4o"),
+            provider: Some("openai-main"),
+            key: Some("team-a"),
+            input_tokens: Some(12),
+            output_tokens: Some(40),
+            latency: Duration::from_micros(12_345),
+            ttft: None,
+            upstream_status: Some(200),
+            error: None,
+            stream: false,
+            overhead: Duration::from_micros(42),
+        }
+    }
+
+    #[test]
+    fn a_line_is_one_json_object_with_every_field() {
+        let mut out = Vec::new();
+        format_line(
+            &mut out,
+            &entry(),
+            UNIX_EPOCH + Duration::from_millis(1_796_009_663_217),
+        );
+        assert_eq!(out.last(), Some(&b'\n'));
+        let text = std::str::from_utf8(&out).unwrap();
+        assert_eq!(text.matches('\n').count(), 1);
+        assert!(
+            text.starts_with("{\"ts\":\"2026-11-30T03:34:23.217Z\""),
+            "{text}"
+        );
+        for field in [
+            "\"request_id\":\"abc\"",
+            "\"method\":\"POST\"",
+            "\"status\":200",
+            "\"model\":\"gpt-4o\"",
+            "\"api_key\":\"team-a\"",
+            "\"input_tokens\":12",
+            "\"output_tokens\":40",
+            "\"latency_ms\":12.345",
+            "\"ttft_ms\":null",
+            "\"upstream_status\":200",
+            "\"error\":null",
+            "\"overhead_us\":42",
+        ] {
+            assert!(text.contains(field), "{field} missing in {text}");
+        }
+    }
+
+    #[test]
+    fn strings_are_escaped_and_paths_are_cut() {
+        let long = format!("/v1/\"quoted\"\n{}", "x".repeat(1000));
+        let mut e = entry();
+        e.path = &long;
+        let mut out = Vec::new();
+        format_line(&mut out, &e, UNIX_EPOCH);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(text.contains(r#""path":"/v1/\"quoted\"\nxxx"#), "{text}");
+        assert_eq!(
+            text.matches('\n').count(),
+            1,
+            "the newline in the path is escaped"
+        );
+        assert!(text.len() < 700);
+    }
+
+    #[test]
+    fn a_full_buffer_drops_lines_and_counts_them() {
+        // No writer runs in this test: the thread's buffer fills and then drops.
+        let before = dropped();
+        let line_len = {
+            let mut out = Vec::new();
+            format_line(&mut out, &entry(), UNIX_EPOCH);
+            out.len()
+        };
+        let lines = MAX_BUFFERED_BYTES / line_len + 10;
+        for _ in 0..lines {
+            record(&entry());
+        }
+        assert!(dropped() - before >= 9, "dropped {}", dropped() - before);
+    }
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+}
