@@ -533,3 +533,26 @@ both_modes! {
         assert_eq!(mock.request_count(), 4 * 512);
     }
 }
+
+both_modes! {
+    async fn a_quiet_upstream_is_bridged_with_sse_keepalive_comments(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(resources(&mock.base_url()))
+                .env("TEAM_KEY", TEAM_KEY)
+                .extra("upstream:\n  stream_idle_timeout_ms: 10000\ndownstream:\n  sse_keepalive_interval_secs: 1\n"),
+        );
+        mock.enqueue(Mock::sse([
+            Frame::chat_delta("upstream-x", "before"),
+            Frame::chat_delta("upstream-x", "after").after(Duration::from_millis(2600)),
+        ]));
+        let reply = chat(&gateway, TEAM_KEY, json!({"model": "gpt-x", "stream": true, "messages": []})).await;
+        let text = reply.text();
+        let before = text.find("before").unwrap();
+        let after = text.find("after").unwrap();
+        let comments = text[before..after].matches(": keep-alive\n\n").count();
+        assert!(comments >= 1, "no keep-alive comment while the upstream was silent:\n{text}");
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    }
+}
