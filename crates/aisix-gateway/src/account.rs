@@ -2,6 +2,7 @@
 //! ends or fails, or when the client goes away. The record is owned by a drop guard, so every
 //! ending is covered; dropping it emits the request's metrics and its access-log line.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_obs::access_log;
@@ -29,11 +30,12 @@ pub(crate) struct Record {
     pub method: Method,
     pub uri: Uri,
     pub received: Instant,
-    pub key_name: Option<String>,
+    // Names are shared with this worker's snapshot: a clone is a worker-local count increment.
+    pub key_name: Option<Arc<str>>,
     /// The model's configured name, once routed.
-    pub model: Option<String>,
+    pub model: Option<Arc<str>>,
     /// The provider key's configured name, once routed.
-    pub provider: Option<String>,
+    pub provider: Option<Arc<str>>,
     pub stream: bool,
     pub status: u16,
     pub upstream_status: Option<u16>,

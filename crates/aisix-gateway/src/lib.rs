@@ -14,11 +14,11 @@ mod relay;
 mod service;
 mod snapshot;
 mod upstream;
-mod wire;
+pub mod wire;
 
 pub use body::GatewayBody;
 pub use endpoint::Endpoint;
 pub use error::{AuthFailure, ErrorKind, GatewayError, Side};
 pub use factory::{GatewayFactory, GatewayInitError};
 pub use service::Gateway;
-pub use wire::usage::Usage;
+pub use snapshot::Snapshot;

@@ -39,7 +39,7 @@ pub(crate) fn model_not_found(name: &str) -> GatewayError {
 
 fn model_object(model: &ModelRoute) -> Value {
     json!({
-        "id": model.name,
+        "id": &*model.name,
         "object": "model",
         "created": 0,
         "owned_by": model.target.provider.as_str(),

@@ -25,7 +25,7 @@ pub struct Snapshot {
 #[derive(Debug)]
 pub struct ModelRoute {
     /// The name clients send.
-    pub name: String,
+    pub name: Arc<str>,
     /// The upstream's name for it.
     pub upstream_model: String,
     /// `upstream_model` as a JSON string literal, ready to splice into a body.
@@ -38,7 +38,7 @@ pub struct ModelRoute {
 #[derive(Debug)]
 pub struct Target {
     /// The provider key's display name (a metric label; never the key).
-    pub name: String,
+    pub name: Arc<str>,
     pub provider: ProviderKind,
     /// `https://api.openai.com/v1`, without a trailing slash.
     pub api_base: String,
@@ -48,7 +48,7 @@ pub struct Target {
 
 #[derive(Debug)]
 pub struct ApiKeyEntry {
-    pub name: String,
+    pub name: Arc<str>,
     pub allowed: Vec<ModelPattern>,
     pub disabled: bool,
     pub expires_at: Option<SystemTime>,
@@ -73,7 +73,7 @@ impl Snapshot {
                     Some(value)
                 });
                 Arc::new(Target {
-                    name: key.display_name.clone(),
+                    name: key.display_name.as_str().into(),
                     provider: key.provider,
                     api_base: key.api_base.clone(),
                     authorization,
@@ -88,7 +88,7 @@ impl Snapshot {
                 continue;
             };
             let route = Arc::new(ModelRoute {
-                name: model.display_name.clone(),
+                name: model.display_name.as_str().into(),
                 upstream_model: model.model_name.clone(),
                 upstream_model_json: json_string(&model.model_name),
                 timeout: model.timeout,
@@ -105,7 +105,7 @@ impl Snapshot {
                 (
                     key.key_hash,
                     ApiKeyEntry {
-                        name: key.display_name.clone(),
+                        name: key.display_name.as_str().into(),
                         allowed: key.allowed_models.clone(),
                         disabled: key.disabled,
                         expires_at: key.expires_at,

@@ -13,7 +13,7 @@ use serde_json::value::RawValue;
 
 /// Why a request body was refused; the message is safe to show the client.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BodyError {
+pub enum BodyError {
     /// Not JSON, or not a JSON object, or a duplicate key.
     InvalidJson(String),
     MissingModel,
@@ -23,7 +23,7 @@ pub(crate) enum BodyError {
 
 /// What the gateway needs from a request body, with byte spans into it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Inspected {
+pub struct Inspected {
     pub model: String,
     pub stream: bool,
     /// Byte range of the `model` value (the quoted string) in the body.
@@ -56,7 +56,7 @@ struct StreamOptionsProbe {
 }
 
 /// Validates the body as a JSON object and finds the fields the gateway acts on.
-pub(crate) fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
+pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     let object_start = match body.iter().position(|b| !b.is_ascii_whitespace()) {
         Some(i) if body[i] == b'{' => i + 1,
         _ => {
@@ -113,7 +113,7 @@ fn span_of(whole: &[u8], part: &str) -> (usize, usize) {
 
 impl Inspected {
     /// Whether the client asked for the usage-only final chunk of a stream.
-    pub(crate) fn client_wants_usage(&self) -> bool {
+    pub fn client_wants_usage(&self) -> bool {
         self.stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage)
@@ -123,7 +123,7 @@ impl Inspected {
     /// quotes included) and, when `stream` (the endpoint streams and the client asked for it),
     /// `stream_options.include_usage` forced on so usage is exact. Returns the original bytes
     /// when nothing changes.
-    pub(crate) fn rewrite(&self, body: &Bytes, upstream_model: &[u8], stream: bool) -> Bytes {
+    pub fn rewrite(&self, body: &Bytes, upstream_model: &[u8], stream: bool) -> Bytes {
         let (model_start, model_end) = self.model_span;
         let same_model = &body[model_start..model_end] == upstream_model;
         let usage_edit: Option<(usize, usize, Cow<'static, [u8]>)> = match &self.stream_options {
@@ -178,7 +178,7 @@ fn with_include_usage(options: &[u8]) -> Vec<u8> {
 }
 
 /// A JSON string literal for `s`, quotes included.
-pub(crate) fn json_string(s: &str) -> Bytes {
+pub fn json_string(s: &str) -> Bytes {
     Bytes::from(serde_json::Value::String(s.to_owned()).to_string())
 }
 

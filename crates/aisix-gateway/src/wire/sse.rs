@@ -8,7 +8,7 @@ use serde::Deserialize;
 use super::usage::Usage;
 
 /// End of the first complete event in `buf` (the index just past its blank line).
-pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
+pub fn event_end(buf: &[u8]) -> Option<usize> {
     let mut from = 0;
     while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
         let nl = from + i;
@@ -24,7 +24,7 @@ pub(crate) fn event_end(buf: &[u8]) -> Option<usize> {
 
 /// What an event means to the relay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Event {
+pub enum Event {
     /// `data: [DONE]`.
     Done,
     /// A chunk carrying usage; `usage_only` when its `choices` is empty (the chunk OpenAI adds
@@ -42,7 +42,7 @@ struct ChunkProbe {
 }
 
 /// Classifies one complete event.
-pub(crate) fn classify(event: &[u8]) -> Event {
+pub fn classify(event: &[u8]) -> Event {
     let Some(data) = data_payload(event) else {
         return Event::Other;
     };
@@ -90,7 +90,7 @@ fn has_usage_object(data: &[u8]) -> bool {
 }
 
 /// An SSE comment that keeps proxies from closing a quiet stream.
-pub(crate) const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
 
 #[cfg(test)]
 mod tests {

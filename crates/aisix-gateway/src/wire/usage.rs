@@ -20,7 +20,7 @@ struct UsageProbe {
 
 /// The `usage` object of a complete JSON response, if it has one. Skips everything else
 /// without allocating.
-pub(crate) fn from_response(body: &[u8]) -> Option<Usage> {
+pub fn from_response(body: &[u8]) -> Option<Usage> {
     serde_json::from_slice::<UsageProbe>(body).ok()?.usage
 }
 
