@@ -243,7 +243,7 @@ async fn a_stuck_stderr_drops_access_log_lines_but_never_stalls_serving() {
         resources(&mock.base_url()),
     )
     .unwrap();
-    let mut child = std::process::Command::new(aisix_e2e::gateway::binary())
+    let child = std::process::Command::new(aisix_e2e::gateway::binary())
         .arg("--config")
         .arg(dir.path().join("config.yaml"))
         .env("OBSERVED_KEY", KEY)
@@ -252,6 +252,8 @@ async fn a_stuck_stderr_drops_access_log_lines_but_never_stalls_serving() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Killed on drop, so a failed assertion leaves no gateway behind.
+    let mut child = KillOnDrop(child);
     let proxy: std::net::SocketAddr = format!("127.0.0.1:{proxy_port}").parse().unwrap();
     let metrics: std::net::SocketAddr = format!("127.0.0.1:{metrics_port}").parse().unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -289,12 +291,12 @@ async fn a_stuck_stderr_drops_access_log_lines_but_never_stalls_serving() {
         "{page}"
     );
 
-    let pid = i32::try_from(child.id()).unwrap();
+    let pid = i32::try_from(child.0.id()).unwrap();
     // SAFETY: kill(2) on our own child's pid.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.0.try_wait().unwrap() {
             break status;
         }
         assert!(
@@ -304,4 +306,15 @@ async fn a_stuck_stderr_drops_access_log_lines_but_never_stalls_serving() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(status.code(), Some(0));
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
 }
