@@ -1,0 +1,650 @@
+//! `aisix-bench grid`: the whole saturation run. Starts the mock, then measures, in order: the
+//! rig floor (load generator straight at the mock), the gateway in each serving mode, the gateway
+//! with metrics and access log off, and nginx as the reference; then writes the report. A leg
+//! that fails is noted and the run goes on; Ctrl-C stops everything it started.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use crate::args::{self, CommaList};
+use crate::gateway::{self, BENCH_KEY, Gateway, GatewaySpec, Mode};
+use crate::loadgen::{self, Workload};
+use crate::measure::{Rig, Subject, Timing};
+use crate::mock::{Mock, MockArgs};
+use crate::nginx::Nginx;
+use crate::process::{self, CpuList};
+use crate::report::{self, Results};
+
+/// The chat completion every unary request sends.
+pub const UNARY_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}]}"#;
+/// The streaming request (usage asked for, as SDKs commonly do).
+const STREAM_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+/// What the rig floor sends to the mock directly: the model name the gateway would send.
+const DIRECT_UNARY_BODY: &str =
+    r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}]}"#;
+const DIRECT_STREAM_BODY: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct GridArgs {
+    /// A few seconds in all: concurrency 1 and 8, one short window per leg, a tiny streaming
+    /// leg. Checks the pipeline (every answer must be good), asserts no speed.
+    #[arg(long)]
+    pub smoke: bool,
+    /// Gateway workers (and nginx worker_processes) [default: the CPUs in --gateway-cpus, else
+    /// all CPUs].
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// Serving modes to measure, in order.
+    #[arg(long, default_value = "tpc,shared")]
+    pub modes: CommaList<Mode>,
+    /// CPUs for the gateway and nginx (taskset -c syntax: 0, 0-3,8).
+    #[arg(long)]
+    pub gateway_cpus: Option<CpuList>,
+    /// CPUs for the load generator's threads.
+    #[arg(long)]
+    pub load_cpus: Option<CpuList>,
+    /// CPUs for the mock provider.
+    #[arg(long)]
+    pub mock_cpus: Option<CpuList>,
+    /// Load generator threads [default: the CPUs in --load-cpus, else half the CPUs].
+    #[arg(long)]
+    pub load_threads: Option<usize>,
+    /// Mock worker threads [default: the CPUs in --mock-cpus, else a quarter of the CPUs].
+    #[arg(long)]
+    pub mock_workers: Option<usize>,
+    /// Connections (closed loop) for the non-streaming grid.
+    #[arg(long, default_value = "1,8,32,128,512")]
+    pub concurrency: CommaList<usize>,
+    #[arg(long, default_value = "2s", value_parser = args::duration)]
+    pub warmup: Duration,
+    #[arg(long, default_value = "5s", value_parser = args::duration)]
+    pub window: Duration,
+    /// Windows per point.
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    /// Concurrent SSE streams in the streaming leg (0: skip it).
+    #[arg(long, default_value_t = 512)]
+    pub streams: usize,
+    /// Content frames per stream.
+    #[arg(long, default_value_t = 16)]
+    pub frames: usize,
+    /// The mock's time to first frame.
+    #[arg(long, default_value = "20ms", value_parser = args::duration)]
+    pub ttft: Duration,
+    /// The mock's gap between frames.
+    #[arg(long, default_value = "10ms", value_parser = args::duration)]
+    pub gap: Duration,
+    #[arg(long, default_value = "5s", value_parser = args::duration)]
+    pub stream_window: Duration,
+    /// A silence longer than this inside a stream counts it as stalled.
+    #[arg(long, default_value = "1s", value_parser = args::duration)]
+    pub stall: Duration,
+    /// Connections during the strace window.
+    #[arg(long, default_value_t = 32)]
+    pub syscall_concurrency: usize,
+    #[arg(long, default_value = "2s", value_parser = args::duration)]
+    pub syscall_window: Duration,
+    /// Skip the strace window even when strace is installed.
+    #[arg(long)]
+    pub no_strace: bool,
+    /// Skip the nginx reference even when nginx is installed.
+    #[arg(long)]
+    pub no_nginx: bool,
+    /// The nginx binary [default: nginx on PATH or in /usr/sbin].
+    #[arg(long)]
+    pub nginx_bin: Option<PathBuf>,
+    /// Concurrencies at which the first mode runs again with metrics and access log off.
+    #[arg(long, default_value = "32")]
+    pub obs_off_concurrency: CommaList<usize>,
+    /// Skip the metrics-and-access-log-off leg.
+    #[arg(long)]
+    pub no_obs_off: bool,
+    /// A prebuilt aisix binary [default: cargo build --release -p aisix-server].
+    #[arg(long)]
+    pub aisix_bin: Option<PathBuf>,
+    /// Longest wait for one answer (one whole stream) before it counts as failed.
+    #[arg(long, default_value = "10s", value_parser = args::duration)]
+    pub timeout: Duration,
+    /// Results folder; each run writes <out>/<UTC timestamp>/ [default: <workspace>/bench-results].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl GridArgs {
+    fn apply_smoke(&mut self) {
+        self.concurrency = CommaList(vec![1, 8]);
+        self.warmup = Duration::from_millis(200);
+        self.window = Duration::from_millis(500);
+        self.reps = 1;
+        self.streams = self.streams.min(16);
+        self.frames = 4;
+        self.ttft = Duration::from_millis(5);
+        self.gap = Duration::from_millis(5);
+        self.stream_window = Duration::from_millis(500);
+        self.syscall_concurrency = 8;
+        self.syscall_window = Duration::from_millis(500);
+        self.obs_off_concurrency = CommaList(vec![8]);
+    }
+}
+
+fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Worker and thread counts, resolved from the options and the CPUs available.
+struct Placement {
+    workers: usize,
+    load_threads: usize,
+    mock_workers: usize,
+    /// CPUs the load generator can use (for its CPU share).
+    load_cpu_count: usize,
+}
+
+impl Placement {
+    fn resolve(args: &GridArgs) -> Placement {
+        let cpus = available_cpus();
+        let count = |list: &Option<CpuList>, otherwise: usize| {
+            list.as_ref().map_or(otherwise, CpuList::len)
+        };
+        let load_threads = args
+            .load_threads
+            .unwrap_or_else(|| count(&args.load_cpus, (cpus / 2).max(1)))
+            .max(1);
+        Placement {
+            workers: args
+                .workers
+                .unwrap_or_else(|| count(&args.gateway_cpus, cpus))
+                .max(1),
+            load_threads,
+            mock_workers: args
+                .mock_workers
+                .unwrap_or_else(|| count(&args.mock_cpus, (cpus / 4).max(1)))
+                .max(1),
+            load_cpu_count: count(&args.load_cpus, cpus).min(load_threads),
+        }
+    }
+}
+
+/// The report header lines and the JSON settings of a run.
+fn describe(
+    args: &GridArgs,
+    placement: &Placement,
+    aisix_bin: &Path,
+    run_name: &str,
+) -> (Vec<String>, serde_json::Value) {
+    let place = |list: &Option<CpuList>| {
+        list.as_ref()
+            .map_or("any CPU".to_string(), |l| format!("CPUs {l}"))
+    };
+    let Placement {
+        workers,
+        load_threads,
+        mock_workers,
+        ..
+    } = placement;
+    let header = vec![
+        format!("run {run_name} on {}", machine()),
+        format!(
+            "gateway: {workers} workers on {} ({}); mock: {mock_workers} workers on {}; load generator: {load_threads} threads on {}",
+            place(&args.gateway_cpus),
+            aisix_bin.display(),
+            place(&args.mock_cpus),
+            place(&args.load_cpus),
+        ),
+        format!(
+            "grid: concurrency {:?}, warm-up {:?}, {} × {:?} windows per point{}",
+            args.concurrency.0,
+            args.warmup,
+            args.reps,
+            args.window,
+            if args.smoke {
+                " (smoke: no speed assertions)"
+            } else {
+                ""
+            }
+        ),
+        format!(
+            "streams: {} concurrent, {} frames, mock TTFT {:?}, gap {:?}, window {:?}",
+            args.streams, args.frames, args.ttft, args.gap, args.stream_window
+        ),
+    ];
+    let settings = json!({
+        "smoke": args.smoke, "workers": workers, "modes": args.modes.0.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        "gateway_cpus": args.gateway_cpus.as_ref().map(ToString::to_string),
+        "load_cpus": args.load_cpus.as_ref().map(ToString::to_string),
+        "mock_cpus": args.mock_cpus.as_ref().map(ToString::to_string),
+        "load_threads": load_threads, "mock_workers": mock_workers,
+        "concurrency": args.concurrency.0, "warmup_s": args.warmup.as_secs_f64(),
+        "window_s": args.window.as_secs_f64(), "reps": args.reps, "streams": args.streams,
+        "frames": args.frames, "ttft_ms": args.ttft.as_secs_f64() * 1e3, "gap_ms": args.gap.as_secs_f64() * 1e3,
+        "machine": machine(), "aisix_bin": aisix_bin.display().to_string(),
+    });
+    (header, settings)
+}
+
+/// Runs the grid, prints the Markdown report and writes it with the JSON lines.
+pub fn run(mut args: GridArgs) -> Result<()> {
+    process::install_interrupt_handler();
+    if args.smoke {
+        args.apply_smoke();
+    }
+    let placement = Placement::resolve(&args);
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| gateway::workspace_root().join("bench-results"));
+    let run_name = utc_stamp();
+    let run_dir = out.join(&run_name);
+    let work = run_dir.join("work");
+    std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+    eprintln!("[bench] results: {}", run_dir.display());
+
+    let aisix_bin = gateway::binary(args.aisix_bin.as_deref(), &work.join("cargo-build.jsonl"))?;
+    let nginx_bin = if args.no_nginx {
+        None
+    } else {
+        args.nginx_bin.clone().or_else(|| process::which("nginx"))
+    };
+    let strace_bin = if args.no_strace {
+        None
+    } else {
+        process::which("strace")
+    };
+
+    let mock_args = MockArgs {
+        addr: "127.0.0.1:0".parse()?,
+        stats_addr: "127.0.0.1:0".parse()?,
+        workers: placement.mock_workers,
+        ttft: args.ttft,
+        frames: args.frames.max(1),
+        gap: args.gap,
+    };
+    let mock = Mock::start(&mock_args, args.mock_cpus.as_ref(), &work.join("mock.log"))?;
+    let rig = Rig {
+        mock: &mock,
+        load_cpus: args.load_cpus.clone(),
+        load_threads: placement.load_threads,
+        load_cpu_count: placement.load_cpu_count,
+        timeout: args.timeout,
+    };
+
+    let mut results = Results::default();
+    (results.header, results.settings) = describe(&args, &placement, &aisix_bin, &run_name);
+    let workers = placement.workers;
+
+    let legs = Legs {
+        args: &args,
+        rig: &rig,
+        timing: Timing {
+            warmup: args.warmup,
+            window: args.window,
+            reps: args.reps.max(1),
+        },
+        stream_timing: Timing {
+            warmup: args.warmup.min(Duration::from_secs(1)),
+            window: args.stream_window,
+            reps: 1,
+        },
+        strace: strace_bin.as_deref(),
+        work: &work,
+        mock_workers: placement.mock_workers,
+    };
+    if strace_bin.is_none() && !args.no_strace {
+        results
+            .notes
+            .push("strace is not installed: no system-call counts.".into());
+    }
+
+    // Each leg reports into `results`; a failed leg becomes a note unless the run was interrupted.
+    let attempt = |results: &mut Results,
+                   leg: &str,
+                   f: &mut dyn FnMut(&mut Results) -> Result<()>|
+     -> Result<()> {
+        if let Err(error) = f(results) {
+            process::check_interrupted()?;
+            eprintln!("[bench] leg {leg} failed: {error:#}");
+            results.notes.push(format!("leg {leg} failed: {error:#}"));
+        }
+        Ok(())
+    };
+
+    attempt(&mut results, report::DIRECT, &mut |r| legs.direct(r))?;
+    for &mode in &args.modes.0 {
+        let spec = GatewaySpec {
+            mode,
+            workers,
+            observability: true,
+            cpus: args.gateway_cpus.clone(),
+        };
+        let leg = format!("aisix-{mode}");
+        attempt(&mut results, &leg, &mut |r| {
+            legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
+        })?;
+    }
+    if !args.no_obs_off
+        && let Some(&mode) = args.modes.0.first()
+    {
+        let spec = GatewaySpec {
+            mode,
+            workers,
+            observability: false,
+            cpus: args.gateway_cpus.clone(),
+        };
+        let leg = format!("aisix-{mode}-obs-off");
+        results.obs_pair = Some((leg.clone(), format!("aisix-{mode}")));
+        attempt(&mut results, &leg, &mut |r| {
+            legs.gateway(
+                &aisix_bin,
+                &spec,
+                &leg,
+                &args.obs_off_concurrency.0,
+                false,
+                r,
+            )
+        })?;
+    }
+    match &nginx_bin {
+        Some(bin) => attempt(&mut results, report::NGINX, &mut |r| {
+            legs.nginx(bin, workers, r)
+        })?,
+        None if !args.no_nginx => results
+            .notes
+            .push("nginx is not installed: no reference leg.".into()),
+        None => {}
+    }
+    drop(rig);
+    drop(mock);
+
+    let markdown = results.markdown();
+    println!("{markdown}");
+    std::fs::write(run_dir.join("report.md"), &markdown)?;
+    std::fs::write(run_dir.join("results.jsonl"), results.json_lines())?;
+    eprintln!(
+        "[bench] wrote {0}/report.md and {0}/results.jsonl",
+        run_dir.display()
+    );
+    if !results.all_valid() || results.notes.iter().any(|n| n.starts_with("leg ")) {
+        bail!("some windows were invalid or a leg failed; see the notes in the report");
+    }
+    Ok(())
+}
+
+/// The legs of a run, sharing its settings.
+struct Legs<'a> {
+    args: &'a GridArgs,
+    rig: &'a Rig<'a>,
+    timing: Timing,
+    stream_timing: Timing,
+    strace: Option<&'a Path>,
+    work: &'a Path,
+    mock_workers: usize,
+}
+
+impl Legs<'_> {
+    /// The rig floor: the load generator straight at the mock.
+    fn direct(&self, results: &mut Results) -> Result<()> {
+        let mock = self.rig.mock;
+        let subject = Subject {
+            leg: report::DIRECT.into(),
+            workers: self.mock_workers,
+            pids: vec![mock.pid()],
+            addr: mock.addr,
+        };
+        let unary = loadgen::post_request(
+            mock.addr,
+            "/v1/chat/completions",
+            BENCH_KEY,
+            DIRECT_UNARY_BODY,
+        );
+        let stream = loadgen::post_request(
+            mock.addr,
+            "/v1/chat/completions",
+            BENCH_KEY,
+            DIRECT_STREAM_BODY,
+        );
+        self.grid(&subject, &unary, &self.args.concurrency.0, results)?;
+        self.streams(&subject, &stream, results)
+    }
+
+    fn gateway(
+        &self,
+        bin: &Path,
+        spec: &GatewaySpec,
+        leg: &str,
+        concurrency: &[usize],
+        full: bool,
+        results: &mut Results,
+    ) -> Result<()> {
+        let mut gateway = Gateway::start(bin, spec, self.rig.mock.addr, &self.work.join(leg))?;
+        eprintln!(
+            "[bench] {leg}: aisix pid {} on {}",
+            gateway.pid(),
+            gateway.addr
+        );
+        let subject = Subject {
+            leg: leg.to_owned(),
+            workers: spec.workers,
+            pids: vec![gateway.pid()],
+            addr: gateway.addr,
+        };
+        let unary =
+            loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, UNARY_BODY);
+        let stream =
+            loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, STREAM_BODY);
+        self.grid(&subject, &unary, concurrency, results)?;
+        gateway.ensure_running()?;
+        if full {
+            self.syscalls(&subject, &unary, results)?;
+            self.streams(&subject, &stream, results)?;
+            gateway.ensure_running()?;
+        }
+        gateway.stop()
+    }
+
+    fn nginx(&self, bin: &Path, workers: usize, results: &mut Results) -> Result<()> {
+        let mut nginx = Nginx::start(
+            bin,
+            workers,
+            self.args.gateway_cpus.as_ref(),
+            self.rig.mock.addr,
+            &self.work.join("nginx"),
+        )?;
+        let pids = nginx.pids();
+        let subject = |addr: SocketAddr| Subject {
+            leg: report::NGINX.into(),
+            workers,
+            pids: pids.clone(),
+            addr,
+        };
+        let buffered = subject(nginx.addr);
+        eprintln!("[bench] nginx: pids {:?} on {}", buffered.pids, nginx.addr);
+        let unary = loadgen::post_request(
+            nginx.addr,
+            "/v1/chat/completions",
+            BENCH_KEY,
+            DIRECT_UNARY_BODY,
+        );
+        let stream = loadgen::post_request(
+            nginx.sse_addr,
+            "/v1/chat/completions",
+            BENCH_KEY,
+            DIRECT_STREAM_BODY,
+        );
+        self.grid(&buffered, &unary, &self.args.concurrency.0, results)?;
+        nginx.ensure_running()?;
+        self.syscalls(&buffered, &unary, results)?;
+        self.streams(&subject(nginx.sse_addr), &stream, results)?;
+        nginx.ensure_running()?;
+        nginx.stop();
+        Ok(())
+    }
+
+    fn grid(
+        &self,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        concurrency: &[usize],
+        results: &mut Results,
+    ) -> Result<()> {
+        for &c in concurrency {
+            let rows = self
+                .rig
+                .unary(subject, request, c, &self.timing, &mut results.notes)?;
+            for row in &rows {
+                eprintln!(
+                    "[bench] {} c={} rep {}/{}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms, {:.1} µs CPU/req, {} failed, load CPU {:.0}%",
+                    row.leg,
+                    c,
+                    row.rep,
+                    self.timing.reps,
+                    row.rps,
+                    row.p50_us / 1e3,
+                    row.p99_us / 1e3,
+                    row.cpu_us_per_req,
+                    row.failures,
+                    row.load_cpu_share * 100.0
+                );
+            }
+            results.windows.extend(rows);
+        }
+        Ok(())
+    }
+
+    fn syscalls(
+        &self,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        results: &mut Results,
+    ) -> Result<()> {
+        let Some(strace) = self.strace else {
+            return Ok(());
+        };
+        let summary = self.work.join(format!("strace-{}.txt", subject.leg));
+        match self.rig.syscalls(
+            subject,
+            request,
+            self.args.syscall_concurrency,
+            &Timing {
+                warmup: self.timing.warmup.min(Duration::from_secs(1)),
+                window: self.args.syscall_window,
+                reps: 1,
+            },
+            strace,
+            &summary,
+        ) {
+            Ok(row) => {
+                eprintln!(
+                    "[bench] {} strace: {} requests, {:.1} syscalls/req",
+                    row.leg,
+                    row.requests,
+                    row.counts.total as f64 / row.requests.max(1) as f64
+                );
+                results.syscalls.push(row);
+            }
+            Err(error) => {
+                process::check_interrupted()?;
+                results.notes.push(format!(
+                    "strace window for {} failed: {error:#}",
+                    subject.leg
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn streams(&self, subject: &Subject, request: &Arc<[u8]>, results: &mut Results) -> Result<()> {
+        if self.args.streams == 0 {
+            return Ok(());
+        }
+        let row = self.rig.stream(
+            subject,
+            request,
+            self.args.streams,
+            Workload::Stream {
+                frames: self.args.frames.max(1),
+                stall: self.args.stall,
+            },
+            &self.stream_timing,
+            &mut results.notes,
+        )?;
+        eprintln!(
+            "[bench] {} streams={}: {} completed, TTFT p50 {:.2} ms p99 {:.2} ms, gap p99 {:.2} ms, {} dropped, {} stalled, {} failed",
+            row.leg,
+            row.streams,
+            row.completed,
+            row.ttft_p50_ms,
+            row.ttft_p99_ms,
+            row.gap_p99_ms,
+            row.dropped,
+            row.stalled,
+            row.failures
+        );
+        results.streams.push(row);
+        Ok(())
+    }
+}
+
+/// CPU count, model and kernel, for the report header.
+fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|text| {
+            text.lines().find_map(|l| {
+                l.strip_prefix("model name")
+                    .map(|v| v.trim_start_matches([' ', '\t', ':']).to_owned())
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!(
+        "{} CPUs ({model}), Linux {}",
+        available_cpus(),
+        kernel.trim()
+    )
+}
+
+/// `YYYYmmddTHHMMSSZ` for now, UTC.
+fn utc_stamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (H. Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_from_unix_days() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(19_723), (2024, 1, 1));
+        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
+    }
+}

@@ -1,0 +1,558 @@
+//! What a grid run found and how it is written: one row per measured window, stream window and
+//! strace window; the Markdown report (medians over repetitions, then ratios) and JSON lines.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use crate::strace::SyscallCounts;
+
+/// The leg every other leg is compared against.
+pub const DIRECT: &str = "mock-direct";
+pub const NGINX: &str = "nginx";
+/// System calls worth seeing even outside the top ten: each is a hot-path rule in DESIGN §3.4.
+const WATCHED_SYSCALLS: [&str; 7] = [
+    "getrandom",
+    "clock_gettime",
+    "gettimeofday",
+    "write",
+    "openat",
+    "futex",
+    "madvise",
+];
+
+/// One closed-loop window at one concurrency.
+#[derive(Debug, Clone, Default)]
+pub struct WindowRow {
+    pub leg: String,
+    pub workers: usize,
+    pub concurrency: usize,
+    pub rep: usize,
+    pub seconds: f64,
+    /// Good answers completed in the window.
+    pub requests: u64,
+    pub failures: u64,
+    pub rps: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// CPU (user + system, all threads) of the process(es) under test per request.
+    pub cpu_us_per_req: f64,
+    /// The same CPU as cores busy over the window.
+    pub cpu_cores: f64,
+    pub ctx_per_req: f64,
+    pub rss_mib: f64,
+    pub hwm_mib: f64,
+    /// Connections the mock accepted during the window.
+    pub new_upstream_conns: u64,
+    /// Sockets in TIME_WAIT with the mock's port on either end, at the window's end (earlier
+    /// legs' sockets included: TIME_WAIT lasts 60 s).
+    pub time_wait: usize,
+    /// Of those, the ones that appeared during the window: connection churn towards the mock.
+    pub new_time_wait: usize,
+    pub mock_requests: u64,
+    pub mock_cpu_us_per_req: f64,
+    pub load_cpu_us_per_req: f64,
+    /// The load generator's CPU as a share of its CPUs (1.0 = every load CPU busy).
+    pub load_cpu_share: f64,
+    pub errors: Vec<String>,
+}
+
+impl WindowRow {
+    pub fn valid(&self) -> bool {
+        self.failures == 0 && self.requests > 0
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "type": "window", "leg": self.leg, "workers": self.workers,
+            "concurrency": self.concurrency, "rep": self.rep, "seconds": round(self.seconds, 3),
+            "requests": self.requests, "failures": self.failures, "valid": self.valid(),
+            "rps": round(self.rps, 1), "p50_us": round(self.p50_us, 1), "p99_us": round(self.p99_us, 1),
+            "max_us": round(self.max_us, 1), "cpu_us_per_req": round(self.cpu_us_per_req, 2),
+            "cpu_cores": round(self.cpu_cores, 3), "ctx_switches_per_req": round(self.ctx_per_req, 3),
+            "rss_mib": round(self.rss_mib, 1), "rss_peak_mib": round(self.hwm_mib, 1),
+            "new_upstream_conns": self.new_upstream_conns, "time_wait_to_mock": self.time_wait,
+            "new_time_wait_to_mock": self.new_time_wait,
+            "mock_requests": self.mock_requests,
+            "mock_cpu_us_per_req": round(self.mock_cpu_us_per_req, 2),
+            "load_cpu_us_per_req": round(self.load_cpu_us_per_req, 2),
+            "load_cpu_share": round(self.load_cpu_share, 3), "errors": self.errors,
+        })
+    }
+}
+
+/// One streaming window.
+#[derive(Debug, Clone, Default)]
+pub struct StreamRow {
+    pub leg: String,
+    pub workers: usize,
+    pub streams: usize,
+    pub seconds: f64,
+    pub completed: u64,
+    pub dropped: u64,
+    pub stalled: u64,
+    pub failures: u64,
+    pub ttft_p50_ms: f64,
+    pub ttft_p99_ms: f64,
+    pub gap_p50_ms: f64,
+    pub gap_p99_ms: f64,
+    pub cpu_us_per_stream: f64,
+    pub new_upstream_conns: u64,
+    pub load_cpu_share: f64,
+    pub errors: Vec<String>,
+}
+
+impl StreamRow {
+    pub fn valid(&self) -> bool {
+        self.failures == 0 && self.dropped == 0 && self.completed > 0
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "type": "stream", "leg": self.leg, "workers": self.workers, "streams": self.streams,
+            "seconds": round(self.seconds, 3), "completed": self.completed, "dropped": self.dropped,
+            "stalled": self.stalled, "failures": self.failures, "valid": self.valid(),
+            "ttft_p50_ms": round(self.ttft_p50_ms, 3), "ttft_p99_ms": round(self.ttft_p99_ms, 3),
+            "gap_p50_ms": round(self.gap_p50_ms, 3), "gap_p99_ms": round(self.gap_p99_ms, 3),
+            "cpu_us_per_stream": round(self.cpu_us_per_stream, 1),
+            "new_upstream_conns": self.new_upstream_conns,
+            "load_cpu_share": round(self.load_cpu_share, 3), "errors": self.errors,
+        })
+    }
+}
+
+/// One strace window.
+#[derive(Debug, Clone, Default)]
+pub struct SyscallRow {
+    pub leg: String,
+    pub concurrency: usize,
+    pub seconds: f64,
+    pub requests: u64,
+    pub counts: SyscallCounts,
+}
+
+impl SyscallRow {
+    fn per_request(&self, calls: u64) -> f64 {
+        calls as f64 / self.requests.max(1) as f64
+    }
+
+    fn json(&self) -> Value {
+        let top: Vec<Value> = self
+            .counts
+            .by_name
+            .iter()
+            .map(|(name, calls)| json!({"syscall": name, "calls": calls, "per_req": round(self.per_request(*calls), 3)}))
+            .collect();
+        json!({
+            "type": "syscalls", "leg": self.leg, "concurrency": self.concurrency,
+            "seconds": round(self.seconds, 3), "requests": self.requests,
+            "syscalls": self.counts.total, "per_req": round(self.per_request(self.counts.total), 2),
+            "by_syscall": top,
+        })
+    }
+}
+
+/// Everything one run produced.
+#[derive(Debug, Default)]
+pub struct Results {
+    /// Setup facts for the header (machine, placement, timing), already formatted.
+    pub header: Vec<String>,
+    pub settings: Value,
+    pub windows: Vec<WindowRow>,
+    pub streams: Vec<StreamRow>,
+    pub syscalls: Vec<SyscallRow>,
+    /// Legs that failed or were skipped, warm-up failures, warnings.
+    pub notes: Vec<String>,
+    /// The leg whose observability was switched off, and the leg it is compared with.
+    pub obs_pair: Option<(String, String)>,
+}
+
+/// Medians over the repetitions of one (leg, concurrency) point.
+#[derive(Debug, Clone)]
+struct Point {
+    leg: String,
+    concurrency: usize,
+    valid: bool,
+    rps: f64,
+    rps_spread: f64,
+    p50_us: f64,
+    p99_us: f64,
+    cpu_us_per_req: f64,
+    cpu_cores: f64,
+    ctx_per_req: f64,
+    hwm_mib: f64,
+    new_upstream_conns: u64,
+    time_wait: usize,
+    new_time_wait: usize,
+    mock_cpu_us_per_req: f64,
+    load_cpu_share: f64,
+    failures: u64,
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.sort_by(f64::total_cmp);
+    let mid = values.len() / 2;
+    if values.len() % 2 == 1 {
+        values[mid]
+    } else {
+        (values[mid - 1] + values[mid]) / 2.0
+    }
+}
+
+fn round(value: f64, digits: i32) -> f64 {
+    let scale = 10f64.powi(digits);
+    (value * scale).round() / scale
+}
+
+impl Results {
+    fn points(&self) -> Vec<Point> {
+        let mut keys: Vec<(String, usize)> = Vec::new();
+        for row in &self.windows {
+            let key = (row.leg.clone(), row.concurrency);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys.into_iter()
+            .map(|(leg, concurrency)| {
+                let rows: Vec<&WindowRow> = self
+                    .windows
+                    .iter()
+                    .filter(|r| r.leg == leg && r.concurrency == concurrency)
+                    .collect();
+                let m = |f: fn(&WindowRow) -> f64| median(rows.iter().map(|r| f(r)).collect());
+                let rps = m(|r| r.rps);
+                let (lo, hi) = rows.iter().fold((f64::INFINITY, 0f64), |(lo, hi), r| {
+                    (lo.min(r.rps), hi.max(r.rps))
+                });
+                Point {
+                    leg,
+                    concurrency,
+                    valid: rows.iter().all(|r| r.valid()),
+                    rps,
+                    rps_spread: if rps > 0.0 { (hi - lo) / rps } else { 0.0 },
+                    p50_us: m(|r| r.p50_us),
+                    p99_us: m(|r| r.p99_us),
+                    cpu_us_per_req: m(|r| r.cpu_us_per_req),
+                    cpu_cores: m(|r| r.cpu_cores),
+                    ctx_per_req: m(|r| r.ctx_per_req),
+                    hwm_mib: rows.iter().map(|r| r.hwm_mib).fold(0.0, f64::max),
+                    new_upstream_conns: rows.iter().map(|r| r.new_upstream_conns).sum(),
+                    time_wait: rows.iter().map(|r| r.time_wait).max().unwrap_or(0),
+                    new_time_wait: rows.iter().map(|r| r.new_time_wait).sum(),
+                    mock_cpu_us_per_req: m(|r| r.mock_cpu_us_per_req),
+                    load_cpu_share: m(|r| r.load_cpu_share),
+                    failures: rows.iter().map(|r| r.failures).sum(),
+                }
+            })
+            .collect()
+    }
+
+    /// Every window, stream and strace row was good and no leg failed.
+    pub fn all_valid(&self) -> bool {
+        self.windows.iter().all(WindowRow::valid) && self.streams.iter().all(StreamRow::valid)
+    }
+
+    pub fn json_lines(&self) -> String {
+        let mut out = String::new();
+        let mut push = |value: Value| {
+            out.push_str(&value.to_string());
+            out.push('\n');
+        };
+        push(json!({"type": "run", "settings": self.settings, "notes": self.notes}));
+        for row in &self.windows {
+            push(row.json());
+        }
+        for row in &self.streams {
+            push(row.json());
+        }
+        for row in &self.syscalls {
+            push(row.json());
+        }
+        for ratio in self.ratios() {
+            push(
+                json!({"type": "ratio", "what": ratio.0, "concurrency": ratio.1, "value": round(ratio.2, 3)}),
+            );
+        }
+        out
+    }
+
+    /// (what, concurrency, value) for every ratio the report prints.
+    fn ratios(&self) -> Vec<(String, usize, f64)> {
+        let points = self.points();
+        let find = |leg: &str, c: usize| points.iter().find(|p| p.leg == leg && p.concurrency == c);
+        let mut out = Vec::new();
+        for p in points.iter().filter(|p| p.leg == "aisix-tpc") {
+            let c = p.concurrency;
+            if let Some(shared) = find("aisix-shared", c) {
+                out.push((
+                    "tpc/shared cpu_us_per_req".into(),
+                    c,
+                    p.cpu_us_per_req / shared.cpu_us_per_req,
+                ));
+                out.push(("tpc/shared rps".into(), c, p.rps / shared.rps));
+            }
+        }
+        for p in points
+            .iter()
+            .filter(|p| p.leg.starts_with("aisix-") && !p.leg.ends_with("-obs-off"))
+        {
+            if let Some(nginx) = find(NGINX, p.concurrency) {
+                out.push((
+                    format!("{}/nginx cpu_us_per_req", p.leg),
+                    p.concurrency,
+                    p.cpu_us_per_req / nginx.cpu_us_per_req,
+                ));
+                out.push((
+                    format!("{}/nginx rps", p.leg),
+                    p.concurrency,
+                    p.rps / nginx.rps,
+                ));
+            }
+        }
+        if let Some((off, on)) = &self.obs_pair {
+            for p in points.iter().filter(|p| &p.leg == off) {
+                if let Some(on) = find(on, p.concurrency) {
+                    out.push((
+                        "observability on/off cpu_us_per_req".into(),
+                        p.concurrency,
+                        on.cpu_us_per_req / p.cpu_us_per_req,
+                    ));
+                }
+            }
+        }
+        out
+    }
+
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let points = self.points();
+        let _ = writeln!(md, "# aisix saturation grid\n");
+        for line in &self.header {
+            let _ = writeln!(md, "- {line}");
+        }
+
+        let _ = writeln!(
+            md,
+            "\n## Closed loop, non-streaming (medians over the windows of each point)\n\n\
+             | leg | conc | req/s | ±% | p50 ms | p99 ms | CPU µs/req | CPU cores | ctxsw/req | peak RSS MiB | new upstream conns | new TIME_WAIT (total) | mock µs/req | load CPU % | ok |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
+        );
+        for p in &points {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} ({}) | {:.1} | {:.0}{} | {} |",
+                p.leg,
+                p.concurrency,
+                p.rps,
+                p.rps_spread * 100.0,
+                p.p50_us / 1e3,
+                p.p99_us / 1e3,
+                p.cpu_us_per_req,
+                p.cpu_cores,
+                p.ctx_per_req,
+                p.hwm_mib,
+                p.new_upstream_conns,
+                p.new_time_wait,
+                p.time_wait,
+                p.mock_cpu_us_per_req,
+                p.load_cpu_share * 100.0,
+                if p.load_cpu_share > 0.9 { " ⚠" } else { "" },
+                if p.valid {
+                    "✓".to_string()
+                } else {
+                    format!("✗ {} failed", p.failures)
+                },
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nCPU µs/req: user+system CPU of the process under test (all threads; nginx: master + workers) \
+             over the window ÷ requests. ±%: (max − min) ÷ median req/s over the windows. \
+             new upstream conns: connections the mock accepted during the windows (sum). \
+             new TIME_WAIT: sockets towards the mock's port that entered TIME_WAIT during the windows (sum); \
+             in brackets, all of them at the end of a window, earlier legs' included (they last 60 s). \
+             load CPU %: the load generator's CPU ÷ its CPUs (⚠ above 90%: the load generator may be the limit)."
+        );
+
+        let ratios = self.ratios();
+        if !ratios.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## Ratios (same run)\n\n| ratio | conc | value |\n|---|---:|---:|"
+            );
+            for (what, c, value) in &ratios {
+                let _ = writeln!(md, "| {what} | {c} | {value:.2} |");
+            }
+        }
+
+        let direct_c1 = points
+            .iter()
+            .find(|p| p.leg == DIRECT && p.concurrency == 1);
+        if let Some(direct) = direct_c1 {
+            let _ = writeln!(
+                md,
+                "\n## Added latency at concurrency 1 (vs the mock direct)\n\n\
+                 | leg | p50 ms | p99 ms | added p50 µs | added p99 µs |\n|---|---:|---:|---:|---:|"
+            );
+            for p in points.iter().filter(|p| p.concurrency == 1) {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.3} | {:.3} | {:.1} | {:.1} |",
+                    p.leg,
+                    p.p50_us / 1e3,
+                    p.p99_us / 1e3,
+                    p.p50_us - direct.p50_us,
+                    p.p99_us - direct.p99_us
+                );
+            }
+        }
+
+        if !self.syscalls.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## System calls per request (strace -f -c, separate window; strace slows the target, counts stay valid)\n\n\
+                 | leg | conc | requests | syscalls/req | top calls per request |\n|---|---:|---:|---:|---|"
+            );
+            for row in &self.syscalls {
+                let mut shown: Vec<String> = row
+                    .counts
+                    .by_name
+                    .iter()
+                    .take(10)
+                    .map(|(name, calls)| format!("{name} {:.2}", row.per_request(*calls)))
+                    .collect();
+                for (name, calls) in row.counts.by_name.iter().skip(10) {
+                    if WATCHED_SYSCALLS.contains(&name.as_str()) {
+                        shown.push(format!("{name} {:.3}", row.per_request(*calls)));
+                    }
+                }
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.2} | {} |",
+                    row.leg,
+                    row.concurrency,
+                    row.requests,
+                    row.per_request(row.counts.total),
+                    shown.join(", ")
+                );
+            }
+        }
+
+        if !self.streams.is_empty() {
+            let direct = self.streams.iter().find(|s| s.leg == DIRECT);
+            let _ = writeln!(
+                md,
+                "\n## Streaming (SSE, concurrent streams, closed loop)\n\n\
+                 | leg | streams | completed | TTFT p50 ms | TTFT p99 ms | +TTFT p50 ms | +TTFT p99 ms | gap p50 ms | gap p99 ms | +gap p50 ms | +gap p99 ms | dropped | stalled | failed | CPU µs/stream | new upstream conns | ok |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
+            );
+            for s in &self.streams {
+                let added = |f: fn(&StreamRow) -> f64| direct.map_or(f64::NAN, |d| f(s) - f(d));
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {:.0} | {} | {} |",
+                    s.leg,
+                    s.streams,
+                    s.completed,
+                    s.ttft_p50_ms,
+                    s.ttft_p99_ms,
+                    added(|r| r.ttft_p50_ms),
+                    added(|r| r.ttft_p99_ms),
+                    s.gap_p50_ms,
+                    s.gap_p99_ms,
+                    added(|r| r.gap_p50_ms),
+                    added(|r| r.gap_p99_ms),
+                    s.dropped,
+                    s.stalled,
+                    s.failures,
+                    s.cpu_us_per_stream,
+                    s.new_upstream_conns,
+                    if s.valid() { "✓" } else { "✗" },
+                );
+            }
+        }
+
+        let errors: Vec<String> = self
+            .windows
+            .iter()
+            .filter(|r| !r.errors.is_empty())
+            .map(|r| {
+                format!(
+                    "{} c={} rep {}: {}",
+                    r.leg,
+                    r.concurrency,
+                    r.rep,
+                    r.errors.join("; ")
+                )
+            })
+            .chain(
+                self.streams
+                    .iter()
+                    .filter(|s| !s.errors.is_empty())
+                    .map(|s| format!("{} streams: {}", s.leg, s.errors.join("; "))),
+            )
+            .collect();
+        if !self.notes.is_empty() || !errors.is_empty() {
+            let _ = writeln!(md, "\n## Notes\n");
+            for note in self.notes.iter().chain(&errors) {
+                let _ = writeln!(md, "- {note}");
+            }
+        }
+        md
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(leg: &str, c: usize, rps: f64, cpu: f64) -> WindowRow {
+        WindowRow {
+            leg: leg.into(),
+            concurrency: c,
+            requests: 100,
+            rps,
+            cpu_us_per_req: cpu,
+            p50_us: 100.0,
+            p99_us: 200.0,
+            ..WindowRow::default()
+        }
+    }
+
+    #[test]
+    fn ratios_compare_medians_of_the_same_concurrency() {
+        let results = Results {
+            windows: vec![
+                window("aisix-tpc", 8, 1000.0, 10.0),
+                window("aisix-tpc", 8, 3000.0, 30.0),
+                window("aisix-tpc", 8, 2000.0, 20.0),
+                window("aisix-shared", 8, 1000.0, 40.0),
+                window(NGINX, 8, 4000.0, 10.0),
+            ],
+            ..Results::default()
+        };
+        let ratios = results.ratios();
+        let get = |what: &str| ratios.iter().find(|r| r.0 == what).map(|r| r.2);
+        assert_eq!(get("tpc/shared cpu_us_per_req"), Some(0.5));
+        assert_eq!(get("tpc/shared rps"), Some(2.0));
+        assert_eq!(get("aisix-tpc/nginx cpu_us_per_req"), Some(2.0));
+        assert!(
+            results
+                .markdown()
+                .contains("| aisix-tpc | 8 | 2000 | 100.0 |")
+        );
+    }
+
+    #[test]
+    fn a_window_with_a_failure_is_invalid() {
+        let mut row = window("aisix-tpc", 1, 1.0, 1.0);
+        assert!(row.valid());
+        row.failures = 1;
+        assert!(!row.valid());
+    }
+}
