@@ -96,6 +96,16 @@ fn metrics(c: &mut Criterion) {
         c.bench_function("metrics_tokens_cached", |b| {
             b.iter(|| emit::tokens(black_box("gpt-4o"), "openai-main", 31, 17))
         });
+        c.bench_function("metrics_one_request_all_emits", |b| {
+            b.iter(|| {
+                emit::worker_request();
+                let in_flight = emit::in_flight(Endpoint::ChatCompletions);
+                emit::request_finished(black_box(&labels), Duration::from_micros(850));
+                emit::overhead(Endpoint::ChatCompletions, Duration::from_micros(20));
+                emit::tokens(black_box("gpt-4o"), "openai-main", 31, 17);
+                drop(in_flight);
+            })
+        });
         c.bench_function("metrics_plain_macro_counter", |b| {
             b.iter(|| {
                 ::metrics::counter!("aisix_requests_total",
@@ -107,5 +117,37 @@ fn metrics(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, wire, keys, ids, metrics);
+fn access_log(c: &mut Criterion) {
+    let entry = aisix_obs::access_log::Entry {
+        request_id: "9f1c2b7a3d4e5f60000000000000002a",
+        method: "POST",
+        path: "/v1/chat/completions",
+        status: 200,
+        model: Some("gpt-4o"),
+        provider: Some("openai-main"),
+        key: Some("team-a"),
+        input_tokens: Some(31),
+        output_tokens: Some(17),
+        latency: Duration::from_micros(12_345),
+        ttft: None,
+        upstream_status: Some(200),
+        error: None,
+        stream: false,
+        overhead: Duration::from_micros(21),
+    };
+    let mut out = Vec::with_capacity(1024);
+    c.bench_function("access_log_format_line", |b| {
+        b.iter(|| {
+            out.clear();
+            aisix_obs::access_log::format_line(
+                &mut out,
+                black_box(&entry),
+                std::time::SystemTime::now(),
+            );
+            black_box(out.len())
+        })
+    });
+}
+
+criterion_group!(benches, wire, keys, ids, metrics, access_log);
 criterion_main!(benches);

@@ -49,6 +49,14 @@ impl<T: FromStr> FromStr for CommaList<T> {
     }
 }
 
+/// `KEY=VALUE`, for `--gateway-env`.
+pub fn key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_owned(), value.to_owned())),
+        _ => Err(format!("expected KEY=VALUE, got {text:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

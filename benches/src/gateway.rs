@@ -64,7 +64,8 @@ pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
         if !path.is_file() {
             bail!("--aisix-bin {} does not exist", path.display());
         }
-        return Ok(path.to_path_buf());
+        // Legs start the gateway from their own folders: a relative path must not depend on it.
+        return Ok(path.canonicalize()?);
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("[bench] cargo build --release -p aisix-server (a no-op when up to date)");
@@ -123,6 +124,8 @@ pub struct GatewaySpec {
     /// Prometheus listener and access log on (the default) or both off.
     pub observability: bool,
     pub cpus: Option<CpuList>,
+    /// Extra environment (`--gateway-env`), applied after the harness's own is cleared.
+    pub env: Vec<(String, String)>,
 }
 
 impl GatewaySpec {
@@ -181,6 +184,7 @@ impl Gateway {
             }
         }
         command
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .env("BENCH_KEY", BENCH_KEY)
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -263,6 +267,7 @@ mod tests {
             workers: 3,
             observability: false,
             cpus: None,
+            env: Vec::new(),
         };
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yaml");

@@ -107,6 +107,10 @@ pub struct GridArgs {
     /// A prebuilt aisix binary [default: cargo build --release -p aisix-server].
     #[arg(long)]
     pub aisix_bin: Option<PathBuf>,
+    /// Extra environment for every gateway leg, e.g. `AISIX_OBSERVABILITY__ACCESS_LOG=false` to
+    /// price one feature; repeatable.
+    #[arg(long = "gateway-env", value_name = "KEY=VALUE", value_parser = args::key_value)]
+    pub gateway_env: Vec<(String, String)>,
     /// Longest wait for one answer (one whole stream) before it counts as failed.
     #[arg(long, default_value = "10s", value_parser = args::duration)]
     pub timeout: Duration,
@@ -320,6 +324,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             workers,
             observability: true,
             cpus: args.gateway_cpus.clone(),
+            env: args.gateway_env.clone(),
         };
         let leg = format!("aisix-{mode}");
         attempt(&mut results, &leg, &mut |r| {
@@ -334,6 +339,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             workers,
             observability: false,
             cpus: args.gateway_cpus.clone(),
+            env: args.gateway_env.clone(),
         };
         let leg = format!("aisix-{mode}-obs-off");
         results.obs_pair = Some((leg.clone(), format!("aisix-{mode}")));

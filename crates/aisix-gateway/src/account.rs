@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_obs::access_log;
-use aisix_obs::metrics::emit::{self, InFlightGuard, RequestLabels};
+use aisix_obs::metrics::emit::{self, InFlightGuard, RequestFacts, RequestLabels};
 use aisix_obs::metrics::labels::{
     AuthFailure, Endpoint as EndpointLabel, Outcome, StatusClass, UNROUTED, UpstreamErrorKind,
 };
@@ -104,7 +104,7 @@ impl Record {
     fn emit_metrics(&self, latency: Duration) {
         let model = self.model.as_deref().unwrap_or(UNROUTED);
         let provider = self.provider.as_deref().unwrap_or(UNROUTED);
-        emit::request_finished(
+        emit::request(
             &RequestLabels {
                 endpoint: self.endpoint,
                 model,
@@ -112,20 +112,13 @@ impl Record {
                 status: StatusClass::from_status(self.status),
                 outcome: self.outcome,
             },
-            latency,
+            &RequestFacts {
+                duration: latency,
+                overhead: self.overhead,
+                tokens: self.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+                ttft: self.ttft.filter(|_| self.stream),
+            },
         );
-        emit::overhead(self.endpoint, self.overhead);
-        if let Some(usage) = self.usage {
-            emit::tokens(
-                model,
-                provider,
-                usage.prompt_tokens,
-                usage.completion_tokens,
-            );
-        }
-        if let (true, Some(ttft)) = (self.stream, self.ttft) {
-            emit::ttft(model, provider, ttft);
-        }
         if let Some(kind) = self.upstream_error {
             emit::upstream_error(provider, kind);
         }

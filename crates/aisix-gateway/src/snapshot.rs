@@ -8,14 +8,17 @@ use std::time::{Duration, SystemTime};
 
 use aisix_config::{KeyHash, ModelPattern, ProviderKind, Resources};
 use bytes::Bytes;
-use http::HeaderValue;
+use http::{HeaderValue, Uri};
+
+use crate::endpoint::Endpoint;
 
 use crate::wire::openai::json_string;
 
 /// One loaded configuration. Workers read it through an `ArcSwap` without locking.
 #[derive(Debug, Default)]
 pub struct Snapshot {
-    models: HashMap<String, Arc<ModelRoute>>,
+    // Configured names only: a fixed-key fast hash is safe, nothing a client sends is inserted.
+    models: HashMap<String, Arc<ModelRoute>, foldhash::fast::FixedState>,
     /// Models in file order, for `/v1/models`.
     model_order: Vec<Arc<ModelRoute>>,
     keys: HashMap<KeyHash, ApiKeyEntry, BuildHasherDefault<KeyHashHasher>>,
@@ -42,8 +45,44 @@ pub struct Target {
     pub provider: ProviderKind,
     /// `https://api.openai.com/v1`, without a trailing slash.
     pub api_base: String,
+    /// `api_base` joined with each endpoint's path, parsed once.
+    pub uris: EndpointUris,
     /// `Bearer <key>`, marked sensitive so it is never logged by hyper.
     pub authorization: Option<HeaderValue>,
+}
+
+/// The upstream URI of each proxied endpoint for one `api_base`.
+#[derive(Debug)]
+pub struct EndpointUris {
+    chat_completions: Option<Uri>,
+    completions: Option<Uri>,
+    embeddings: Option<Uri>,
+}
+
+impl EndpointUris {
+    fn new(api_base: &str) -> Self {
+        let uri = |endpoint: Endpoint| {
+            format!("{api_base}{}", endpoint.upstream_path())
+                .parse()
+                .ok()
+        };
+        Self {
+            chat_completions: uri(Endpoint::ChatCompletions),
+            completions: uri(Endpoint::Completions),
+            embeddings: uri(Endpoint::Embeddings),
+        }
+    }
+
+    /// The URI for `endpoint`; `None` for endpoints that are never proxied or a base that is
+    /// not a valid URI (a `mock` provider's empty base).
+    pub fn get(&self, endpoint: Endpoint) -> Option<&Uri> {
+        match endpoint {
+            Endpoint::ChatCompletions => self.chat_completions.as_ref(),
+            Endpoint::Completions => self.completions.as_ref(),
+            Endpoint::Embeddings => self.embeddings.as_ref(),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -75,13 +114,17 @@ impl Snapshot {
                 Arc::new(Target {
                     name: key.display_name.as_str().into(),
                     provider: key.provider,
+                    uris: EndpointUris::new(&key.api_base),
                     api_base: key.api_base.clone(),
                     authorization,
                 })
             })
             .collect();
 
-        let mut models = HashMap::with_capacity(resources.models.len());
+        let mut models = HashMap::with_capacity_and_hasher(
+            resources.models.len(),
+            foldhash::fast::FixedState::default(),
+        );
         let mut model_order = Vec::with_capacity(resources.models.len());
         for model in &resources.models {
             let Some(target) = targets.get(model.provider_key_index) else {

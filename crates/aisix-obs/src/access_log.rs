@@ -7,7 +7,7 @@
 //! uncontended lock of this thread's own buffer.
 
 use std::cell::RefCell;
-use std::io::Write;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -19,6 +19,9 @@ use crate::metrics;
 pub const MAX_BUFFERED_BYTES: usize = 1 << 20;
 /// How often the writer flushes.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(100);
+/// A thread whose buffer passes this wakes the writer early, so a busy worker's lines are
+/// written in 64 KiB batches instead of piling up to the drop limit.
+pub const FLUSH_AT_BYTES: usize = 64 * 1024;
 
 /// Longest path logged; longer paths are cut.
 const MAX_PATH: usize = 256;
@@ -54,34 +57,37 @@ struct Buffer {
 static BUFFERS: Mutex<Vec<Arc<Buffer>>> = Mutex::new(Vec::new());
 // shared: lines dropped anywhere, reported by the writer; written only when a line is dropped.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
+// shared: the writer thread, woken by whichever worker first passes FLUSH_AT_BYTES.
+static WRITER: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
+// shared: set by the worker that wakes the writer, cleared by the writer, so one wake-up is sent
+// per flush however many workers pass the mark.
+static WAKE_SENT: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
-    static LOCAL: RefCell<Local> = const { RefCell::new(Local { buffer: None, scratch: Vec::new() }) };
+    static LOCAL: RefCell<Option<Arc<Buffer>>> = const { RefCell::new(None) };
 }
 
-struct Local {
-    buffer: Option<Arc<Buffer>>,
-    scratch: Vec<u8>,
-}
-
-/// Queues `entry` for the log.
+/// Queues `entry` for the log, formatting it straight into this thread's buffer.
 pub fn record(entry: &Entry<'_>) {
     let _ = LOCAL.try_with(|local| {
         let Ok(mut local) = local.try_borrow_mut() else {
             return;
         };
-        let Local { buffer, scratch } = &mut *local;
-        scratch.clear();
-        format_line(scratch, entry, SystemTime::now());
-        let buffer = buffer.get_or_insert_with(register);
+        let buffer = local.get_or_insert_with(register);
         let mut lines = buffer.lines.lock().unwrap_or_else(PoisonError::into_inner);
-        if lines.len() + scratch.len() > MAX_BUFFERED_BYTES {
+        let start = lines.len();
+        format_line(&mut lines, entry, SystemTime::now());
+        if lines.len() > MAX_BUFFERED_BYTES {
+            lines.truncate(start);
             drop(lines);
             DROPPED.fetch_add(1, Ordering::Relaxed);
             // Counted here, not by the writer: the writer may be the one stuck on stderr.
             metrics::emit::access_log_dropped(1);
-        } else {
-            lines.extend_from_slice(scratch);
+        } else if lines.len() >= FLUSH_AT_BYTES && !WAKE_SENT.swap(true, Ordering::AcqRel) {
+            drop(lines);
+            if let Some(writer) = WRITER.get() {
+                writer.unpark();
+            }
         }
     });
 }
@@ -189,7 +195,8 @@ fn flush(spare: &mut Vec<u8>, reported: &mut u64) {
     }
 }
 
-/// Formats one line (with its newline) into `out`.
+/// Formats one line (with its newline) into `out`. No `core::fmt`: numbers and the timestamp are
+/// written digit by digit, strings are copied whole unless they need escaping.
 pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
     out.extend_from_slice(b"{\"ts\":\"");
     rfc3339_millis(out, now);
@@ -204,11 +211,12 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
     json_str(out, entry.method);
     out.extend_from_slice(b",\"path\":");
     let path = match entry.path.char_indices().nth(MAX_PATH) {
-        Some((cut, _)) => &entry.path[..cut],
-        None => entry.path,
+        Some((cut, _)) if entry.path.len() > MAX_PATH => &entry.path[..cut],
+        _ => entry.path,
     };
     json_str(out, path);
-    let _ = write!(out, ",\"status\":{}", entry.status);
+    out.extend_from_slice(b",\"status\":");
+    num(out, u64::from(entry.status));
     out.extend_from_slice(b",\"model\":");
     opt_str(out, entry.model);
     out.extend_from_slice(b",\"provider\":");
@@ -219,28 +227,58 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
     opt_num(out, entry.input_tokens);
     out.extend_from_slice(b",\"output_tokens\":");
     opt_num(out, entry.output_tokens);
-    let _ = write!(out, ",\"latency_ms\":{:.3}", millis(entry.latency));
+    out.extend_from_slice(b",\"latency_ms\":");
+    millis(out, entry.latency);
     out.extend_from_slice(b",\"ttft_ms\":");
     match entry.ttft {
-        Some(ttft) => {
-            let _ = write!(out, "{:.3}", millis(ttft));
-        }
+        Some(ttft) => millis(out, ttft),
         None => out.extend_from_slice(b"null"),
     }
     out.extend_from_slice(b",\"upstream_status\":");
     opt_num(out, entry.upstream_status.map(u64::from));
     out.extend_from_slice(b",\"error\":");
     opt_str(out, entry.error);
-    let _ = writeln!(
+    out.extend_from_slice(if entry.stream {
+        b",\"stream\":true,\"overhead_us\":"
+    } else {
+        b",\"stream\":false,\"overhead_us\":"
+    });
+    num(
         out,
-        ",\"stream\":{},\"overhead_us\":{}}}",
-        entry.stream,
-        entry.overhead.as_micros()
+        u64::try_from(entry.overhead.as_micros()).unwrap_or(u64::MAX),
     );
+    out.extend_from_slice(b"}\n");
 }
 
-fn millis(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
+/// Milliseconds with three decimals, from whole microseconds.
+fn millis(out: &mut Vec<u8>, d: Duration) {
+    let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    num(out, micros / 1000);
+    out.push(b'.');
+    let frac = micros % 1000;
+    out.extend_from_slice(&[
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+fn num(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
+}
+
+fn two(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(&[b'0' + (n / 10 % 10) as u8, b'0' + (n % 10) as u8]);
 }
 
 fn opt_str(out: &mut Vec<u8>, value: Option<&str>) {
@@ -252,26 +290,35 @@ fn opt_str(out: &mut Vec<u8>, value: Option<&str>) {
 
 fn opt_num(out: &mut Vec<u8>, value: Option<u64>) {
     match value {
-        Some(n) => {
-            let _ = write!(out, "{n}");
-        }
+        Some(n) => num(out, n),
         None => out.extend_from_slice(b"null"),
     }
 }
 
 fn json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
-    for &b in s.as_bytes() {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            0..=0x1f | 0x7f => {
-                let _ = write!(out, "\\u{b:04x}");
+    let bytes = s.as_bytes();
+    if bytes
+        .iter()
+        .all(|&b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
+    {
+        out.extend_from_slice(bytes);
+    } else {
+        for &b in bytes {
+            match b {
+                b'"' => out.extend_from_slice(b"\\\""),
+                b'\\' => out.extend_from_slice(b"\\\\"),
+                b'\n' => out.extend_from_slice(b"\\n"),
+                b'\r' => out.extend_from_slice(b"\\r"),
+                b'\t' => out.extend_from_slice(b"\\t"),
+                0..=0x1f | 0x7f => {
+                    const HEX: &[u8; 16] = b"0123456789abcdef";
+                    out.extend_from_slice(b"\\u00");
+                    out.push(HEX[usize::from(b >> 4)]);
+                    out.push(HEX[usize::from(b & 0xf)]);
+                }
+                _ => out.push(b),
             }
-            _ => out.push(b),
         }
     }
     out.push(b'"');
@@ -281,17 +328,27 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
 fn rfc3339_millis(out: &mut Vec<u8>, now: SystemTime) {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
-    let days = (secs / 86_400) as i64;
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
-    let (year, month, day) = civil_from_days(days);
-    let _ = write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    );
+    num(out, year.max(0) as u64);
+    out.push(b'-');
+    two(out, u64::from(month));
+    out.push(b'-');
+    two(out, u64::from(day));
+    out.push(b'T');
+    two(out, rem / 3600);
+    out.push(b':');
+    two(out, rem % 3600 / 60);
+    out.push(b':');
+    two(out, rem % 60);
+    out.push(b'.');
+    let ms = u64::from(since.subsec_millis());
+    out.extend_from_slice(&[
+        b'0' + (ms / 100) as u8,
+        b'0' + (ms / 10 % 10) as u8,
+        b'0' + (ms % 10) as u8,
+    ]);
+    out.push(b'Z');
 }
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's method).
@@ -396,6 +453,22 @@ mod tests {
             record(&entry());
         }
         assert!(dropped() - before >= 9, "dropped {}", dropped() - before);
+    }
+
+    #[test]
+    fn control_characters_and_small_durations_are_written_exactly() {
+        let mut e = entry();
+        e.key = Some("a\u{1}b");
+        e.latency = Duration::from_micros(5);
+        e.ttft = Some(Duration::from_micros(1_234_567));
+        let mut out = Vec::new();
+        format_line(&mut out, &e, UNIX_EPOCH);
+        let text = std::str::from_utf8(&out).unwrap();
+        assert!(text.contains(r#""api_key":"a\u0001b""#), "{text}");
+        assert!(text.contains(r#""latency_ms":0.005,"#), "{text}");
+        assert!(text.contains(r#""ttft_ms":1234.567,"#), "{text}");
+        let parsed: Vec<&str> = text.split(',').collect();
+        assert!(parsed.len() > 10);
     }
 
     #[test]

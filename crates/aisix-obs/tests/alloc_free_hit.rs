@@ -205,3 +205,23 @@ fn a_whole_request_allocates_nothing_once_warm() {
         emit::overhead(labels.endpoint, Duration::from_micros(50));
     });
 }
+
+#[test]
+fn request_bundle_hit_allocates_nothing() {
+    let labels = RequestLabels {
+        endpoint: Endpoint::ChatCompletions,
+        model: "gpt-4o",
+        provider: "openai-main",
+        status: StatusClass::from_status(200),
+        outcome: Outcome::Success,
+    };
+    let facts = emit::RequestFacts {
+        duration: Duration::from_millis(700),
+        overhead: Duration::from_micros(25),
+        tokens: Some((31, 17)),
+        ttft: Some(Duration::from_millis(90)),
+    };
+    assert_hits_allocate_nothing("request bundle", 1, || {
+        emit::request(black_box(&labels), black_box(&facts));
+    });
+}

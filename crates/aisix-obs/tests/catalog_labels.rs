@@ -270,3 +270,158 @@ fn worker_families_keep_the_worker_in_the_key() {
     );
     drop(guards);
 }
+
+/// The one-lookup request bundle keys on every label too: each variant set lands in its own
+/// series of every family it feeds, projected onto that family's labels.
+#[test]
+fn the_request_bundle_keeps_every_label_in_the_key() {
+    let metrics = Metrics::build().unwrap();
+    let base = RequestLabels {
+        endpoint: Endpoint::ChatCompletions,
+        model: "m1",
+        provider: "p1",
+        status: StatusClass::Success,
+        outcome: Outcome::Success,
+    };
+    let sets = [
+        base,
+        RequestLabels {
+            endpoint: Endpoint::Messages,
+            ..base
+        },
+        RequestLabels {
+            model: "m2",
+            ..base
+        },
+        RequestLabels {
+            provider: "p2",
+            ..base
+        },
+        RequestLabels {
+            status: StatusClass::ServerError,
+            ..base
+        },
+        RequestLabels {
+            outcome: Outcome::UpstreamError,
+            ..base
+        },
+    ];
+    let facts = emit::RequestFacts {
+        duration: Duration::from_millis(10),
+        overhead: Duration::from_micros(20),
+        tokens: Some((3, 5)),
+        ttft: Some(Duration::from_millis(4)),
+    };
+    local(&metrics, || {
+        for set in &sets {
+            emit::request(set, &facts);
+        }
+    });
+    let emitted: Vec<(Labels, f64)> = sets
+        .iter()
+        .map(|s| {
+            let set = labels(&[
+                ("endpoint", s.endpoint.as_str()),
+                ("model", s.model),
+                ("provider", s.provider),
+                ("status_class", s.status.as_str()),
+                ("outcome", s.outcome.as_str()),
+            ]);
+            (set, 1.0)
+        })
+        .collect();
+    let page = metrics.render();
+    assert_eq!(
+        series(&page, "aisix_requests_total"),
+        expect(
+            &emitted,
+            &["endpoint", "model", "provider", "status_class", "outcome"]
+        )
+    );
+    assert_eq!(
+        series(&page, "aisix_request_duration_seconds").len(),
+        5,
+        "{page}"
+    );
+    assert_eq!(
+        series(&page, "aisix_gateway_overhead_seconds").len(),
+        2,
+        "{page}"
+    );
+    let tokens_emitted: Vec<(Labels, f64)> = emitted
+        .iter()
+        .flat_map(|(set, _)| {
+            ["input", "output"].map(|kind| {
+                let mut set = set.clone();
+                set.insert("kind".to_owned(), kind.to_owned());
+                (set, if kind == "input" { 3.0 } else { 5.0 })
+            })
+        })
+        .collect();
+    assert_eq!(
+        series(&page, "aisix_tokens_total"),
+        expect(&tokens_emitted, &["model", "provider", "kind"])
+    );
+    assert_eq!(
+        series(&page, "aisix_upstream_ttft_seconds").len(),
+        3,
+        "{page}"
+    );
+}
+
+/// A request without usage or a stream adds no token or TTFT series.
+#[test]
+fn the_request_bundle_registers_tokens_and_ttft_only_when_used() {
+    let metrics = Metrics::build().unwrap();
+    let labels = RequestLabels {
+        endpoint: Endpoint::ChatCompletions,
+        model: UNROUTED,
+        provider: UNROUTED,
+        status: StatusClass::ClientError,
+        outcome: Outcome::ClientError,
+    };
+    local(&metrics, || {
+        emit::request(&labels, &emit::RequestFacts::default())
+    });
+    let page = metrics.render();
+    assert_eq!(series(&page, "aisix_requests_total").len(), 1, "{page}");
+    assert!(series(&page, "aisix_tokens_total").is_empty(), "{page}");
+    assert!(
+        series(&page, "aisix_upstream_ttft_seconds").is_empty(),
+        "{page}"
+    );
+}
+
+/// Emitting through the bundle renders exactly what the per-family emits render.
+#[test]
+fn the_request_bundle_renders_the_same_page_as_per_family_emits() {
+    let (bundled, separate) = (Metrics::build().unwrap(), Metrics::build().unwrap());
+    let labels = RequestLabels {
+        endpoint: Endpoint::Completions,
+        model: "gpt-4o",
+        provider: "openai-main",
+        status: StatusClass::Success,
+        outcome: Outcome::Success,
+    };
+    let facts = emit::RequestFacts {
+        duration: Duration::from_millis(850),
+        overhead: Duration::from_micros(35),
+        tokens: Some((12, 40)),
+        ttft: Some(Duration::from_millis(120)),
+    };
+    for _ in 0..3 {
+        local(&bundled, || emit::request(&labels, &facts));
+        local(&separate, || {
+            emit::request_finished(&labels, facts.duration);
+            emit::overhead(labels.endpoint, facts.overhead);
+            emit::tokens(labels.model, labels.provider, 12, 40);
+            emit::ttft(labels.model, labels.provider, Duration::from_millis(120));
+        });
+    }
+    let sorted = |page: String| {
+        let mut samples = common::samples(&page);
+        samples.sort_by_key(|s| (s.name.clone(), format!("{:?}", s.labels)));
+        samples
+    };
+    assert_eq!(sorted(bundled.render()), sorted(separate.render()));
+}

@@ -43,10 +43,16 @@ pub(crate) async fn call(
     request_id: &HeaderValue,
     deadline: Instant,
 ) -> Result<(StatusCode, Reply), GatewayError> {
-    let uri = format!("{}{}", target.api_base, endpoint.upstream_path());
+    let Some(uri) = target.uris.get(endpoint) else {
+        tracing::error!(provider = %target.name, "api_base is not a usable URI");
+        return Err(GatewayError::new(
+            ErrorKind::Internal,
+            "The gateway could not build the upstream request.",
+        ));
+    };
     let mut request = Request::builder()
         .method(Method::POST)
-        .uri(uri)
+        .uri(uri.clone())
         .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
         .header(
             ACCEPT,

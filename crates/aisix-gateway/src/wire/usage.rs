@@ -18,10 +18,26 @@ struct UsageProbe {
     usage: Option<Usage>,
 }
 
-/// The `usage` object of a complete JSON response, if it has one. Skips everything else
-/// without allocating.
+/// The `usage` object of a complete JSON response, if it has one.
+///
+/// OpenAI-shaped responses put `usage` last, so the last `"usage"` key is read first and only
+/// its object is parsed (a few hundred bytes, whatever the size of the choices before it); when
+/// that does not yield usage, the whole document is parsed, skipping everything else without
+/// allocating. A `"usage"` inside a string value is escaped (`\"usage\"`) and never matches.
 pub fn from_response(body: &[u8]) -> Option<Usage> {
-    serde_json::from_slice::<UsageProbe>(body).ok()?.usage
+    last_usage_object(body).or_else(|| serde_json::from_slice::<UsageProbe>(body).ok()?.usage)
+}
+
+fn last_usage_object(body: &[u8]) -> Option<Usage> {
+    let at = memchr::memmem::rfind(body, b"\"usage\"")?;
+    let value = body[at + 7..]
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    if value.first() != Some(&b'{') {
+        return None;
+    }
+    Usage::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
 }
 
 #[cfg(test)]
@@ -39,6 +55,18 @@ mod tests {
                 total_tokens: 8
             })
         );
+    }
+
+    #[test]
+    fn usage_before_the_choices_is_found_too() {
+        let body = br#"{"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3},"choices":[{"message":{"content":"say \"usage\": {}"}}]}"#;
+        assert_eq!(from_response(body).map(|u| u.total_tokens), Some(3));
+    }
+
+    #[test]
+    fn nested_details_are_ignored() {
+        let body = br#"{"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10,"prompt_tokens_details":{"cached_tokens":4}}}"#;
+        assert_eq!(from_response(body).map(|u| u.prompt_tokens), Some(9));
     }
 
     #[test]

@@ -28,13 +28,16 @@
 //! [`MAX_ENTRIES_PER_MAP`] entries per thread. When full, one entry is evicted; it registers
 //! again on its next emit and gets the same series back from the recorder, so counting goes on.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use ::metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder};
 
-use super::catalog::{Family, FamilyId};
+use super::catalog::{
+    Family, FamilyId, GATEWAY_OVERHEAD, REQUEST_BUNDLE, REQUEST_DURATION, REQUESTS_TOTAL,
+    TOKENS_TOTAL, UPSTREAM_TTFT,
+};
 
 /// Most entries one thread keeps per handle type before evicting.
 pub const MAX_ENTRIES_PER_MAP: usize = 4096;
@@ -66,7 +69,8 @@ pub fn thread_cache_stats() -> CacheStats {
                 |cache| CacheStats {
                     entries: cache.counters.map.len()
                         + cache.gauges.map.len()
-                        + cache.histograms.map.len(),
+                        + cache.histograms.map.len()
+                        + cache.requests.map.len(),
                     ..cache.stats
                 },
             )
@@ -82,6 +86,7 @@ pub fn clear_thread_cache() {
             cache.counters.map.clear();
             cache.gauges.map.clear();
             cache.histograms.map.clear();
+            cache.requests.map.clear();
         }
     });
 }
@@ -139,6 +144,7 @@ struct ThreadCache {
     counters: HandleMap<Counter>,
     gauges: HandleMap<Gauge>,
     histograms: HandleMap<Histogram>,
+    requests: HandleMap<RequestHandles>,
     stats: CacheStats,
 }
 
@@ -149,6 +155,7 @@ impl ThreadCache {
             counters: HandleMap::new(),
             gauges: HandleMap::new(),
             histograms: HandleMap::new(),
+            requests: HandleMap::new(),
             stats: CacheStats {
                 entries: 0,
                 hits: 0,
@@ -183,7 +190,11 @@ struct Parts<'a, H> {
 
 trait CachedHandle: Sized {
     fn parts(cache: &mut ThreadCache) -> Parts<'_, Self>;
-    fn register(recorder: &dyn Recorder, key: &Key) -> Self;
+    fn register<const N: usize>(
+        recorder: &dyn Recorder,
+        family: &'static Family<N>,
+        values: &[&str; N],
+    ) -> Self;
 }
 
 impl CachedHandle for Counter {
@@ -194,8 +205,12 @@ impl CachedHandle for Counter {
             stats: &mut cache.stats,
         }
     }
-    fn register(recorder: &dyn Recorder, key: &Key) -> Self {
-        recorder.register_counter(key, &METADATA)
+    fn register<const N: usize>(
+        recorder: &dyn Recorder,
+        family: &'static Family<N>,
+        values: &[&str; N],
+    ) -> Self {
+        recorder.register_counter(&key_of(family, values), &METADATA)
     }
 }
 
@@ -207,8 +222,12 @@ impl CachedHandle for Gauge {
             stats: &mut cache.stats,
         }
     }
-    fn register(recorder: &dyn Recorder, key: &Key) -> Self {
-        recorder.register_gauge(key, &METADATA)
+    fn register<const N: usize>(
+        recorder: &dyn Recorder,
+        family: &'static Family<N>,
+        values: &[&str; N],
+    ) -> Self {
+        recorder.register_gauge(&key_of(family, values), &METADATA)
     }
 }
 
@@ -220,9 +239,103 @@ impl CachedHandle for Histogram {
             stats: &mut cache.stats,
         }
     }
-    fn register(recorder: &dyn Recorder, key: &Key) -> Self {
-        recorder.register_histogram(key, &METADATA)
+    fn register<const N: usize>(
+        recorder: &dyn Recorder,
+        family: &'static Family<N>,
+        values: &[&str; N],
+    ) -> Self {
+        recorder.register_histogram(&key_of(family, values), &METADATA)
     }
+}
+
+/// Every handle a finished request touches, found with one lookup keyed by the request's
+/// labels: `aisix_requests_total`, `aisix_request_duration_seconds` and
+/// `aisix_gateway_overhead_seconds` at once; `aisix_tokens_total` and
+/// `aisix_upstream_ttft_seconds` on first use, so requests without usage or a stream add no
+/// empty series. The series are the same ones the per-family emits reach.
+pub(crate) struct RequestHandles {
+    pub total: Counter,
+    pub duration: Histogram,
+    pub overhead: Histogram,
+    model: Box<str>,
+    provider: Box<str>,
+    tokens: OnceCell<(Counter, Counter)>,
+    ttft: OnceCell<Histogram>,
+}
+
+impl RequestHandles {
+    /// The input and output token counters.
+    pub fn tokens(&self) -> &(Counter, Counter) {
+        self.tokens.get_or_init(|| {
+            ::metrics::with_recorder(|recorder| {
+                let kind = |kind: &str| {
+                    recorder.register_counter(
+                        &key_of(&TOKENS_TOTAL, &[&self.model, &self.provider, kind]),
+                        &METADATA,
+                    )
+                };
+                (kind("input"), kind("output"))
+            })
+        })
+    }
+
+    /// The time-to-first-token histogram.
+    pub fn ttft(&self) -> &Histogram {
+        self.ttft.get_or_init(|| {
+            ::metrics::with_recorder(|recorder| {
+                recorder.register_histogram(
+                    &key_of(&UPSTREAM_TTFT, &[&self.model, &self.provider]),
+                    &METADATA,
+                )
+            })
+        })
+    }
+}
+
+impl CachedHandle for RequestHandles {
+    fn parts(cache: &mut ThreadCache) -> Parts<'_, Self> {
+        Parts {
+            key: &mut cache.key,
+            map: &mut cache.requests,
+            stats: &mut cache.stats,
+        }
+    }
+
+    /// `values` are `[endpoint, model, provider, status_class, outcome]` (REQUEST_BUNDLE).
+    fn register<const N: usize>(
+        recorder: &dyn Recorder,
+        _family: &'static Family<N>,
+        values: &[&str; N],
+    ) -> Self {
+        let get = |i: usize| values.get(i).copied().unwrap_or_default();
+        let (endpoint, model, provider, status, outcome) = (get(0), get(1), get(2), get(3), get(4));
+        Self {
+            total: recorder.register_counter(
+                &key_of(
+                    &REQUESTS_TOTAL,
+                    &[endpoint, model, provider, status, outcome],
+                ),
+                &METADATA,
+            ),
+            duration: recorder.register_histogram(
+                &key_of(&REQUEST_DURATION, &[endpoint, model, provider, outcome]),
+                &METADATA,
+            ),
+            overhead: recorder
+                .register_histogram(&key_of(&GATEWAY_OVERHEAD, &[endpoint]), &METADATA),
+            model: model.into(),
+            provider: provider.into(),
+            tokens: OnceCell::new(),
+            ttft: OnceCell::new(),
+        }
+    }
+}
+
+/// Runs `f` on the request handles for `values` (`[endpoint, model, provider, status_class,
+/// outcome]`), cached on this thread.
+#[inline]
+pub(crate) fn request<R>(values: [&str; 5], f: impl Fn(&RequestHandles) -> R) -> R {
+    with_handle(&REQUEST_BUNDLE, &values, f)
 }
 
 #[inline]
@@ -236,7 +349,7 @@ fn with_handle<H: CachedHandle, const N: usize, R>(
             return done;
         }
         // Uncacheable, or this thread's storage is being torn down: register every time.
-        f(&H::register(recorder, &key_of(family, values)))
+        f(&H::register(recorder, family, values))
     })
 }
 
@@ -266,7 +379,7 @@ fn cached<H: CachedHandle, const N: usize, R>(
         return Some(f(handle));
     }
     stats.misses += 1;
-    let handle = H::register(recorder, &key_of(family, values));
+    let handle = H::register(recorder, family, values);
     if map.map.len() >= MAX_ENTRIES_PER_MAP {
         // Any entry will do; the one the iterator meets first is as good as a random one.
         if let Some(victim) = map.map.keys().next().cloned() {

@@ -23,6 +23,8 @@ pub enum FamilyId {
     GatewayOverhead,
     BuildInfo,
     AccessLogDropped,
+    /// Not a family: the cache key of [`REQUEST_BUNDLE`].
+    RequestBundle,
 }
 
 /// The Prometheus type of a family. Durations are histograms with explicit buckets, never
@@ -217,6 +219,17 @@ pub static ACCESS_LOG_DROPPED: Family<0> = Family {
     kind: Kind::Counter,
     unit: Unit::Count,
     labels: [],
+};
+
+/// Not exported: names the handle-cache entry that holds every handle of a finished request
+/// (see `cache::RequestHandles`), keyed by the request's labels.
+pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
+    id: FamilyId::RequestBundle,
+    name: "aisix_request_bundle",
+    help: "",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["endpoint", "model", "provider", "status_class", "outcome"],
 };
 
 /// Every family, in the order the families are documented above.

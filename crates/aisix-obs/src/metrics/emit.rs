@@ -58,6 +58,54 @@ pub fn request_finished(labels: &RequestLabels<'_>, duration: Duration) {
     );
 }
 
+/// What a finished request measured, beyond its labels.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestFacts {
+    /// Whole request, received to done.
+    pub duration: Duration,
+    /// Time in the gateway itself, the upstream wait excluded.
+    pub overhead: Duration,
+    /// Input and output tokens, when the provider reported usage.
+    pub tokens: Option<(u64, u64)>,
+    /// Upstream time to first token, for streams.
+    pub ttft: Option<Duration>,
+}
+
+/// Everything a finished request records, through one cache lookup: requests_total,
+/// request_duration, gateway_overhead, tokens and ttft. The same series as
+/// [`request_finished`], [`overhead`], [`tokens`] and [`ttft`] emitted one by one.
+pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
+    let RequestLabels {
+        endpoint,
+        model,
+        provider,
+        status,
+        outcome,
+    } = *labels;
+    cache::request(
+        [
+            endpoint.as_str(),
+            model,
+            provider,
+            status.as_str(),
+            outcome.as_str(),
+        ],
+        |h| {
+            h.total.increment(1);
+            h.duration.record(facts.duration.as_secs_f64());
+            h.overhead.record(facts.overhead.as_secs_f64());
+            if let Some((input, output)) = facts.tokens {
+                let (input_counter, output_counter) = h.tokens();
+                input_counter.increment(input);
+                output_counter.increment(output);
+            }
+            if let Some(ttft) = facts.ttft {
+                h.ttft().record(ttft.as_secs_f64());
+            }
+        },
+    );
+}
+
 /// Time to first token of a streamed upstream response.
 pub fn ttft(model: &str, provider: &str, duration: Duration) {
     let seconds = duration.as_secs_f64();
