@@ -556,3 +556,33 @@ both_modes! {
         assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
     }
 }
+
+both_modes! {
+    async fn connections_the_upstream_closes_are_not_reused(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock).workers(Some(1)));
+        let body = json!({"model": "gpt-x", "messages": []});
+        mock.enqueue(Mock::openai().header("connection", "close"));
+        assert_eq!(chat(&gateway, TEAM_KEY, body.clone()).await.status, 200);
+        assert!(mock.wait_for_connections_closed(1, Duration::from_secs(5)));
+        for _ in 0..3 {
+            assert_eq!(chat(&gateway, TEAM_KEY, body.clone()).await.status, 200);
+        }
+        assert_eq!(mock.connections_accepted(), 2, "one closed by the upstream, one reused");
+    }
+}
+
+both_modes! {
+    async fn idle_upstream_connections_are_closed_by_the_pool_timer(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(
+            &config(mode, &mock).workers(Some(1)).env("AISIX_UPSTREAM__POOL_IDLE_TIMEOUT_SECS", "1"),
+        );
+        assert_eq!(chat(&gateway, TEAM_KEY, json!({"model": "gpt-x", "messages": []})).await.status, 200);
+        assert_eq!(mock.connections_closed(), 0);
+        assert!(
+            mock.wait_until_async(Duration::from_secs(10), |m| m.connections_closed() == 1).await,
+            "the idle upstream connection was not closed"
+        );
+    }
+}

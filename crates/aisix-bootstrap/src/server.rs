@@ -230,6 +230,7 @@ fn start_shared<F: ServiceFactory>(
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(plan.workers.get())
+        .global_queue_interval(2)
         .enable_all()
         .on_thread_start({
             let factory = factory.clone();

@@ -44,6 +44,8 @@ pub(crate) struct Record {
     pub upstream_wait: Duration,
     /// Time in the gateway itself, fixed when the response head is ready.
     pub overhead: Duration,
+    /// When the response head was ready.
+    head_at: Option<Instant>,
     pub ttft: Option<Duration>,
     pub usage: Option<Usage>,
     /// The error code, when the request failed.
@@ -65,10 +67,7 @@ impl Record {
         received: Instant,
         sinks: Sinks,
     ) -> Self {
-        let in_flight = sinks.metrics.then(|| {
-            emit::worker_request();
-            emit::in_flight(endpoint)
-        });
+        let in_flight = sinks.metrics.then(|| emit::request_started(endpoint));
         Self {
             request_id,
             endpoint,
@@ -83,6 +82,7 @@ impl Record {
             upstream_status: None,
             upstream_wait: Duration::ZERO,
             overhead: Duration::ZERO,
+            head_at: None,
             ttft: None,
             usage: None,
             error: None,
@@ -97,7 +97,9 @@ impl Record {
 
     /// Fixes the gateway's own time so far: everything except the upstream wait.
     pub(crate) fn mark_head(&mut self) -> Duration {
-        self.overhead = self.received.elapsed().saturating_sub(self.upstream_wait);
+        let now = Instant::now();
+        self.head_at = Some(now);
+        self.overhead = (now - self.received).saturating_sub(self.upstream_wait);
         self.overhead
     }
 
@@ -158,7 +160,12 @@ pub(crate) struct Accounted(pub Record);
 impl Drop for Accounted {
     fn drop(&mut self) {
         let record = &self.0;
-        let latency = record.received.elapsed();
+        // A whole response is done when its head is (its body goes out with it); a stream
+        // ends now.
+        let latency = match record.head_at {
+            Some(head_at) if !record.stream => head_at - record.received,
+            _ => record.received.elapsed(),
+        };
         if record.sinks.metrics {
             record.emit_metrics(latency);
         }

@@ -19,6 +19,7 @@ use tokio::time::{Instant, Sleep};
 use aisix_obs::metrics::labels::{Outcome, UpstreamErrorKind};
 
 use crate::account::Accounted;
+use crate::upstream::Lease;
 use crate::wire::sse::{self, Event};
 
 /// Timing knobs of a relayed stream.
@@ -30,6 +31,8 @@ pub(crate) struct StreamSettings {
 
 pub struct SseRelay {
     upstream: Incoming,
+    /// The upstream connection, handed back once the stream has been read to the end.
+    lease: Option<Lease>,
     /// Bytes of an event not complete yet.
     partial: BytesMut,
     strip_usage_chunk: bool,
@@ -49,6 +52,7 @@ pub struct SseRelay {
 impl SseRelay {
     pub(crate) fn new(
         upstream: Incoming,
+        lease: Option<Lease>,
         strip_usage_chunk: bool,
         settings: StreamSettings,
         sent_at: Instant,
@@ -59,6 +63,7 @@ impl SseRelay {
         record.0.outcome = Outcome::ClientClosed;
         Self {
             upstream,
+            lease,
             partial: BytesMut::new(),
             strip_usage_chunk,
             saw_done: false,
@@ -115,6 +120,8 @@ impl SseRelay {
 
     /// Ends the stream with an error event and no `[DONE]`.
     fn fail(&mut self, kind: UpstreamErrorKind, code: &'static str, message: &str) {
+        // A broken or silent stream's connection is not reused.
+        self.lease = None;
         tracing::warn!(request_id = ?self.record.0.request_id, code, "stream to client ended with an error event");
         let event = serde_json::json!({
             "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
@@ -128,6 +135,9 @@ impl SseRelay {
 
     fn finish(&mut self) {
         self.finished = true;
+        if let Some(lease) = self.lease.take() {
+            lease.release();
+        }
         self.record.0.outcome = Outcome::Success;
         if !self.partial.is_empty() {
             // Bytes after the last blank line: relay them as they are.

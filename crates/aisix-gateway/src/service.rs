@@ -34,7 +34,7 @@ use crate::models;
 use crate::provider::{mock, openai};
 use crate::relay::SseRelay;
 use crate::snapshot::Snapshot;
-use crate::upstream::{self, UpstreamClient};
+use crate::upstream::{Lease, Pool};
 use crate::wire::openai::{BodyError, inspect};
 use crate::wire::usage;
 
@@ -55,7 +55,7 @@ struct Worker {
     /// This worker's lookup tables, rebuilt from `shared.resources` when a reload happened.
     snapshot: ArcSwap<Snapshot>,
     snapshot_generation: AtomicU64,
-    client: UpstreamClient,
+    pool: Pool,
     ids: RequestIds,
 }
 
@@ -63,7 +63,7 @@ impl Gateway {
     pub(crate) fn new(ctx: WorkerContext, shared: Arc<Shared>) -> Self {
         let generation = shared.generation.load(Ordering::Acquire);
         let snapshot = Snapshot::from_resources(&shared.resources.load());
-        let client = upstream::client(&shared.settings.upstream, shared.tls.clone());
+        let pool = Pool::new(&shared.settings.upstream, shared.tls.clone());
         let ids = RequestIds::new(ctx.id);
         Self {
             worker: Arc::new(Worker {
@@ -71,7 +71,7 @@ impl Gateway {
                 shared,
                 snapshot: ArcSwap::from_pointee(snapshot),
                 snapshot_generation: AtomicU64::new(generation),
-                client,
+                pool,
                 ids,
             }),
         }
@@ -97,6 +97,7 @@ enum Answer {
     },
     Stream {
         upstream: Incoming,
+        lease: Option<Lease>,
         strip_usage_chunk: bool,
         sent_at: Instant,
     },
@@ -215,7 +216,7 @@ impl Worker {
                     .unwrap_or(self.shared.settings.upstream.timeout);
                 let sent_at = Instant::now();
                 let result = openai::call(
-                    &self.client,
+                    &self.pool,
                     &route.target,
                     endpoint,
                     upstream_body,
@@ -236,8 +237,9 @@ impl Worker {
                         record.usage = usage::from_response(&body);
                         Answer::Complete { content_type, body }
                     }
-                    openai::Reply::Stream(response) => Answer::Stream {
+                    openai::Reply::Stream(response, lease) => Answer::Stream {
                         upstream: response.into_body(),
+                        lease,
                         strip_usage_chunk: !inspected.client_wants_usage(),
                         sent_at,
                     },
@@ -291,6 +293,7 @@ impl Worker {
             }
             Ok(Answer::Stream {
                 upstream,
+                lease,
                 strip_usage_chunk,
                 sent_at,
             }) => {
@@ -298,6 +301,7 @@ impl Worker {
                 let overhead = HeaderValue::from(record.0.mark_head().as_micros() as u64);
                 let relay = SseRelay::new(
                     upstream,
+                    lease,
                     strip_usage_chunk,
                     self.shared.settings.stream,
                     sent_at,

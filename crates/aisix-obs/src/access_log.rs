@@ -298,10 +298,7 @@ fn opt_num(out: &mut Vec<u8>, value: Option<u64>) {
 fn json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
-    if bytes
-        .iter()
-        .all(|&b| b >= 0x20 && b != b'"' && b != b'\\' && b != 0x7f)
-    {
+    if !needs_escape(bytes) {
         out.extend_from_slice(bytes);
     } else {
         for &b in bytes {
@@ -322,6 +319,33 @@ fn json_str(out: &mut Vec<u8>, s: &str) {
         }
     }
     out.push(b'"');
+}
+
+/// Whether any byte is a control character, `"`, `\\` or DEL; eight bytes at a time.
+fn needs_escape(bytes: &[u8]) -> bool {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    // Bytes of `word` equal to zero, flagged in their high bit (exact for ASCII input; a byte
+    // above 0x7f can flag falsely, which only sends the string down the careful path).
+    let zero = |word: u64| word.wrapping_sub(LOW) & !word & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let below_space = w.wrapping_sub(LOW * 0x20) & !w & HIGH;
+        let hits = below_space
+            | zero(w ^ (LOW * u64::from(b'"')))
+            | zero(w ^ (LOW * u64::from(b'\\')))
+            | zero(w ^ (LOW * 0x7f));
+        if hits != 0 {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b == 0x7f)
 }
 
 /// `2026-11-30T03:34:23.217Z`.
@@ -469,6 +493,25 @@ mod tests {
         assert!(text.contains(r#""ttft_ms":1234.567,"#), "{text}");
         let parsed: Vec<&str> = text.split(',').collect();
         assert!(parsed.len() > 10);
+    }
+
+    #[test]
+    fn the_escape_check_finds_every_special_byte_at_every_position() {
+        for special in [b'"', b'\\', b'\n', 0x00, 0x1f, 0x7f] {
+            for len in 1..20 {
+                for at in 0..len {
+                    let mut text = vec![b'a'; len];
+                    text[at] = special;
+                    assert!(needs_escape(&text), "{special:#x} at {at} of {len}");
+                }
+            }
+        }
+        assert!(!needs_escape(
+            b"plain-ASCII_text 0123456789 ~!#$%&'()*+,-./:;<=>?@[]^`{|}"
+        ));
+        assert!(!needs_escape(
+            "caf\u{e9} \u{65e5}\u{672c} and more text".as_bytes()
+        ));
     }
 
     #[test]

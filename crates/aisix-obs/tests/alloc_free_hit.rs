@@ -225,3 +225,11 @@ fn request_bundle_hit_allocates_nothing() {
         emit::request(black_box(&labels), black_box(&facts));
     });
 }
+
+#[test]
+fn request_started_hit_allocates_nothing() {
+    // Its handles are kept per thread by endpoint, outside the cache's maps: no hits counted.
+    assert_hits_allocate_nothing("request started", 0, || {
+        drop(black_box(emit::request_started(Endpoint::Completions)));
+    });
+}

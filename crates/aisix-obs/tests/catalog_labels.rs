@@ -425,3 +425,46 @@ fn the_request_bundle_renders_the_same_page_as_per_family_emits() {
     };
     assert_eq!(sorted(bundled.render()), sorted(separate.render()));
 }
+
+/// `request_started` reaches the same series as `worker_request` and `in_flight`, one in-flight
+/// series per endpoint, and follows a change of recorder on the same thread.
+#[test]
+fn request_started_counts_per_worker_and_endpoint_and_follows_the_recorder() {
+    let (first, second) = (Metrics::build().unwrap(), Metrics::build().unwrap());
+    local(&first, || {
+        first.register_worker(Worker::Tpc(4));
+        let held = emit::request_started(Endpoint::ChatCompletions);
+        drop(emit::request_started(Endpoint::Embeddings));
+        drop(emit::request_started(Endpoint::ChatCompletions));
+        let page = first.render();
+        let in_flight = series(&page, "aisix_requests_in_flight");
+        assert_eq!(
+            in_flight[&labels(&[("endpoint", "chat_completions")])],
+            1.0,
+            "{page}"
+        );
+        assert_eq!(
+            in_flight[&labels(&[("endpoint", "embeddings")])],
+            0.0,
+            "{page}"
+        );
+        drop(held);
+    });
+    local(&second, || drop(emit::request_started(Endpoint::Models)));
+    let page = first.render();
+    assert_eq!(
+        series(&page, "aisix_worker_requests_total")[&labels(&[("worker", "tpc-4")])],
+        3.0,
+        "{page}"
+    );
+    assert_eq!(
+        series(&page, "aisix_requests_in_flight")[&labels(&[("endpoint", "chat_completions")])],
+        0.0
+    );
+    let other = second.render();
+    assert_eq!(
+        series(&other, "aisix_worker_requests_total")[&labels(&[("worker", "tpc-4")])],
+        1.0,
+        "{other}"
+    );
+}

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Target;
-use crate::upstream::UpstreamClient;
+use crate::upstream::{Lease, Pool, SendError};
 
 /// Largest non-streaming upstream body the gateway buffers (embeddings can be large).
 const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
@@ -29,13 +29,13 @@ pub(crate) enum Reply {
         content_type: HeaderValue,
         body: Bytes,
     },
-    Stream(Response<Incoming>),
+    Stream(Response<Incoming>, Option<Lease>),
 }
 
 /// Sends `body` to `target` for `endpoint` and waits for the head (streams) or the whole body
 /// (everything else) until `deadline`.
 pub(crate) async fn call(
-    client: &UpstreamClient,
+    pool: &Pool,
     target: &Target,
     endpoint: Endpoint,
     body: Bytes,
@@ -71,14 +71,14 @@ pub(crate) async fn call(
             .insert(AUTHORIZATION, authorization.clone());
     }
 
-    let response = match tokio::time::timeout_at(deadline, client.request(request)).await {
-        Ok(Ok(response)) => response,
+    let (response, lease) = match tokio::time::timeout_at(deadline, pool.send(request)).await {
+        Ok(Ok(sent)) => sent,
         Ok(Err(error)) => return Err(transport_error(&target.name, &error)),
         Err(_) => return Err(timeout(&target.name)),
     };
     let status = response.status();
     if !status.is_success() {
-        return Err(upstream_status(target, response, deadline).await);
+        return Err(upstream_status(target, response, lease, deadline).await);
     }
     let is_sse = response
         .headers()
@@ -86,7 +86,7 @@ pub(crate) async fn call(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
     if stream && is_sse {
-        return Ok((status, Reply::Stream(response)));
+        return Ok((status, Reply::Stream(response, lease)));
     }
     let content_type = response
         .headers()
@@ -100,6 +100,9 @@ pub(crate) async fn call(
         &target.name,
     )
     .await?;
+    if let Some(lease) = lease {
+        lease.release();
+    }
     Ok((status, Reply::Complete { content_type, body }))
 }
 
@@ -122,13 +125,13 @@ async fn read_body(
     }
 }
 
-fn transport_error(provider: &str, error: &hyper_util::client::legacy::Error) -> GatewayError {
-    let cause = std::error::Error::source(error).map(ToString::to_string);
-    tracing::warn!(provider, connect = error.is_connect(), error = %error, cause = ?cause, "upstream request failed");
-    let message = if error.is_connect() {
-        "The gateway could not connect to the upstream provider."
-    } else {
-        "The connection to the upstream provider failed."
+fn transport_error(provider: &str, error: &SendError) -> GatewayError {
+    tracing::warn!(provider, %error, "upstream request failed");
+    let message = match error {
+        SendError::Connect(_) | SendError::ConnectTimeout => {
+            "The gateway could not connect to the upstream provider."
+        }
+        SendError::Request(_) => "The connection to the upstream provider failed.",
     };
     GatewayError::new(ErrorKind::UpstreamUnavailable, message)
 }
@@ -147,13 +150,21 @@ fn timeout(provider: &str) -> GatewayError {
 async fn upstream_status(
     target: &Target,
     response: Response<Incoming>,
+    lease: Option<Lease>,
     deadline: Instant,
 ) -> GatewayError {
     let status = response.status();
     let retry_after = response.headers().get(RETRY_AFTER).cloned();
-    let body = read_body(response.into_body(), MAX_ERROR_BODY, deadline, &target.name)
-        .await
-        .unwrap_or_default();
+    let body = match read_body(response.into_body(), MAX_ERROR_BODY, deadline, &target.name).await {
+        Ok(body) => {
+            // Read to the end: the connection can serve the next request.
+            if let Some(lease) = lease {
+                lease.release();
+            }
+            body
+        }
+        Err(_) => Bytes::new(),
+    };
     tracing::warn!(provider = %target.name, status = status.as_u16(), "upstream answered with an error status");
 
     let mut error = if status.is_server_error() || !status.is_client_error() {

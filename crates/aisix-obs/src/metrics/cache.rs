@@ -35,9 +35,11 @@ use std::hash::{BuildHasherDefault, Hasher};
 use ::metrics::{Counter, Gauge, Histogram, Key, Label, Metadata, Recorder};
 
 use super::catalog::{
-    Family, FamilyId, GATEWAY_OVERHEAD, REQUEST_BUNDLE, REQUEST_DURATION, REQUESTS_TOTAL,
-    TOKENS_TOTAL, UPSTREAM_TTFT,
+    Family, FamilyId, GATEWAY_OVERHEAD, REQUEST_BUNDLE, REQUEST_DURATION, REQUESTS_IN_FLIGHT,
+    REQUESTS_TOTAL, TOKENS_TOTAL, UPSTREAM_TTFT, WORKER_REQUESTS,
 };
+use super::labels::Endpoint;
+use super::worker;
 
 /// Most entries one thread keeps per handle type before evicting.
 pub const MAX_ENTRIES_PER_MAP: usize = 4096;
@@ -329,6 +331,52 @@ impl CachedHandle for RequestHandles {
             ttft: OnceCell::new(),
         }
     }
+}
+
+/// The handles every request's start touches on this thread: its worker's request counter and
+/// the in-flight gauge of each endpoint, for one recorder.
+struct Started {
+    recorder: usize,
+    worker_requests: Counter,
+    in_flight: [Option<Gauge>; Endpoint::ALL.len()],
+}
+
+thread_local! {
+    static STARTED: RefCell<Option<Started>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` on this thread's worker-requests counter and `endpoint`'s in-flight gauge, kept per
+/// thread by endpoint (no key, no hash); `None` when the recorder cannot be cached.
+#[inline]
+pub(crate) fn started<R>(endpoint: Endpoint, f: impl FnOnce(&Counter, &Gauge) -> R) -> Option<R> {
+    ::metrics::with_recorder(|recorder| {
+        let id = recorder_id(recorder)?;
+        STARTED
+            .try_with(|cell| {
+                let mut slot = cell.try_borrow_mut().ok()?;
+                if slot.as_ref().is_none_or(|s| s.recorder != id) {
+                    let worker_requests = worker::with_label(|label| {
+                        recorder.register_counter(&key_of(&WORKER_REQUESTS, &[label]), &METADATA)
+                    });
+                    *slot = Some(Started {
+                        recorder: id,
+                        worker_requests,
+                        in_flight: Default::default(),
+                    });
+                }
+                let started = slot.as_mut()?;
+                let index = Endpoint::ALL.iter().position(|e| *e == endpoint)?;
+                let gauge = started.in_flight.get_mut(index)?.get_or_insert_with(|| {
+                    recorder.register_gauge(
+                        &key_of(&REQUESTS_IN_FLIGHT, &[endpoint.as_str()]),
+                        &METADATA,
+                    )
+                });
+                Some(f(&started.worker_requests, gauge))
+            })
+            .ok()
+            .flatten()
+    })
 }
 
 /// Runs `f` on the request handles for `values` (`[endpoint, model, provider, status_class,

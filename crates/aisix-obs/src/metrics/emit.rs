@@ -170,6 +170,25 @@ impl Drop for InFlightGuard {
     }
 }
 
+/// A request arrived on the calling thread's worker: `aisix_worker_requests_total{worker}` += 1
+/// and the request counts in `aisix_requests_in_flight{endpoint}` until the guard drops. The
+/// same series as [`worker_request`] and [`in_flight`], reached without hashing: the thread
+/// keeps these handles by endpoint for the current recorder.
+pub fn request_started(endpoint: Endpoint) -> InFlightGuard {
+    let started = cache::started(endpoint, |worker_requests, in_flight| {
+        worker_requests.increment(1);
+        in_flight.increment(1.0);
+        in_flight.clone()
+    });
+    match started {
+        Some(gauge) => InFlightGuard { gauge },
+        None => {
+            worker_request();
+            in_flight(endpoint)
+        }
+    }
+}
+
 /// Counts a client connection in `aisix_worker_connections_open{worker}` of the calling
 /// thread's worker until the guard drops.
 pub fn worker_connection() -> WorkerConnectionGuard {
