@@ -26,3 +26,7 @@ bash scripts/setup-python.sh
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.
 cargo build --locked --workspace --all-targets
 cargo test --locked --workspace
+
+# A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
+# nothing about speed is asserted (debug builds, shared machines).
+cargo run --locked -q -p aisix-bench -- grid --smoke --aisix-bin target/debug/aisix --out target/bench-smoke
