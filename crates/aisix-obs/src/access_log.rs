@@ -352,7 +352,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
 fn rfc3339_millis(out: &mut Vec<u8>, now: SystemTime) {
     let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
     let secs = since.as_secs();
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let (year, month, day) = crate::civil::from_days((secs / 86_400) as i64);
     let rem = secs % 86_400;
     num(out, year.max(0) as u64);
     out.push(b'-');
@@ -373,20 +373,6 @@ fn rfc3339_millis(out: &mut Vec<u8>, now: SystemTime) {
         b'0' + (ms % 10) as u8,
     ]);
     out.push(b'Z');
-}
-
-/// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's method).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 #[cfg(test)]
@@ -512,12 +498,5 @@ mod tests {
         assert!(!needs_escape(
             "caf\u{e9} \u{65e5}\u{672c} and more text".as_bytes()
         ));
-    }
-
-    #[test]
-    fn dates_are_civil() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(19_782), (2024, 2, 29));
-        assert_eq!(civil_from_days(-1), (1969, 12, 31));
     }
 }
