@@ -27,6 +27,7 @@ use hyper::client::conn::{http1, http2};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 type Body = Full<Bytes>;
@@ -83,6 +84,28 @@ struct IdleConn {
 struct Host {
     idle: Vec<IdleConn>,
     http2: Option<http2::SendRequest<Body>>,
+    /// Known once a connection to the host has been made.
+    protocol: Protocol,
+    /// Set while the first connection to a host that may speak HTTP/2 is being made: other
+    /// requests wait for it rather than each opening their own.
+    connecting: Option<watch::Receiver<()>>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Protocol {
+    #[default]
+    Unknown,
+    Http1,
+    Http2,
+}
+
+/// What a request does next for its host.
+enum Next {
+    Use(Checkout),
+    /// Another request is connecting to an HTTP/2-capable host: wait for it, then look again.
+    Wait(watch::Receiver<()>),
+    /// Connect; dropping the sender wakes the requests that waited for this connection.
+    Connect(Option<watch::Sender<()>>),
 }
 
 struct Inner {
@@ -160,7 +183,15 @@ impl Pool {
             ));
         };
         // Pooled connections first; each one found closed is dropped.
-        while let Some(conn) = self.inner.checkout(&key) {
+        let connecting = loop {
+            let conn = match self.inner.next(&key) {
+                Next::Use(conn) => conn,
+                Next::Wait(mut done) => {
+                    let _ = done.changed().await;
+                    continue;
+                }
+                Next::Connect(guard) => break guard,
+            };
             match conn {
                 Checkout::Http2(mut sender) => match sender.try_send_request(request).await {
                     Ok(response) => return Ok((response, None)),
@@ -185,8 +216,11 @@ impl Pool {
                     }
                 }
             }
-        }
-        match self.inner.connect(&key, request.uri()).await? {
+        };
+        let connected = self.inner.connect(request.uri()).await;
+        self.inner
+            .connected(&key, connected.as_ref().ok(), connecting);
+        match connected? {
             Checkout::Http2(mut sender) => {
                 let response = sender
                     .send_request(request)
@@ -225,21 +259,59 @@ impl Inner {
         self.hosts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn checkout(&self, key: &HostKey) -> Option<Checkout> {
+    /// A pooled connection for `key`, or whether to wait for one being made, or to connect.
+    fn next(&self, key: &HostKey) -> Next {
         let mut hosts = self.hosts();
-        let host = hosts.get_mut(key)?;
+        let host = match hosts.get_mut(key) {
+            Some(host) => host,
+            None => hosts.entry(key.clone()).or_default(),
+        };
         if let Some(sender) = &host.http2 {
             if !sender.is_closed() {
-                return Some(Checkout::Http2(sender.clone()));
+                return Next::Use(Checkout::Http2(sender.clone()));
             }
             host.http2 = None;
         }
         while let Some(conn) = host.idle.pop() {
             if !conn.sender.is_closed() {
-                return Some(Checkout::Http1(conn.sender));
+                return Next::Use(Checkout::Http1(conn.sender));
             }
         }
-        None
+        // Plain HTTP never negotiates HTTP/2, and a host known to speak HTTP/1.1 gains nothing
+        // from waiting: connect at once.
+        if host.protocol == Protocol::Http1 || key.scheme != Scheme::HTTPS {
+            return Next::Connect(None);
+        }
+        if let Some(done) = &host.connecting {
+            // A connecting request that was cancelled leaves its receiver closed: take over.
+            if done.has_changed().is_ok() {
+                return Next::Wait(done.clone());
+            }
+        }
+        let (guard, done) = watch::channel(());
+        host.connecting = Some(done);
+        Next::Connect(Some(guard))
+    }
+
+    /// Records what a connection attempt learned about the host and wakes the requests that
+    /// waited for it (by dropping `guard`).
+    fn connected(&self, key: &HostKey, conn: Option<&Checkout>, guard: Option<watch::Sender<()>>) {
+        let mut hosts = self.hosts();
+        if let Some(host) = hosts.get_mut(key) {
+            match conn {
+                Some(Checkout::Http2(sender)) => {
+                    host.protocol = Protocol::Http2;
+                    host.http2 = Some(sender.clone());
+                }
+                Some(Checkout::Http1(_)) => host.protocol = Protocol::Http1,
+                None => {}
+            }
+            if guard.is_some() {
+                host.connecting = None;
+            }
+        }
+        drop(hosts);
+        drop(guard);
     }
 
     fn put_idle(&self, key: &HostKey, sender: http1::SendRequest<Body>) {
@@ -266,7 +338,7 @@ impl Inner {
     }
 
     /// Opens a connection (TCP, TLS with ALPN when `https`) and starts its task.
-    async fn connect(&self, key: &HostKey, uri: &Uri) -> Result<Checkout, SendError> {
+    async fn connect(&self, uri: &Uri) -> Result<Checkout, SendError> {
         let mut connector = self.connector.clone();
         let connecting = tower_service::Service::call(&mut connector, uri.clone());
         let io = match tokio::time::timeout(self.connect_timeout, connecting).await {
@@ -286,7 +358,6 @@ impl Inner {
                     tracing::debug!(%error, "upstream h2 connection ended");
                 }
             });
-            self.hosts().entry(key.clone()).or_default().http2 = Some(sender.clone());
             Ok(Checkout::Http2(sender))
         } else {
             let (sender, conn) = http1::Builder::new()
@@ -329,7 +400,7 @@ async fn reap(pool: Weak<Inner>) {
             {
                 host.http2 = None;
             }
-            !host.idle.is_empty() || host.http2.is_some()
+            !host.idle.is_empty() || host.http2.is_some() || host.connecting.is_some()
         });
     }
 }
