@@ -243,9 +243,13 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         .clone()
         .unwrap_or_else(|| gateway::workspace_root().join("bench-results"));
     let run_name = utc_stamp();
-    let run_dir = out.join(&run_name);
-    let work = run_dir.join("work");
+    let work = out.join(&run_name).join("work");
     std::fs::create_dir_all(&work).with_context(|| format!("create {}", work.display()))?;
+    // Legs run from their own folders: every path handed to them must be absolute.
+    let work = work.canonicalize()?;
+    let run_dir = work
+        .parent()
+        .map_or_else(|| work.clone(), Path::to_path_buf);
     eprintln!("[bench] results: {}", run_dir.display());
 
     let aisix_bin = gateway::binary(args.aisix_bin.as_deref(), &work.join("cargo-build.jsonl"))?;
