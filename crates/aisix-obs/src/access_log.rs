@@ -203,10 +203,7 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
     out.extend_from_slice(b"\",\"type\":\"access\",\"request_id\":");
     json_str(out, entry.request_id);
     out.extend_from_slice(b",\"worker\":");
-    match metrics::current_worker() {
-        Some(worker) => json_str(out, worker.label().as_str()),
-        None => out.extend_from_slice(b"null"),
-    }
+    metrics::worker::with_registered_label(|label| opt_str(out, label));
     out.extend_from_slice(b",\"method\":");
     json_str(out, entry.method);
     out.extend_from_slice(b",\"path\":");

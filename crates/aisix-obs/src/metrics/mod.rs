@@ -49,7 +49,7 @@ mod histogram;
 mod in_flight;
 pub mod labels;
 mod recorder;
-mod worker;
+pub(crate) mod worker;
 
 pub use recorder::{Metrics, MetricsError, MetricsRecorder};
 pub use worker::{current_worker, set_current as set_current_worker};

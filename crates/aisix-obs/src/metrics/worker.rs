@@ -33,3 +33,12 @@ pub(crate) fn with_label<R>(f: impl FnOnce(&str) -> R) -> R {
         None => f(UNREGISTERED_WORKER),
     }
 }
+
+/// Runs `f` with the calling thread's `worker` label value, or `None` if it never registered;
+/// the label is the one formatted at registration.
+pub(crate) fn with_registered_label<R>(f: impl FnOnce(Option<&str>) -> R) -> R {
+    match CURRENT.try_with(Cell::get).ok().flatten() {
+        Some((_, label)) => f(Some(label.as_str())),
+        None => f(None),
+    }
+}
