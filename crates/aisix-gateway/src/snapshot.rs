@@ -43,9 +43,7 @@ pub struct Target {
     /// The provider key's display name (a metric label; never the key).
     pub name: Arc<str>,
     pub provider: ProviderKind,
-    /// `https://api.openai.com/v1`, without a trailing slash.
-    pub api_base: String,
-    /// `api_base` joined with each endpoint's path, parsed once.
+    /// The provider key's `api_base` joined with each endpoint's path, parsed once.
     pub uris: EndpointUris,
     /// `Bearer <key>`, marked sensitive so it is never logged by hyper.
     pub authorization: Option<HeaderValue>,
@@ -115,7 +113,6 @@ impl Snapshot {
                     name: key.display_name.as_str().into(),
                     provider: key.provider,
                     uris: EndpointUris::new(&key.api_base),
-                    api_base: key.api_base.clone(),
                     authorization,
                 })
             })
