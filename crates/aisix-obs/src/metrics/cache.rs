@@ -199,56 +199,31 @@ trait CachedHandle: Sized {
     ) -> Self;
 }
 
-impl CachedHandle for Counter {
-    fn parts(cache: &mut ThreadCache) -> Parts<'_, Self> {
-        Parts {
-            key: &mut cache.key,
-            map: &mut cache.counters,
-            stats: &mut cache.stats,
+/// The three plain handle types differ only in their map and their register call.
+macro_rules! plain_handle {
+    ($handle:ty, $map:ident, $register:ident) => {
+        impl CachedHandle for $handle {
+            fn parts(cache: &mut ThreadCache) -> Parts<'_, Self> {
+                Parts {
+                    key: &mut cache.key,
+                    map: &mut cache.$map,
+                    stats: &mut cache.stats,
+                }
+            }
+            fn register<const N: usize>(
+                recorder: &dyn Recorder,
+                family: &'static Family<N>,
+                values: &[&str; N],
+            ) -> Self {
+                recorder.$register(&key_of(family, values), &METADATA)
+            }
         }
-    }
-    fn register<const N: usize>(
-        recorder: &dyn Recorder,
-        family: &'static Family<N>,
-        values: &[&str; N],
-    ) -> Self {
-        recorder.register_counter(&key_of(family, values), &METADATA)
-    }
+    };
 }
 
-impl CachedHandle for Gauge {
-    fn parts(cache: &mut ThreadCache) -> Parts<'_, Self> {
-        Parts {
-            key: &mut cache.key,
-            map: &mut cache.gauges,
-            stats: &mut cache.stats,
-        }
-    }
-    fn register<const N: usize>(
-        recorder: &dyn Recorder,
-        family: &'static Family<N>,
-        values: &[&str; N],
-    ) -> Self {
-        recorder.register_gauge(&key_of(family, values), &METADATA)
-    }
-}
-
-impl CachedHandle for Histogram {
-    fn parts(cache: &mut ThreadCache) -> Parts<'_, Self> {
-        Parts {
-            key: &mut cache.key,
-            map: &mut cache.histograms,
-            stats: &mut cache.stats,
-        }
-    }
-    fn register<const N: usize>(
-        recorder: &dyn Recorder,
-        family: &'static Family<N>,
-        values: &[&str; N],
-    ) -> Self {
-        recorder.register_histogram(&key_of(family, values), &METADATA)
-    }
-}
+plain_handle!(Counter, counters, register_counter);
+plain_handle!(Gauge, gauges, register_gauge);
+plain_handle!(Histogram, histograms, register_histogram);
 
 /// Every handle a finished request touches, found with one lookup keyed by the request's
 /// labels: `aisix_requests_total`, `aisix_request_duration_seconds` and

@@ -154,17 +154,23 @@ pub fn in_flight(endpoint: Endpoint) -> InFlightGuard {
         g.increment(1.0);
         g.clone()
     });
-    InFlightGuard { gauge }
+    GaugeGuard { gauge }
 }
 
 /// Holds one request in `aisix_requests_in_flight`; see [`in_flight`].
-#[must_use = "the request counts as in flight only while the guard lives"]
+pub type InFlightGuard = GaugeGuard;
+
+/// Holds one connection in `aisix_worker_connections_open`; see [`worker_connection`].
+pub type WorkerConnectionGuard = GaugeGuard;
+
+/// Holds one unit of a gauge (a request in flight, an open connection) until dropped.
+#[must_use = "the gauge counts only while the guard lives"]
 #[derive(Debug)]
-pub struct InFlightGuard {
+pub struct GaugeGuard {
     gauge: Gauge,
 }
 
-impl Drop for InFlightGuard {
+impl Drop for GaugeGuard {
     fn drop(&mut self) {
         self.gauge.decrement(1.0);
     }
@@ -181,7 +187,7 @@ pub fn request_started(endpoint: Endpoint) -> InFlightGuard {
         in_flight.clone()
     });
     match started {
-        Some(gauge) => InFlightGuard { gauge },
+        Some(gauge) => GaugeGuard { gauge },
         None => {
             worker_request();
             in_flight(endpoint)
@@ -198,20 +204,7 @@ pub fn worker_connection() -> WorkerConnectionGuard {
             g.clone()
         })
     });
-    WorkerConnectionGuard { gauge }
-}
-
-/// Holds one connection in `aisix_worker_connections_open`; see [`worker_connection`].
-#[must_use = "the connection counts as open only while the guard lives"]
-#[derive(Debug)]
-pub struct WorkerConnectionGuard {
-    gauge: Gauge,
-}
-
-impl Drop for WorkerConnectionGuard {
-    fn drop(&mut self) {
-        self.gauge.decrement(1.0);
-    }
+    GaugeGuard { gauge }
 }
 
 /// The calling thread's worker received a request: `aisix_worker_requests_total{worker}` += 1.
