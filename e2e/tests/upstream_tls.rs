@@ -23,6 +23,8 @@ struct Seen {
     connections: AtomicUsize,
     http2_requests: AtomicUsize,
     requests: AtomicUsize,
+    /// `:scheme`, `:authority` and whether a `Host` header came too, per h2 request.
+    pseudo: std::sync::Mutex<Vec<(String, String, bool)>>,
 }
 
 /// A TLS provider offering h2 and http/1.1, answering every request with a chat completion.
@@ -60,6 +62,15 @@ async fn start_tls_provider(
                         seen.requests.fetch_add(1, Ordering::SeqCst);
                         if request.version() == Version::HTTP_2 {
                             seen.http2_requests.fetch_add(1, Ordering::SeqCst);
+                            seen.pseudo.lock().unwrap().push((
+                                request.uri().scheme_str().unwrap_or_default().to_owned(),
+                                request
+                                    .uri()
+                                    .authority()
+                                    .map(|a| a.to_string())
+                                    .unwrap_or_default(),
+                                request.headers().contains_key("host"),
+                            ));
                         }
                         // Hold each answer briefly, so concurrent requests overlap.
                         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
@@ -141,6 +152,10 @@ api_keys:
         assert_eq!(seen.requests.load(Ordering::SeqCst), 8);
         assert_eq!(seen.http2_requests.load(Ordering::SeqCst), 8, "ALPN should pick h2");
         assert_eq!(seen.connections.load(Ordering::SeqCst), 1, "h2 requests share one connection");
+        let expected = ("https".to_owned(), format!("localhost:{}", provider.port()), false);
+        for pseudo in seen.pseudo.lock().unwrap().iter() {
+            assert_eq!(pseudo, &expected, "h2 requests carry :scheme and :authority, not Host");
+        }
     }
 }
 

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use aisix_config::UpstreamConfig;
 use bytes::Bytes;
-use http::uri::{Authority, Scheme};
-use http::{Request, Response, Uri};
+use http::header::HOST;
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{HeaderValue, Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -66,6 +67,26 @@ struct HostKey {
 }
 
 impl HostKey {
+    /// The `Host` value: the authority without user info, and without the scheme's default
+    /// port (RFC 9110 §7.2).
+    fn host_header(&self) -> &str {
+        let authority = self.authority.as_str();
+        let authority = authority
+            .rsplit_once('@')
+            .map_or(authority, |(_, host)| host);
+        let default_port = if self.scheme == Scheme::HTTPS {
+            443
+        } else {
+            80
+        };
+        match self.authority.port_u16() {
+            Some(port) if port == default_port => authority
+                .rsplit_once(':')
+                .map_or(authority, |(host, _)| host),
+            _ => authority,
+        }
+    }
+
     fn of(uri: &Uri) -> Option<Self> {
         Some(Self {
             scheme: uri.scheme()?.clone(),
@@ -193,7 +214,10 @@ impl Pool {
                 Next::Connect(guard) => break guard,
             };
             match conn {
-                Checkout::Http2(mut sender) => match sender.try_send_request(request).await {
+                Checkout::Http2(mut sender) => match sender
+                    .try_send_request(wire_form(request, &key, Protocol::Http2))
+                    .await
+                {
                     Ok(response) => return Ok((response, None)),
                     Err(mut error) => match error.take_message() {
                         Some(unsent) => {
@@ -207,7 +231,10 @@ impl Pool {
                     if sender.ready().await.is_err() {
                         continue;
                     }
-                    match sender.try_send_request(request).await {
+                    match sender
+                        .try_send_request(wire_form(request, &key, Protocol::Http1))
+                        .await
+                    {
                         Ok(response) => return Ok((response, Some(self.lease(key, sender)))),
                         Err(mut error) => match error.take_message() {
                             Some(unsent) => request = unsent,
@@ -223,14 +250,14 @@ impl Pool {
         match connected? {
             Checkout::Http2(mut sender) => {
                 let response = sender
-                    .send_request(request)
+                    .send_request(wire_form(request, &key, Protocol::Http2))
                     .await
                     .map_err(SendError::Request)?;
                 Ok((response, None))
             }
             Checkout::Http1(mut sender) => {
                 let response = sender
-                    .send_request(request)
+                    .send_request(wire_form(request, &key, Protocol::Http1))
                     .await
                     .map_err(SendError::Request)?;
                 Ok((response, Some(self.lease(key, sender))))
@@ -245,6 +272,42 @@ impl Pool {
             sender: Some(sender),
         }
     }
+}
+
+/// Puts `request` in the form its connection's protocol wants. HTTP/1.1 gets the origin form
+/// (`POST /v1/chat/completions`) and a `Host` header (RFC 9112 §3.2); HTTP/2 gets the absolute
+/// URI, from which hyper writes `:scheme` and `:authority`, and no `Host`. A request handed back
+/// unsent by one connection may go out on a connection of the other protocol, so both ways are
+/// handled.
+fn wire_form(mut request: Request<Body>, key: &HostKey, protocol: Protocol) -> Request<Body> {
+    let path = request
+        .uri()
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    match protocol {
+        Protocol::Http2 => {
+            request.headers_mut().remove(HOST);
+            if request.uri().authority().is_none() {
+                let mut parts = http::uri::Parts::default();
+                parts.scheme = Some(key.scheme.clone());
+                parts.authority = Some(key.authority.clone());
+                parts.path_and_query = Some(path);
+                if let Ok(uri) = Uri::from_parts(parts) {
+                    *request.uri_mut() = uri;
+                }
+            }
+        }
+        Protocol::Http1 | Protocol::Unknown => {
+            if !request.headers().contains_key(HOST)
+                && let Ok(host) = HeaderValue::from_str(key.host_header())
+            {
+                request.headers_mut().insert(HOST, host);
+            }
+            *request.uri_mut() = Uri::from(path);
+        }
+    }
+    request
 }
 
 enum Checkout {
