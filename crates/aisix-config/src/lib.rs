@@ -6,6 +6,7 @@ mod bootstrap;
 mod error;
 mod load;
 mod resources;
+mod timeouts;
 
 pub use bootstrap::{
     Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
@@ -17,3 +18,4 @@ pub use resources::{
     ApiKey, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind, Resources, Secret, hash_key,
     load_resources, parse_resources,
 };
+pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

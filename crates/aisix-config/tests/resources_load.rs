@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use aisix_config::{
-    ConfigErrors, ModelPattern, Origin, ProviderKind, Resources, hash_key, load_resources,
-    parse_resources,
+    ConfigErrors, ModelPattern, Origin, ProviderKind, Resources, TimeoutOverrides, hash_key,
+    load_resources, parse_resources,
 };
 
 const ORIGIN: &str = "/etc/aisix/resources.yaml";
@@ -69,6 +69,7 @@ models:
     model_name: gpt-4o-2024-08-06
     provider_key: openai-main
     timeout: 30000
+    first_token_timeout: 5000
   - display_name: llama
     provider: openai
     model_name: meta-llama/Llama-3-8B
@@ -119,8 +120,15 @@ fn full_example_loads_every_collection() {
     assert_eq!(models[0].provider, ProviderKind::OpenAi);
     assert_eq!(models[0].model_name, "gpt-4o-2024-08-06");
     assert_eq!(models[0].provider_key, "openai-main");
-    assert_eq!(models[0].timeout, Some(Duration::from_millis(30_000)));
-    assert_eq!(models[1].timeout, None);
+    assert_eq!(
+        models[0].timeouts,
+        TimeoutOverrides {
+            total: Some(Duration::from_millis(30_000)),
+            first_token: Some(Duration::from_millis(5_000)),
+            ..TimeoutOverrides::default()
+        }
+    );
+    assert_eq!(models[1].timeouts, TimeoutOverrides::default());
 
     let api_keys = &resources.api_keys;
     assert_eq!(api_keys.len(), 2);
@@ -339,7 +347,7 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout)",
+            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout)",
             "models[0].timout: unknown field (did you mean timeout?)",
         ]
     );
@@ -357,6 +365,7 @@ models:
   - {display_name: c, provider: openai, model_name: m, provider_key: openai-main, timeout: 0}
   - {display_name: d, provider: openai, model_name: m, provider_key: openai-main, timeout: -5}
   - {display_name: e, provider: openai, model_name: m, provider_key: openai-main, timeout: 1.5}
+  - {display_name: f, provider: openai, model_name: m, provider_key: openai-main, connect_timeout: 0, first_token_timeout: x, stream_idle_timeout: -1}
 "#;
     assert_eq!(
         errors(yaml, &[]),
@@ -365,6 +374,9 @@ models:
             "models[2].timeout: expected a positive integer (milliseconds)",
             "models[3].timeout: expected a positive integer (milliseconds)",
             "models[4].timeout: expected a positive integer (milliseconds)",
+            "models[5].connect_timeout: expected a positive integer (milliseconds)",
+            "models[5].first_token_timeout: expected a positive integer (milliseconds)",
+            "models[5].stream_idle_timeout: expected a positive integer (milliseconds)",
         ]
     );
 }
@@ -604,7 +616,7 @@ api_keys:
 "#;
     let resources = load(yaml, &[("T", "2500"), ("D", "true"), ("K", "key")]);
     assert_eq!(
-        resources.models[0].timeout,
+        resources.models[0].timeouts.total,
         Some(Duration::from_millis(2500))
     );
     assert!(resources.api_keys[0].disabled);
