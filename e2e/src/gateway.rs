@@ -204,9 +204,11 @@ impl Gateway {
             None => Command::new(binary()),
         };
         command.arg("--config").arg(config_path);
-        // The test's own environment must not leak configuration into the gateway.
+        // The test's own environment must not leak configuration (or a proxy for the loopback
+        // providers) into the gateway; a test that wants a proxy sets it in `env`.
         for (key, _) in std::env::vars() {
-            if key.starts_with("AISIX_") || key == "RUST_LOG" {
+            let proxy = key.to_ascii_lowercase().ends_with("_proxy");
+            if key.starts_with("AISIX_") || key == "RUST_LOG" || proxy {
                 command.env_remove(key);
             }
         }

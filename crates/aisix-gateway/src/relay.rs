@@ -395,3 +395,169 @@ impl std::fmt::Debug for SseRelay {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use aisix_obs::metrics::labels::Endpoint as EndpointLabel;
+    use http::{HeaderValue, Method, Request, Uri};
+    use http_body_util::{BodyExt, Full};
+    use hyper_util::rt::TokioIo;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::account::{Record, Sinks};
+
+    /// A relay over a real hyper HTTP/1.1 response whose raw bytes (head and chunked body) the
+    /// upstream writes in one go; the upstream keeps its end open unless `close`.
+    async fn relay_of(raw: Vec<u8>, close: bool, max_event_bytes: usize) -> SseRelay {
+        let (client, mut server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let mut head = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut server, &mut head).await;
+            server.write_all(&raw).await.unwrap();
+            if !close {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = Request::post("/v1/chat/completions")
+            .header("host", "up")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let now = Instant::now();
+        let record = Record::new(
+            HeaderValue::from_static("r"),
+            EndpointLabel::ChatCompletions,
+            Method::POST,
+            Uri::from_static("/v1/chat/completions"),
+            now,
+            Sinks {
+                metrics: false,
+                access_log: false,
+            },
+        );
+        let settings = StreamSettings {
+            keepalive: None,
+            max_event_bytes,
+        };
+        let deadlines = Deadlines {
+            connect: Duration::from_secs(1),
+            first_byte: now + Duration::from_secs(60),
+            stream_idle: Duration::from_secs(60),
+            end: now + Duration::from_secs(60),
+        };
+        SseRelay::new(
+            response.into_body(),
+            None,
+            true,
+            settings,
+            deadlines,
+            now,
+            Accounted(record),
+        )
+    }
+
+    fn chunked(events: &[String]) -> Vec<u8> {
+        let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for event in events {
+            raw.extend_from_slice(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
+        }
+        raw
+    }
+
+    fn burst(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"))
+            .collect()
+    }
+
+    /// Polls the relay to its end, returning each frame it produced.
+    async fn frames(mut relay: SseRelay) -> (Vec<Bytes>, Accounted) {
+        let mut out = Vec::new();
+        while let Some(frame) = relay.frame().await {
+            let Ok(data) = frame.unwrap().into_data() else {
+                continue;
+            };
+            out.push(data);
+            if relay.is_end_stream() {
+                break;
+            }
+        }
+        assert!(relay.is_end_stream());
+        (out, relay.record)
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_ready_frames_goes_out_as_one_frame_that_ends_the_stream() {
+        let mut events = burst(23);
+        events.push("data: [DONE]\n\n".to_owned());
+        let mut raw = chunked(&events);
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let (frames, record) = frames(relay_of(raw, true, 1 << 20).await).await;
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(frames[0], events.concat());
+        assert_eq!(record.0.outcome, Outcome::Success);
+    }
+
+    #[tokio::test]
+    async fn done_ends_the_client_stream_at_once_and_nothing_after_it_is_relayed() {
+        let mut events = burst(2);
+        events.push("data: [DONE]\n\n".to_owned());
+        events.push("data: {\"late\":true}\n\n".to_owned());
+        // No final chunk, and the upstream keeps its connection open.
+        let (frames, record) = frames(relay_of(chunked(&events), false, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(
+            !text.contains("late") && !text.contains("event: error"),
+            "{text}"
+        );
+        assert_eq!(record.0.outcome, Outcome::Success);
+    }
+
+    #[tokio::test]
+    async fn cr_and_crlf_streams_are_split_and_classified() {
+        let events = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\r".to_owned(),
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":3,\"total_tokens\":5}}\r\n\r\n".to_owned(),
+            "data: [DONE]\r\n\r\n".to_owned(),
+        ];
+        let (frames, record) = frames(relay_of(chunked(&events), false, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert_eq!(
+            text,
+            format!("{}{}", events[0], events[2]),
+            "the usage-only chunk is not asked for"
+        );
+        assert_eq!(record.0.usage.map(|u| u.completion_tokens), Some(3));
+        assert_eq!(record.0.outcome, Outcome::Success);
+    }
+
+    #[tokio::test]
+    async fn an_event_past_the_bound_ends_the_stream_with_an_error_event() {
+        let events = [
+            burst(1).concat(),
+            format!("data: {}", "x".repeat(3000)),
+            "y".repeat(3000),
+        ];
+        let (frames, record) = frames(relay_of(chunked(&events), false, 4096).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(text.starts_with(&events[0]), "{text}");
+        assert!(!text.contains("xxx"), "the partial event is not relayed");
+        assert!(
+            text.contains("event: error") && text.contains("stream_event_too_large"),
+            "{text}"
+        );
+        assert_eq!(record.0.outcome, Outcome::UpstreamError);
+        assert_eq!(
+            record.0.upstream_error,
+            Some(UpstreamErrorKind::EventTooLarge)
+        );
+    }
+}
