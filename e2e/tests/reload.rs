@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aisix_e2e::both_modes;
 use aisix_e2e::client;
-use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::gateway::{Gateway, GatewayConfig};
 use aisix_e2e::mock::MockProvider;
 use serde_json::Value;
 
