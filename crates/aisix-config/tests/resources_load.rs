@@ -1018,3 +1018,96 @@ api_keys:
         }
     }
 }
+
+#[test]
+fn provider_keys_as_deployed_load_with_their_extras() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - display_name: az
+    provider: azure_openai
+    api_base: https://res.openai.azure.com/
+    api_version: 2024-12-01-preview
+    api_key: az-key
+  - display_name: gw
+    provider: openai
+    api_base: http://gw.local/v1/?tenant=t1
+    stream_usage: false
+    headers:
+      OpenAI-Organization: org-1
+      X-Secret-Header: s3cret
+models:
+  - {display_name: a, provider: azure_openai, model_name: gpt4o.prod_1, provider_key: az}
+"#;
+    let resources = load(yaml, &[]);
+    let az = &resources.provider_keys[0];
+    assert_eq!(az.provider, ProviderKind::AzureOpenAi);
+    assert_eq!(az.api_base, "https://res.openai.azure.com");
+    assert_eq!(az.api_version.as_deref(), Some("2024-12-01-preview"));
+    assert!(az.stream_usage);
+    let gw = &resources.provider_keys[1];
+    assert_eq!(gw.api_base, "http://gw.local/v1?tenant=t1");
+    assert!(!gw.stream_usage);
+    let headers: Vec<(&str, &str)> = gw
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.expose()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("openai-organization", "org-1"),
+            ("x-secret-header", "s3cret")
+        ]
+    );
+    assert!(
+        !format!("{gw:?}").contains("s3cret"),
+        "header values print as ***"
+    );
+}
+
+#[test]
+fn provider_key_extras_are_validated_with_their_paths() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: az, provider: azure_openai}
+  - {display_name: oai, provider: openai, api_version: "2024-10-21", stream_usage: maybe}
+  - display_name: bad-headers
+    provider: openai
+    api_base: "https://x.example/v1#frag"
+    headers:
+      Authorization: Bearer leaked-value
+      Connection: close
+      "Bad Name": x
+      X-Ok: "line\nbreak-secret"
+  - {display_name: az2, provider: azure_openai, api_base: "https://r.openai.azure.com", api_version: "2024/10"}
+models:
+  - {display_name: m, provider: azure_openai, model_name: "dep/../x", provider_key: az2}
+"#;
+    let errors = errors(yaml, &[]);
+    for expected in [
+        "provider_keys[0].api_version: required for azure_openai",
+        "provider_keys[0].api_base: required for azure_openai",
+        "provider_keys[1].api_version: only azure_openai providers take an api_version",
+        "provider_keys[1].stream_usage: expected true or false",
+        "provider_keys[2].api_base: must not have a #fragment",
+        "provider_keys[2].headers.Authorization: is set by the gateway",
+        "provider_keys[2].headers.Connection: is set by the gateway",
+        "provider_keys[2].headers.Bad Name: is not a valid header name",
+        "provider_keys[2].headers.X-Ok: must be visible ASCII without line breaks",
+        "provider_keys[3].api_version: must be an API version",
+        "models[0].model_name: is the Azure deployment name here",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{expected}\n{errors:#?}"
+        );
+    }
+    for error in &errors {
+        assert!(
+            !error.contains("leaked-value") && !error.contains("break-secret"),
+            "{error}"
+        );
+    }
+}
