@@ -1111,3 +1111,47 @@ models:
         );
     }
 }
+
+/// `resources.example.yaml` with its commented entries (`# - ...` and their `#   key:` lines)
+/// uncommented: every example an operator may copy must load.
+#[test]
+fn the_commented_examples_in_resources_example_yaml_are_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../resources.example.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let entry_line = |line: &str| {
+        let Some(rest) = line.strip_prefix("  # ") else {
+            return false;
+        };
+        let rest = rest.strip_prefix("- ").unwrap_or(rest);
+        let key = rest.trim_start();
+        let (name, _) = key.split_once(':').unwrap_or(("", ""));
+        (rest.starts_with("  ") || line.starts_with("  # - "))
+            && !name.is_empty()
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    };
+    let mut uncommented = 0;
+    let yaml: String = text
+        .lines()
+        .map(|line| {
+            if entry_line(line) {
+                uncommented += 1;
+                format!("  {}\n", &line[4..])
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    assert!(uncommented > 30, "{uncommented} lines uncommented:\n{yaml}");
+    let resources =
+        aisix_config::parse_resources(&yaml, &path, &|_| Some("example-secret".to_owned()))
+            .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    assert!(
+        resources
+            .provider_keys
+            .iter()
+            .any(|k| k.provider == ProviderKind::AzureOpenAi)
+    );
+    assert!(resources.models.len() >= 5);
+}
