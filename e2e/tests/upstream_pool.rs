@@ -122,3 +122,29 @@ both_modes! {
         assert_eq!(sample(&page, "aisix_upstream_errors_total", &[("kind", "timeout")]), 0.0, "{page}");
     }
 }
+
+both_modes! {
+    async fn sequential_streams_reuse_their_upstream_connection(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(
+            mode,
+            &format!("  - {{display_name: up, provider: openai, api_base: \"{}\"}}\n", mock.base_url()),
+            "  - {display_name: gpt-x, provider: openai, model_name: up-x, provider_key: up}\n",
+            "",
+        ));
+        let body = r#"{"model":"gpt-x","stream":true,"messages":[]}"#;
+        for _ in 0..20 {
+            let reply = client::send(
+                gateway.addr(),
+                client::request("POST", "/v1/chat/completions", &[("authorization", &format!("Bearer {KEY}"))], Some(body)),
+            )
+            .await;
+            assert!(reply.text().ends_with("data: [DONE]\n\n"), "{}", reply.text());
+        }
+        // The client's stream ends at [DONE]; the upstream connection goes back to the pool when
+        // the upstream's final chunk follows, which may come a moment after the next request
+        // started. Churn would be one connection per stream.
+        assert!(mock.connections_accepted() <= 3, "{} connections for 20 sequential streams", mock.connections_accepted());
+        assert_eq!(mock.connections_closed(), 0, "no upstream connection was thrown away");
+    }
+}

@@ -54,6 +54,8 @@ pub struct SseRelay {
     strip_usage_chunk: bool,
     /// The upstream sent something: the first-byte deadline is met.
     started: bool,
+    /// `[DONE]` came: the stream is complete, only the upstream body's end is still awaited.
+    done: bool,
     /// Nothing more comes from the upstream; what is in `out` is the end.
     finished: bool,
     settings: StreamSettings,
@@ -176,6 +178,7 @@ impl SseRelay {
             yielded: false,
             strip_usage_chunk,
             started: false,
+            done: false,
             finished: false,
             settings,
             deadlines,
@@ -215,7 +218,7 @@ impl SseRelay {
             .push(scanned.kept.map_or(complete, BytesMut::freeze));
         if scanned.done {
             self.partial.clear();
-            self.finish();
+            self.done = true;
         } else if self.partial.len() > self.settings.max_event_bytes {
             self.fail(
                 UpstreamErrorKind::EventTooLarge,
@@ -243,7 +246,8 @@ impl SseRelay {
     }
 
     /// The stream is complete: its connection goes back to the pool once the upstream body
-    /// has ended (at once when it has already).
+    /// has ended (at once when it has already; a connection whose body went on after `[DONE]`
+    /// has had its lease dropped before).
     fn finish(&mut self) {
         self.finished = true;
         match (self.lease.take(), self.upstream.take()) {
@@ -331,6 +335,12 @@ impl Body for SseRelay {
                     if data.is_empty() {
                         continue;
                     }
+                    if this.done {
+                        // Bytes after `[DONE]`: not relayed, and the connection is not reused.
+                        this.lease = None;
+                        this.finish();
+                        continue;
+                    }
                     let now = Instant::now();
                     if !this.started {
                         this.started = true;
@@ -339,6 +349,11 @@ impl Body for SseRelay {
                     this.last_upstream = now;
                     this.yielded = false;
                     this.accept(data);
+                }
+                Poll::Ready(Some(Err(error))) if this.done => {
+                    tracing::debug!(%error, "upstream stream broke after [DONE]");
+                    this.lease = None;
+                    this.finish();
                 }
                 Poll::Ready(Some(Err(error))) => {
                     tracing::debug!(%error, "upstream stream broke");
@@ -350,21 +365,30 @@ impl Body for SseRelay {
                 }
                 Poll::Ready(None) => {
                     this.upstream = None;
-                    this.fail(
-                        UpstreamErrorKind::StreamCut,
-                        "stream_cut",
-                        "The upstream stream ended before it was complete.",
-                    );
+                    if this.done {
+                        this.finish();
+                    } else {
+                        this.fail(
+                            UpstreamErrorKind::StreamCut,
+                            "stream_cut",
+                            "The upstream stream ended before it was complete.",
+                        );
+                    }
                 }
-                Poll::Pending if !this.out.is_empty() => {
-                    // The upstream's connection task may hold more frames of the same read: let
-                    // it run once before writing, so a burst leaves in one write.
+                Poll::Pending if this.done || !this.out.is_empty() => {
+                    // The upstream's connection task may hold more frames of the same read (or
+                    // the body's end, after `[DONE]`): let it run once before writing, so a
+                    // burst leaves in one write and a finished connection is reused at once.
                     if !this.yielded {
                         this.yielded = true;
                         cx.waker().wake_by_ref();
                         return Poll::Pending;
                     }
                     this.yielded = false;
+                    if this.done {
+                        this.finish();
+                        continue;
+                    }
                     this.last_sent = Instant::now();
                     return Poll::Ready(Some(Ok(Frame::data(this.out.take()))));
                 }
