@@ -218,30 +218,7 @@ impl Gateway {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn aisix");
-        let log = Arc::new(Mutex::new(String::new()));
-        for stream in [
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let mut log = log.lock().expect("log lock");
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            });
-        }
+        let log = capture_output(&mut child);
         Gateway {
             child,
             addr: None,
@@ -389,6 +366,36 @@ impl Drop for Gateway {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Collects a child's stdout and stderr, line by line, into one shared log (a reader thread per
+/// stream, ending with the stream).
+pub fn capture_output(child: &mut Child) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    for stream in [
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                let mut log = log.lock().expect("log lock");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+    }
+    log
 }
 
 fn parse_addr(line: &str) -> Option<SocketAddr> {

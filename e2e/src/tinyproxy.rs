@@ -2,7 +2,6 @@
 //! foreground with a generated config on a free port, its log kept, killed on drop.
 //! `scripts/test.sh` installs it; a missing binary fails the test that needs it.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -41,30 +40,7 @@ impl Tinyproxy {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run tinyproxy (Debian package `tinyproxy`; scripts/test.sh installs it)");
-        let log = Arc::new(Mutex::new(String::new()));
-        for stream in [
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let mut log = log.lock().expect("log lock");
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            });
-        }
+        let log = crate::gateway::capture_output(&mut child);
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(addr).is_err() {
