@@ -455,7 +455,7 @@ provider_keys:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"anthropic\" (this gateway supports openai, mock)"
+            "provider_keys[0].provider: unsupported provider \"anthropic\" (this gateway supports openai, azure_openai, mock)"
         ]
     );
 }
@@ -977,7 +977,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, headers, stream_usage)",
             "models[0].timeout: expected a positive integer (milliseconds)",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",

@@ -2,6 +2,8 @@
 //! `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY` name (upper or lower case), except for the hosts
 //! `NO_PROXY` lists. Read once at startup; an https provider is reached through a CONNECT
 //! tunnel (TLS end to end), an http one by sending the request in absolute form to the proxy.
+//! The proxy itself is spoken to in plain HTTP (`http://` proxy URLs); other kinds (`socks5://`,
+//! `https://`) are reported at startup and not used.
 //! The route of each provider is worked out when a snapshot is built, never per request.
 
 use std::sync::Arc;
@@ -74,7 +76,12 @@ impl Egress {
 
     /// The route to the host of `uri`.
     pub(crate) fn route(&self, uri: &Uri) -> Route {
-        let Some(intercept) = self.matcher.as_ref().and_then(|m| m.intercept(uri)) else {
+        let Some(intercept) = self
+            .matcher
+            .as_ref()
+            .and_then(|m| m.intercept(uri))
+            .filter(|i| i.uri().scheme_str() == Some("http"))
+        else {
             return Route::Direct;
         };
         let proxy = Proxy {
