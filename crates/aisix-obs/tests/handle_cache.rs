@@ -431,6 +431,17 @@ fn every_endpoint_shows_zero_in_flight_before_traffic() {
 }
 
 #[test]
+fn dropped_access_log_lines_read_zero_before_any_drop() {
+    let metrics = Metrics::build().unwrap();
+    let page = metrics.render();
+    assert_eq!(
+        value(&page, "aisix_access_log_dropped_total", &labels(&[])),
+        Some(0.0),
+        "{page}"
+    );
+}
+
+#[test]
 fn build_info_is_one_with_version_mode_and_workers() {
     let metrics = Metrics::build().unwrap();
     metrics.set_build_info("0.1.0", Mode::Shared, 8);
