@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::dialect::Answer;
 use super::record::RecordedRequest;
 
 /// The assistant's answer, split the way the default stream sends it: one piece per delta.
@@ -23,15 +24,6 @@ pub const MODELS: [&str; 3] = ["gpt-4o", "gpt-4o-mini", "text-embedding-3-small"
 pub const CREATED: u64 = 1_700_000_000;
 
 const SYSTEM_FINGERPRINT: &str = "fp_mock";
-
-/// A planned default answer: status, content type and body chunks. An SSE answer leaves out
-/// `data: [DONE]`; the reply's ending decides whether it is sent.
-pub(crate) struct Answer {
-    pub status: StatusCode,
-    pub content_type: &'static str,
-    pub chunks: Vec<Bytes>,
-    pub sse: bool,
-}
 
 /// The default answer to `req`; `seq` (the request's ordinal) makes response ids unique.
 pub(crate) fn answer(req: &RecordedRequest, seq: usize) -> Answer {
