@@ -464,6 +464,37 @@ pub fn one_request(target: SocketAddr, request: &[u8], timeout: Duration) -> Res
     }
 }
 
+/// `GET path` on a fresh blocking connection, read to the end: the status and the decoded body
+/// (for stats and `/metrics` pages).
+pub fn fetch(target: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>)> {
+    let mut stream = StdStream::connect_timeout(&target, timeout)
+        .with_context(|| format!("connect to {target}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(&get_request(target, path))?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let head =
+        parse_head(&response)?.with_context(|| format!("{target}{path}: no complete head"))?;
+    let rest = &response[head.len..];
+    let body = match head.framing {
+        Framing::Length(length) => rest
+            .get(..length)
+            .with_context(|| format!("{target}{path}: body shorter than its length"))?
+            .to_vec(),
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            let mut body = Vec::new();
+            decoder.decode(rest, |bytes| body.extend_from_slice(bytes))?;
+            if !decoder.is_done() {
+                bail!("{target}{path}: chunked body cut short");
+            }
+            body
+        }
+        Framing::UntilClose => rest.to_vec(),
+    };
+    Ok((head.status, body))
+}
+
 /// `GET path` as request bytes.
 pub fn get_request(host: SocketAddr, path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").into_bytes()

@@ -4,14 +4,15 @@
 //! the mock's counters as JSON, so asking never adds a connection to the count.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream as StdStream};
+use std::net::{SocketAddr, TcpListener as StdListener};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use aisix_testkit::mock::{MockProvider, Pacing};
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
+use crate::loadgen;
 use crate::process::{Child, CpuList};
 
 /// How the mock behaves; the same knobs on the command line and in the harness.
@@ -27,13 +28,13 @@ pub struct MockArgs {
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// Streaming: delay before the first frame.
-    #[arg(long, default_value = "20ms", value_parser = crate::args::duration)]
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
     pub ttft: Duration,
     /// Streaming: content frames per stream.
     #[arg(long, default_value_t = 16)]
     pub frames: usize,
     /// Streaming: delay between content frames.
-    #[arg(long, default_value = "10ms", value_parser = crate::args::duration)]
+    #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration)]
     pub gap: Duration,
 }
 
@@ -149,16 +150,13 @@ impl Mock {
 }
 
 /// `GET /__stats` from a mock's stats listener.
-pub fn fetch_stats(stats_addr: SocketAddr) -> Result<MockStats> {
-    let mut stream = StdStream::connect(stats_addr).context("connect to the mock's stats")?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    stream.write_all(b"GET /__stats HTTP/1.1\r\nhost: mock\r\nconnection: close\r\n\r\n")?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let body = memchr::memmem::find(&response, b"\r\n\r\n")
-        .map(|at| &response[at + 4..])
-        .context("malformed stats response")?;
-    let json: serde_json::Value = serde_json::from_slice(body)?;
+fn fetch_stats(stats_addr: SocketAddr) -> Result<MockStats> {
+    let (status, body) = loadgen::fetch(stats_addr, "/__stats", Duration::from_secs(5))
+        .context("ask the mock's stats")?;
+    if status != 200 {
+        bail!("the mock's stats answered {status}");
+    }
+    let json: serde_json::Value = serde_json::from_slice(&body)?;
     let get = |key: &str| {
         json.get(key)
             .and_then(serde_json::Value::as_u64)
