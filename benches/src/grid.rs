@@ -404,6 +404,7 @@ impl Legs<'_> {
             workers: self.mock_workers,
             pids: vec![mock.pid()],
             addr: mock.addr,
+            metrics: None,
         };
         let unary = loadgen::post_request(
             mock.addr,
@@ -441,6 +442,7 @@ impl Legs<'_> {
             workers: spec.workers,
             pids: vec![gateway.pid()],
             addr: gateway.addr,
+            metrics: gateway.metrics_addr,
         };
         let unary =
             loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, UNARY_BODY);
@@ -470,6 +472,7 @@ impl Legs<'_> {
             workers,
             pids: pids.clone(),
             addr,
+            metrics: None,
         };
         let buffered = subject(nginx.addr);
         eprintln!("[bench] nginx: pids {:?} on {}", buffered.pids, nginx.addr);
