@@ -573,21 +573,22 @@ mod tests {
         assert!(mock.request_count() as u64 >= window.ok);
     }
 
-    #[test]
-    fn streams_from_the_mock_arrive_with_every_frame_and_done() {
-        let mock = start_mock(3);
-        let body = r#"{"model":"m","stream": true,"stream_options":{"include_usage":true}}"#;
+    /// One window of streams from a mock that sends `sent` frames, the load expecting
+    /// `expected`.
+    fn stream_window(sent: usize, expected: usize, body: &str, connections: usize) -> PhaseRecord {
+        let mock = start_mock(sent);
         let workload = Workload::Stream {
-            frames: 3,
+            frames: expected,
             stall: Duration::from_secs(1),
         };
-        let window = one_window(&spec(
-            mock.addr(),
-            "/v1/chat/completions",
-            body,
-            workload,
-            3,
-        ));
+        let path = "/v1/chat/completions";
+        one_window(&spec(mock.addr(), path, body, workload, connections))
+    }
+
+    #[test]
+    fn streams_from_the_mock_arrive_with_every_frame_and_done() {
+        let body = r#"{"model":"m","stream": true,"stream_options":{"include_usage":true}}"#;
+        let window = stream_window(3, 3, body, 3);
         assert!(window.ok > 0);
         assert_eq!(
             (window.failures, window.dropped, window.stalled),
@@ -601,19 +602,7 @@ mod tests {
 
     #[test]
     fn a_stream_with_fewer_frames_than_expected_counts_as_dropped() {
-        let mock = start_mock(2);
-        let body = r#"{"model":"m","stream":true}"#;
-        let workload = Workload::Stream {
-            frames: 3,
-            stall: Duration::from_secs(1),
-        };
-        let window = one_window(&spec(
-            mock.addr(),
-            "/v1/chat/completions",
-            body,
-            workload,
-            1,
-        ));
+        let window = stream_window(2, 3, r#"{"model":"m","stream":true}"#, 1);
         assert_eq!(window.ok, 0);
         assert!(window.dropped > 0);
     }

@@ -32,7 +32,7 @@ pub const FLUSH_AT_BYTES: usize = 64 * 1024;
 const MAX_PATH: usize = 256;
 
 /// What one access-log line says. Never holds a key: `key` is the API key's configured name.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Entry<'a> {
     pub request_id: &'a str,
     pub method: &'a str,

@@ -44,17 +44,7 @@ fn entry() -> Entry<'static> {
         method: "POST",
         path: "/v1/chat/completions",
         status: 200,
-        model: Some("gpt-4o"),
-        provider: Some("openai-main"),
-        key: Some("team-a"),
-        input_tokens: Some(12),
-        output_tokens: Some(40),
-        latency: Duration::from_micros(12_345),
-        ttft: None,
-        upstream_status: Some(200),
-        error: None,
-        stream: false,
-        overhead: Duration::from_micros(42),
+        ..Entry::default()
     }
 }
 

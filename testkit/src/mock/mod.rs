@@ -266,11 +266,8 @@ impl MockProvider {
     ) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            if done(self) {
-                return true;
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return false;
+            if let Some(settled) = self.settled(deadline, &mut done) {
+                return settled;
             }
             std::thread::sleep(POLL_INTERVAL);
         }
@@ -285,14 +282,26 @@ impl MockProvider {
     ) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         loop {
-            if done(self) {
-                return true;
-            }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return false;
+            if let Some(settled) = self.settled(deadline, &mut done) {
+                return settled;
             }
             tokio::time::sleep(POLL_INTERVAL).await;
         }
+    }
+
+    /// One look of a wait: `Some(true)` once `done` holds, `Some(false)` past the deadline
+    /// (`None`: a timeout too large to add, never), `None` to look again.
+    fn settled(
+        &self,
+        deadline: Option<Instant>,
+        done: &mut impl FnMut(&MockProvider) -> bool,
+    ) -> Option<bool> {
+        if done(self) {
+            return Some(true);
+        }
+        deadline
+            .is_some_and(|deadline| Instant::now() >= deadline)
+            .then_some(false)
     }
 
     /// Waits until at least `n` requests have been received.

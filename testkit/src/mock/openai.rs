@@ -126,15 +126,7 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
     );
     events.push(chunk(json!({}), json!("stop")));
     if include_usage {
-        events.push(json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": CREATED,
-            "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [],
-            "usage": usage,
-        }));
+        events.push(usage_chunk(&id, "chat.completion.chunk", model, usage));
     }
     sse_answer(events)
 }
@@ -169,17 +161,22 @@ fn completion(body: &Value, model: &str, seq: usize) -> Answer {
         .collect();
     events.push(object("", json!("stop")));
     if includes_usage(body) {
-        events.push(json!({
-            "id": id,
-            "object": "text_completion",
-            "created": CREATED,
-            "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [],
-            "usage": usage,
-        }));
+        events.push(usage_chunk(&id, "text_completion", model, usage));
     }
     sse_answer(events)
+}
+
+/// The last event of a stream asked for usage: no choices, only the usage.
+fn usage_chunk(id: &str, object: &str, model: &str, usage: Value) -> Value {
+    json!({
+        "id": id,
+        "object": object,
+        "created": CREATED,
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": [],
+        "usage": usage,
+    })
 }
 
 fn embeddings(body: &Value, model: &str) -> Answer {
