@@ -151,6 +151,8 @@ pub struct Gateway {
     /// The metrics listener address, when enabled.
     pub metrics_addr: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr into `log`; they end at the pipes' end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
     dir: tempfile::TempDir,
     exit: Option<ExitStatus>,
 }
@@ -217,6 +219,7 @@ impl Gateway {
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn aisix");
         let log = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
         for stream in [
             child
                 .stderr
@@ -231,20 +234,21 @@ impl Gateway {
         .flatten()
         {
             let log = log.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines() {
                     let Ok(line) = line else { break };
                     let mut log = log.lock().expect("log lock");
                     log.push_str(&line);
                     log.push('\n');
                 }
-            });
+            }));
         }
         Gateway {
             child,
             addr: None,
             metrics_addr: None,
             log,
+            readers,
             dir,
             exit: None,
         }
@@ -368,8 +372,10 @@ impl Gateway {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_exit() {
-                // Let the log readers drain the pipes.
-                std::thread::sleep(Duration::from_millis(50));
+                // The process is gone: its pipes end once drained, and with them the readers.
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
