@@ -7,6 +7,7 @@ pub mod gateway;
 pub mod mock;
 pub mod prom;
 pub mod sdk;
+pub mod third_party;
 
 /// Declares one end-to-end test per serving mode: `name::thread_per_core` and `name::shared`,
 /// so a CI leg can run one mode with `cargo test -p aisix-e2e -- ::shared`.
