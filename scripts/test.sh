@@ -3,7 +3,8 @@
 # gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
-#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv.
+#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
+#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv).
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,7 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
