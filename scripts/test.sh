@@ -3,8 +3,9 @@
 # gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
-#   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests;
-#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv.
+#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
+#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
+#   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 if ((${#missing[@]})); then
   sudo=""

@@ -151,6 +151,8 @@ pub struct Gateway {
     /// The metrics listener address, when enabled.
     pub metrics_addr: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr into `log`; they end at the pipes' end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
     dir: tempfile::TempDir,
     exit: Option<ExitStatus>,
 }
@@ -218,12 +220,13 @@ impl Gateway {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn aisix");
-        let log = capture_output(&mut child);
+        let (log, readers) = capture_output(&mut child);
         Gateway {
             child,
             addr: None,
             metrics_addr: None,
             log,
+            readers,
             dir,
             exit: None,
         }
@@ -347,8 +350,10 @@ impl Gateway {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_exit() {
-                // Let the log readers drain the pipes.
-                std::thread::sleep(Duration::from_millis(50));
+                // The process is gone: its pipes end once drained, and with them the readers.
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -368,10 +373,11 @@ impl Drop for Gateway {
     }
 }
 
-/// Collects a child's stdout and stderr, line by line, into one shared log (a reader thread per
-/// stream, ending with the stream).
-pub fn capture_output(child: &mut Child) -> Arc<Mutex<String>> {
+/// Collects a child's stdout and stderr, line by line, into one shared log: a reader thread per
+/// stream, ending with the stream, returned so the caller can join them.
+pub fn capture_output(child: &mut Child) -> (Arc<Mutex<String>>, Vec<std::thread::JoinHandle<()>>) {
     let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
     for stream in [
         child
             .stderr
@@ -386,16 +392,16 @@ pub fn capture_output(child: &mut Child) -> Arc<Mutex<String>> {
     .flatten()
     {
         let log = log.clone();
-        std::thread::spawn(move || {
+        readers.push(std::thread::spawn(move || {
             for line in BufReader::new(stream).lines() {
                 let Ok(line) = line else { break };
                 let mut log = log.lock().expect("log lock");
                 log.push_str(&line);
                 log.push('\n');
             }
-        });
+        }));
     }
-    log
+    (log, readers)
 }
 
 fn parse_addr(line: &str) -> Option<SocketAddr> {

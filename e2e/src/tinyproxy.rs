@@ -40,7 +40,7 @@ impl Tinyproxy {
             .stderr(Stdio::piped())
             .spawn()
             .expect("run tinyproxy (Debian package `tinyproxy`; scripts/test.sh installs it)");
-        let log = crate::gateway::capture_output(&mut child);
+        let (log, _readers) = crate::gateway::capture_output(&mut child);
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().expect("address");
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(addr).is_err() {

@@ -6,6 +6,7 @@ mod bootstrap;
 mod error;
 mod load;
 mod resources;
+mod suggest;
 mod timeouts;
 
 pub use bootstrap::{
