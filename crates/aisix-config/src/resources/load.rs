@@ -9,6 +9,7 @@ use serde_yaml::Value;
 
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
+use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
 use super::pattern::ModelPattern;
 use super::reader::{
     Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
@@ -296,6 +297,8 @@ struct ModelDraft {
     provider_key: Option<String>,
     /// `None` when absent; `Some(None)` when given but wrong.
     timeout: Option<Option<Duration>>,
+    rate_limit: Option<Option<RateLimit>>,
+    cost: Option<Option<Cost>>,
 }
 
 fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
@@ -317,6 +320,12 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
     let timeout = fields
         .optional(report, "timeout")
         .map(|(v, p)| positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis));
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let cost = fields
+        .optional(report, "cost")
+        .map(|(v, p)| read_cost(report, v, &p));
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -325,6 +334,8 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         model_name,
         provider_key,
         timeout,
+        rate_limit,
+        cost,
     }
 }
 
@@ -369,6 +380,8 @@ fn resolve_provider_keys(
                 provider_key: reference.to_owned(),
                 provider_key_index: index,
                 timeout: given(model.timeout)?,
+                rate_limit: given(model.rate_limit)?.unwrap_or_default(),
+                cost: given(model.cost)?,
             })
         })
         .collect()
@@ -431,31 +444,50 @@ fn read_api_key(
         }
         at
     });
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let budget = fields
+        .optional(report, "budget")
+        .map(|(v, p)| read_budget(report, v, &p));
     fields.finish(report, "field");
 
     let built = build_api_key(
         name.clone(),
         hash.as_ref().map(|(hash, _)| *hash),
         allowed_models,
-        disabled,
-        expires_at,
+        ApiKeyOptions {
+            disabled,
+            expires_at,
+            rate_limit,
+            budget,
+        },
     );
     ApiKeyDraft { name, hash, built }
+}
+
+/// An API key's optional fields as read (`None` absent, `Some(None)` given but wrong).
+struct ApiKeyOptions {
+    disabled: Option<Option<bool>>,
+    expires_at: Option<Option<SystemTime>>,
+    rate_limit: Option<Option<RateLimit>>,
+    budget: Option<Option<Budget>>,
 }
 
 fn build_api_key(
     name: Option<String>,
     hash: Option<KeyHash>,
     allowed_models: Option<Vec<ModelPattern>>,
-    disabled: Option<Option<bool>>,
-    expires_at: Option<Option<SystemTime>>,
+    options: ApiKeyOptions,
 ) -> Option<ApiKey> {
     Some(ApiKey {
         display_name: name?,
         key_hash: hash?,
         allowed_models: allowed_models?,
-        disabled: given(disabled)?.unwrap_or(false),
-        expires_at: given(expires_at)?,
+        disabled: given(options.disabled)?.unwrap_or(false),
+        expires_at: given(options.expires_at)?,
+        rate_limit: given(options.rate_limit)?.unwrap_or_default(),
+        budget: given(options.budget)?,
     })
 }
 

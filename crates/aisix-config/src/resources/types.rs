@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use super::key::KeyHash;
+use super::limits::{Budget, Cost, RateLimit};
 use super::pattern::ModelPattern;
 
 /// Everything one resources file defines, validated: names are unique within each collection
@@ -84,6 +85,10 @@ pub struct Model {
     pub provider_key_index: usize,
     /// Overrides `upstream.timeout_ms` for this model.
     pub timeout: Option<Duration>,
+    /// `rate_limit`: limits on every request for this entry, whatever the key.
+    pub rate_limit: RateLimit,
+    /// `cost`: prices of this entry's tokens; `None` counts no spend.
+    pub cost: Option<Cost>,
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.
@@ -95,6 +100,10 @@ pub struct ApiKey {
     pub allowed_models: Vec<ModelPattern>,
     pub disabled: bool,
     pub expires_at: Option<SystemTime>,
+    /// `rate_limit`: limits on this key's requests, whatever the model.
+    pub rate_limit: RateLimit,
+    /// `budget`: how much this key may spend per period.
+    pub budget: Option<Budget>,
 }
 
 impl ApiKey {
@@ -150,6 +159,8 @@ mod tests {
             allowed_models: patterns.iter().map(|p| ModelPattern::new(p)).collect(),
             disabled: false,
             expires_at,
+            rate_limit: RateLimit::default(),
+            budget: None,
         }
     }
 
