@@ -153,7 +153,7 @@ impl Histograms {
 }
 
 /// `a="x",b="y"` in the key's label order, values escaped for the text format.
-fn format_labels(key: &Key) -> String {
+pub(super) fn format_labels(key: &Key) -> String {
     let mut out = String::new();
     for (i, label) in key.labels().enumerate() {
         if i > 0 {
@@ -174,7 +174,7 @@ fn format_labels(key: &Key) -> String {
     out
 }
 
-fn escape_help(help: &str) -> String {
+pub(super) fn escape_help(help: &str) -> String {
     help.replace('\\', "\\\\").replace('\n', "\\n")
 }
 
