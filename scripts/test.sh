@@ -4,7 +4,8 @@
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
 #   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
-#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv).
+#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
+#   - redis-server (Debian package `redis-server`): the shared rate-limit store.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
