@@ -8,6 +8,7 @@ mod endpoint;
 mod error;
 mod factory;
 mod health;
+pub mod limit;
 mod models;
 mod provider;
 mod relay;

@@ -247,7 +247,8 @@ pub static RATELIMIT_REJECTIONS: Family<2> = Family {
 pub static RATELIMIT_BACKEND_ERRORS: Family<0> = Family {
     id: FamilyId::RateLimitBackendErrors,
     name: "aisix_ratelimit_backend_errors_total",
-    help: "Calls to the shared rate-limit backend (Redis) that failed or timed out.",
+    help: "Rate-limit checks and settlements that could not use the shared backend (Redis \
+           unreachable, failing or too slow) and went by ratelimit.redis.on_error instead.",
     kind: Kind::Counter,
     unit: Unit::Count,
     labels: [],

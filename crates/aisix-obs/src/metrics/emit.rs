@@ -176,7 +176,7 @@ pub fn ratelimit_rejection(scope: RateLimitScope, kind: RateLimitKind) {
     );
 }
 
-/// A call to the shared rate-limit backend failed or timed out.
+/// A rate-limit check or settlement could not use the shared backend (Redis).
 pub fn ratelimit_backend_error() {
     cache::counter(&RATELIMIT_BACKEND_ERRORS, [], |c| c.increment(1));
 }
