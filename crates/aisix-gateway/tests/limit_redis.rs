@@ -57,6 +57,40 @@ fn subject(limiter: &Limiter, name: &str, limits: RateLimit) -> Arc<Subject> {
         .unwrap()
 }
 
+/// Two replicas (limiters) on one Redis and one clock, each with the key `team` limited by
+/// `limits`.
+struct Replicas {
+    clock: Arc<ManualClock>,
+    a: Limiter,
+    b: Limiter,
+    on_a: Arc<Subject>,
+    on_b: Arc<Subject>,
+}
+
+impl Replicas {
+    async fn new(config: &RateLimitConfig, limits: RateLimit) -> Self {
+        let clock = Arc::new(ManualClock::at(MINUTE_START));
+        let (a, b) = (node(config, &clock).await, node(config, &clock).await);
+        let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+        Self {
+            clock,
+            a,
+            b,
+            on_a,
+            on_b,
+        }
+    }
+
+    /// The replica that serves the `i`-th request when requests alternate.
+    fn alternate(&self, i: usize) -> (&Limiter, &Arc<Subject>) {
+        if i.is_multiple_of(2) {
+            (&self.a, &self.on_a)
+        } else {
+            (&self.b, &self.on_b)
+        }
+    }
+}
+
 fn tokens(n: u64) -> Charge {
     Charge {
         tokens: n,
@@ -91,18 +125,15 @@ async fn flush(limiter: &Limiter) {
 #[tokio::test]
 async fn two_replicas_share_one_request_limit() {
     let redis = Redis::start();
-    let clock = Arc::new(ManualClock::at(MINUTE_START));
-    let config = config(&redis, OnRedisError::Allow);
-    let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
     let limits = RateLimit {
         rpm: Some(5),
         ..RateLimit::default()
     };
-    let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+    let replicas = Replicas::new(&config(&redis, OnRedisError::Allow), limits).await;
 
     let mut admitted = 0;
     for i in 0..8 {
-        let (limiter, subject) = if i % 2 == 0 { (&a, &on_a) } else { (&b, &on_b) };
+        let (limiter, subject) = replicas.alternate(i);
         if let Ok(reservation) = reserve(limiter, subject, tokens(1)).await {
             admitted += 1;
             reservation.settle(tokens(1));
@@ -110,12 +141,12 @@ async fn two_replicas_share_one_request_limit() {
     }
     assert_eq!(admitted, 5, "two replicas admit one limit's worth together");
     assert_eq!(
-        refused_kind(reserve(&a, &on_a, tokens(1)).await),
+        refused_kind(reserve(&replicas.a, &replicas.on_a, tokens(1)).await),
         RateLimitKind::Rpm
     );
 
-    clock.advance(Duration::from_secs(60));
-    reserve(&b, &on_b, tokens(1))
+    replicas.clock.advance(Duration::from_secs(60));
+    reserve(&replicas.b, &replicas.on_b, tokens(1))
         .await
         .expect("the next minute starts empty on every replica");
 }
@@ -123,14 +154,13 @@ async fn two_replicas_share_one_request_limit() {
 #[tokio::test]
 async fn a_settlement_on_one_replica_returns_tokens_to_the_other() {
     let redis = Redis::start();
-    let clock = Arc::new(ManualClock::at(MINUTE_START));
-    let config = config(&redis, OnRedisError::Allow);
-    let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
     let limits = RateLimit {
         tpm: Some(100),
         ..RateLimit::default()
     };
-    let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+    let Replicas {
+        a, b, on_a, on_b, ..
+    } = Replicas::new(&config(&redis, OnRedisError::Allow), limits).await;
 
     let reservation = reserve(&a, &on_a, tokens(80)).await.unwrap();
     assert_eq!(
@@ -148,14 +178,13 @@ async fn a_settlement_on_one_replica_returns_tokens_to_the_other() {
 #[tokio::test]
 async fn two_replicas_share_one_concurrency_limit() {
     let redis = Redis::start();
-    let clock = Arc::new(ManualClock::at(MINUTE_START));
-    let config = config(&redis, OnRedisError::Allow);
-    let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
     let limits = RateLimit {
         concurrency: Some(1),
         ..RateLimit::default()
     };
-    let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+    let Replicas {
+        a, b, on_a, on_b, ..
+    } = Replicas::new(&config(&redis, OnRedisError::Allow), limits).await;
 
     let held = reserve(&a, &on_a, tokens(1)).await.unwrap();
     assert_eq!(
@@ -172,15 +201,19 @@ async fn two_replicas_share_one_concurrency_limit() {
 #[tokio::test]
 async fn a_concurrency_slot_of_a_replica_that_vanished_expires() {
     let redis = Redis::start();
-    let clock = Arc::new(ManualClock::at(MINUTE_START));
     let mut config = config(&redis, OnRedisError::Allow);
     config.concurrency_ttl = Duration::from_secs(30);
-    let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
     let limits = RateLimit {
         concurrency: Some(1),
         ..RateLimit::default()
     };
-    let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+    let Replicas {
+        clock,
+        a,
+        b,
+        on_a,
+        on_b,
+    } = Replicas::new(&config, limits).await;
 
     // Replica A takes the slot and never gives it back (it crashed mid-request).
     std::mem::forget(reserve(&a, &on_a, tokens(1)).await.unwrap());
@@ -352,31 +385,27 @@ async fn a_frozen_redis_costs_a_request_one_timeout_not_a_hang() {
 #[tokio::test]
 async fn redis_restarted_is_used_again_by_every_replica() {
     let mut redis = Redis::start();
-    let clock = Arc::new(ManualClock::at(MINUTE_START));
-    let config = config(&redis, OnRedisError::Allow);
-    let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
     let limits = RateLimit {
         rpm: Some(3),
         ..RateLimit::default()
     };
-    let (on_a, on_b) = (subject(&a, "team", limits), subject(&b, "team", limits));
+    let replicas = Replicas::new(&config(&redis, OnRedisError::Allow), limits).await;
 
     redis.stop();
     // Away: each replica counts alone, so each admits the whole limit.
-    for (limiter, subject) in [(&a, &on_a), (&b, &on_b)] {
-        for _ in 0..3 {
-            reserve(limiter, subject, tokens(1)).await.unwrap();
-        }
+    for i in 0..6 {
+        let (limiter, subject) = replicas.alternate(i);
+        reserve(limiter, subject, tokens(1)).await.unwrap();
     }
-    assert!(!a.redis_connected() && !b.redis_connected());
+    assert!(!replicas.a.redis_connected() && !replicas.b.redis_connected());
 
     redis.restart();
-    connected(&a).await;
-    connected(&b).await;
-    clock.advance(Duration::from_secs(60));
+    connected(&replicas.a).await;
+    connected(&replicas.b).await;
+    replicas.clock.advance(Duration::from_secs(60));
     let mut admitted = 0;
     for i in 0..6 {
-        let (limiter, subject) = if i % 2 == 0 { (&a, &on_a) } else { (&b, &on_b) };
+        let (limiter, subject) = replicas.alternate(i);
         if reserve(limiter, subject, tokens(1)).await.is_ok() {
             admitted += 1;
         }

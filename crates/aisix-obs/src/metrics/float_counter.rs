@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ::metrics::{Gauge, GaugeFn, Key};
 
 use super::catalog::{self, SPEND_USD_TOTAL};
-use super::histogram::{escape_help, format_labels};
+use super::histogram::{format_labels, render_family};
 
 /// One series: the running total as `f64` bits.
 // shared: a series is added to by every worker that serves its label set and read by scrapes.
@@ -67,20 +67,15 @@ impl FloatCounters {
     pub(crate) fn render_into(&self, out: &mut String) {
         let series = self.series.lock().unwrap_or_else(PoisonError::into_inner);
         for family in catalog::CATALOG.iter().filter(|f| Self::stores(f.name)) {
-            let mut members = series
-                .iter()
-                .filter(|(key, _)| key.name() == family.name)
-                .peekable();
-            if members.peek().is_none() {
-                continue;
-            }
-            let _ = writeln!(out, "# HELP {} {}", family.name, escape_help(family.help));
-            let _ = writeln!(out, "# TYPE {} counter", family.name);
-            for (key, counter) in members {
-                let labels = format_labels(key);
-                let _ = writeln!(out, "{}{{{labels}}} {}", family.name, counter.value());
-            }
-            out.push('\n');
+            render_family(out, family, "counter", &series, |out, key, counter| {
+                let _ = writeln!(
+                    out,
+                    "{}{{{}}} {}",
+                    family.name,
+                    format_labels(key),
+                    counter.value()
+                );
+            });
         }
     }
 }
