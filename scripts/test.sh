@@ -6,6 +6,7 @@
 #   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
+#   - redis-server (Debian package `redis-server`): the shared rate-limit store.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"

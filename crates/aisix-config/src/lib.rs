@@ -10,13 +10,14 @@ mod suggest;
 mod timeouts;
 
 pub use bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
 pub use resources::{
-    ApiKey, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind, Resources, Secret, hash_key,
-    load_resources, parse_resources,
+    ApiKey, Budget, BudgetPeriod, Cost, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind,
+    RateLimit, Resources, Secret, Usd, hash_key, load_resources, parse_resources,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

@@ -11,7 +11,8 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
 use crate::bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -206,6 +207,8 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         }
     };
 
+    let ratelimit = read_ratelimit(r);
+
     let resources_file = r
         .string("resources_file")
         .map(|p| resolve(PathBuf::from(p)));
@@ -228,8 +231,92 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         upstream,
         shutdown,
         observability,
+        ratelimit,
         resources_file,
         config_file: r.file.map(Path::to_path_buf),
+    }
+}
+
+fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
+    let defaults = RateLimitConfig::default();
+    let concurrency_ttl = r
+        .bounded("ratelimit.concurrency_ttl_secs", 1, u32::MAX.into())
+        .map_or(defaults.concurrency_ttl, Duration::from_secs);
+    let redis_given = r.table_present("ratelimit.redis");
+    let url = r.string("ratelimit.redis.url");
+    let on_error = r.string("ratelimit.redis.on_error");
+    let timeout = r.bounded("ratelimit.redis.timeout_ms", 1, 60_000).map_or(
+        RateLimitConfig::DEFAULT_REDIS_TIMEOUT,
+        Duration::from_millis,
+    );
+    let backend = r.string("ratelimit.backend");
+    let redis = match backend.as_deref() {
+        None | Some("memory") => {
+            if redis_given {
+                let origin = r.origin_of("ratelimit.redis");
+                r.error(
+                    "ratelimit.redis",
+                    "is set but ratelimit.backend is memory (set backend: redis to use it)",
+                    origin,
+                );
+            }
+            false
+        }
+        Some("redis") => true,
+        Some(other) => {
+            let origin = r.origin_of("ratelimit.backend");
+            r.error(
+                "ratelimit.backend",
+                format!("expected memory or redis, got {other:?}"),
+                origin,
+            );
+            false
+        }
+    };
+    if !redis {
+        return RateLimitConfig {
+            backend: RateLimitBackend::Memory,
+            concurrency_ttl,
+        };
+    }
+    let on_error = match on_error.as_deref() {
+        None | Some("allow") => OnRedisError::Allow,
+        Some("deny") => OnRedisError::Deny,
+        Some(other) => {
+            let origin = r.origin_of("ratelimit.redis.on_error");
+            r.error(
+                "ratelimit.redis.on_error",
+                format!("expected allow or deny, got {other:?}"),
+                origin,
+            );
+            OnRedisError::Allow
+        }
+    };
+    let origin = r.origin_of("ratelimit.redis.url");
+    let url = match url.map(|url| RedisUrl::parse(&url)) {
+        Some(Ok(url)) => Some(url),
+        Some(Err(message)) => {
+            r.error("ratelimit.redis.url", message, origin);
+            None
+        }
+        None => {
+            r.error(
+                "ratelimit.redis.url",
+                "is required when ratelimit.backend is redis",
+                origin,
+            );
+            None
+        }
+    };
+    RateLimitConfig {
+        backend: url.map_or(RateLimitBackend::Memory, |url| {
+            RateLimitBackend::Redis(RedisConfig {
+                url,
+                on_error,
+                timeout,
+            })
+        }),
+        concurrency_ttl,
     }
 }
 

@@ -10,6 +10,7 @@ mod endpoint;
 mod error;
 mod factory;
 mod health;
+pub mod limit;
 mod models;
 mod provider;
 mod relay;

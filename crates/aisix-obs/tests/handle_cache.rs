@@ -307,6 +307,9 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::auth_failure(AuthFailure::Expired);
         emit::body_rejected(Endpoint::Completions);
         emit::access_log_dropped(2);
+        emit::spend("team-a", "gpt-4o", 0.5);
+        emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Tpm);
+        emit::ratelimit_backend_error();
         (conn, in_flight)
     });
 
@@ -343,6 +346,11 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_request_body_rejections_total", "endpoint" => "completions")
             .increment(1);
         ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
+        ::metrics::gauge!("aisix_spend_usd_total", "api_key" => "team-a", "model" => "gpt-4o")
+            .increment(0.5);
+        ::metrics::counter!("aisix_ratelimit_rejections_total", "scope" => "api_key", "kind" => "tpm")
+            .increment(1);
+        ::metrics::counter!("aisix_ratelimit_backend_errors_total").increment(1);
     });
 
     let (cached_page, plain_page) = (cached.render(), plain.render());

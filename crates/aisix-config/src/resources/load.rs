@@ -9,6 +9,7 @@ use serde_yaml::Value;
 
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
+use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
 use super::pattern::ModelPattern;
 use super::reader::{
     Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
@@ -444,6 +445,8 @@ struct ModelDraft {
     first_token_timeout: Option<Option<Duration>>,
     stream_idle_timeout: Option<Option<Duration>>,
     timeout: Option<Option<Duration>>,
+    rate_limit: Option<Option<RateLimit>>,
+    cost: Option<Option<Cost>>,
 }
 
 fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
@@ -471,6 +474,12 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
     let connect_timeout = millis("connect_timeout");
     let first_token_timeout = millis("first_token_timeout");
     let stream_idle_timeout = millis("stream_idle_timeout");
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let cost = fields
+        .optional(report, "cost")
+        .map(|(v, p)| read_cost(report, v, &p));
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -482,6 +491,8 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         first_token_timeout,
         stream_idle_timeout,
         timeout,
+        rate_limit,
+        cost,
     }
 }
 
@@ -543,6 +554,8 @@ fn resolve_provider_keys(
                     stream_idle: given(model.stream_idle_timeout)?,
                     total: given(model.timeout)?,
                 },
+                rate_limit: given(model.rate_limit)?.unwrap_or_default(),
+                cost: given(model.cost)?,
             })
         })
         .collect()
@@ -605,31 +618,50 @@ fn read_api_key(
         }
         at
     });
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let budget = fields
+        .optional(report, "budget")
+        .map(|(v, p)| read_budget(report, v, &p));
     fields.finish(report, "field");
 
     let built = build_api_key(
         name.clone(),
         hash.as_ref().map(|(hash, _)| *hash),
         allowed_models,
-        disabled,
-        expires_at,
+        ApiKeyOptions {
+            disabled,
+            expires_at,
+            rate_limit,
+            budget,
+        },
     );
     ApiKeyDraft { name, hash, built }
+}
+
+/// An API key's optional fields as read (`None` absent, `Some(None)` given but wrong).
+struct ApiKeyOptions {
+    disabled: Option<Option<bool>>,
+    expires_at: Option<Option<SystemTime>>,
+    rate_limit: Option<Option<RateLimit>>,
+    budget: Option<Option<Budget>>,
 }
 
 fn build_api_key(
     name: Option<String>,
     hash: Option<KeyHash>,
     allowed_models: Option<Vec<ModelPattern>>,
-    disabled: Option<Option<bool>>,
-    expires_at: Option<Option<SystemTime>>,
+    options: ApiKeyOptions,
 ) -> Option<ApiKey> {
     Some(ApiKey {
         display_name: name?,
         key_hash: hash?,
         allowed_models: allowed_models?,
-        disabled: given(disabled)?.unwrap_or(false),
-        expires_at: given(expires_at)?,
+        disabled: given(options.disabled)?.unwrap_or(false),
+        expires_at: given(options.expires_at)?,
+        rate_limit: given(options.rate_limit)?.unwrap_or_default(),
+        budget: given(options.budget)?,
     })
 }
 

@@ -1,8 +1,10 @@
-//! The resources file (`resources.yaml`): provider keys, models and API keys, read strictly with
+//! The resources file (`resources.yaml`): provider keys, models and API keys (with their limits,
+//! prices and budgets), read strictly with
 //! `${VAR}` interpolation and checked across entries. Serving them is the gateway's job.
 
 mod interpolate;
 mod key;
+mod limits;
 mod load;
 mod pattern;
 mod reader;
@@ -10,6 +12,7 @@ mod rfc3339;
 mod types;
 
 pub use key::{KeyHash, hash_key};
+pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
 pub use load::{load_resources, parse_resources};
 pub use pattern::ModelPattern;
 pub use types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};

@@ -1,5 +1,5 @@
-//! OpenAI request bodies: find `model`, `stream` and `stream_options` in one validating parse,
-//! then splice new values into the original bytes. The document is never re-serialized, so
+//! OpenAI request bodies: find `model`, `stream`, `stream_options` and the output-token cap in
+//! one validating parse, then splice new values into the original bytes. The document is never re-serialized, so
 //! fields the gateway does not know pass through byte for byte.
 //!
 //! Cost: one serde_json pass that borrows (no allocation for skipped fields), plus one copy of
@@ -26,6 +26,9 @@ pub enum BodyError {
 pub struct Inspected {
     pub model: String,
     pub stream: bool,
+    /// `max_completion_tokens`, else `max_tokens`, when given as a non-negative integer (the
+    /// limiter's output estimate; anything else is left for the provider to judge).
+    pub max_output_tokens: Option<u64>,
     /// Byte range of the `model` value (the quoted string) in the body.
     model_span: (usize, usize),
     /// Byte range of the `stream_options` value, if present and not null.
@@ -48,6 +51,10 @@ struct Probe<'a> {
     stream: Option<&'a RawValue>,
     #[serde(borrow)]
     stream_options: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -96,9 +103,15 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         _ => None,
     };
 
+    let max_output_tokens = [probe.max_completion_tokens, probe.max_tokens]
+        .into_iter()
+        .flatten()
+        .find_map(|raw| raw.get().parse::<u64>().ok());
+
     Ok(Inspected {
         model: model.into_owned(),
         stream,
+        max_output_tokens,
         model_span: span_of(body, model_raw.get()),
         stream_options,
         object_start,
@@ -303,6 +316,25 @@ mod tests {
             inspect(br#"{"model":"m","stream":"yes"}"#),
             Err(BodyError::InvalidField("stream", "a boolean"))
         );
+    }
+
+    #[test]
+    fn the_output_cap_is_max_completion_tokens_else_max_tokens() {
+        let cap = |body: &str| inspect(body.as_bytes()).unwrap().max_output_tokens;
+        assert_eq!(cap(r#"{"model":"m"}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":64}"#), Some(64));
+        assert_eq!(
+            cap(r#"{"model":"m","max_completion_tokens":32,"max_tokens":64}"#),
+            Some(32)
+        );
+        assert_eq!(
+            cap(r#"{"model":"m","max_completion_tokens":null,"max_tokens":64}"#),
+            Some(64)
+        );
+        // Not ours to judge: the provider refuses what it does not accept.
+        assert_eq!(cap(r#"{"model":"m","max_tokens":-1}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":"64"}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":1.5}"#), None);
     }
 
     #[test]

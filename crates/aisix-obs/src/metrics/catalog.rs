@@ -23,6 +23,9 @@ pub enum FamilyId {
     GatewayOverhead,
     BuildInfo,
     AccessLogDropped,
+    SpendUsd,
+    RateLimitRejections,
+    RateLimitBackendErrors,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -221,6 +224,36 @@ pub static ACCESS_LOG_DROPPED: Family<0> = Family {
     labels: [],
 };
 
+/// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
+pub static SPEND_USD_TOTAL: Family<2> = Family {
+    id: FamilyId::SpendUsd,
+    name: "aisix_spend_usd_total",
+    help: "US dollars spent, by API key and model, at the prices the model entries configure.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["api_key", "model"],
+};
+
+pub static RATELIMIT_REJECTIONS: Family<2> = Family {
+    id: FamilyId::RateLimitRejections,
+    name: "aisix_ratelimit_rejections_total",
+    help: "Requests refused by a rate limit, a concurrency limit or a budget, by the scope of the \
+           limit (api_key or model) and its kind.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["scope", "kind"],
+};
+
+pub static RATELIMIT_BACKEND_ERRORS: Family<0> = Family {
+    id: FamilyId::RateLimitBackendErrors,
+    name: "aisix_ratelimit_backend_errors_total",
+    help: "Rate-limit checks and settlements that could not use the shared backend (Redis \
+           unreachable, failing or too slow) and went by ratelimit.redis.on_error instead.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: [],
+};
+
 /// Not exported: names the handle-cache entry that holds every handle of a finished request
 /// (see `cache::RequestHandles`), keyed by the request's labels.
 pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
@@ -233,7 +266,7 @@ pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
 };
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 13] = [
+pub static CATALOG: [FamilyInfo; 16] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -247,6 +280,9 @@ pub static CATALOG: [FamilyInfo; 13] = [
     GATEWAY_OVERHEAD.info(),
     BUILD_INFO.info(),
     ACCESS_LOG_DROPPED.info(),
+    SPEND_USD_TOTAL.info(),
+    RATELIMIT_REJECTIONS.info(),
+    RATELIMIT_BACKEND_ERRORS.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

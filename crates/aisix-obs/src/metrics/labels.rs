@@ -124,6 +124,29 @@ label_enum! {
 }
 
 label_enum! {
+    /// Whose limit refused a request (`scope` label of `aisix_ratelimit_rejections_total`).
+    RateLimitScope {
+        ApiKey => "api_key",
+        Model => "model",
+    }
+}
+
+label_enum! {
+    /// Which limit refused a request (`kind` label of `aisix_ratelimit_rejections_total`): a
+    /// request or token window, the concurrency cap, or the spending budget.
+    RateLimitKind {
+        Rps => "rps",
+        Rpm => "rpm",
+        Rph => "rph",
+        Rpd => "rpd",
+        Tpm => "tpm",
+        Tpd => "tpd",
+        Concurrency => "concurrency",
+        Budget => "budget",
+    }
+}
+
+label_enum! {
     /// The serving mode (`mode` label of `aisix_build_info`).
     Mode {
         ThreadPerCore => "thread_per_core",
@@ -251,6 +274,8 @@ mod tests {
             .chain(UpstreamErrorKind::ALL.iter().map(|v| v.as_str()))
             .chain(AuthFailure::ALL.iter().map(|v| v.as_str()))
             .chain(Mode::ALL.iter().map(|v| v.as_str()))
+            .chain(RateLimitScope::ALL.iter().map(|v| v.as_str()))
+            .chain(RateLimitKind::ALL.iter().map(|v| v.as_str()))
             .collect();
         for value in all {
             assert!(

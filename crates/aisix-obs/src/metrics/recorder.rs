@@ -1,6 +1,7 @@
 //! The recorder aisix installs: the Prometheus exporter for counters and gauges, our own
-//! fixed-bucket histograms for the catalog's durations (see `histogram` for why), and
-//! per-thread shards for in-flight requests; plus the page a scrape gets. Serving it is the
+//! fixed-bucket histograms for the catalog's durations (see `histogram` for why), fractional
+//! counters for dollars (`float_counter`), and per-thread shards for in-flight requests; plus
+//! the page a scrape gets. Serving it is the
 //! server's job.
 
 use std::fmt;
@@ -10,9 +11,10 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 
 use super::cache::{self, METADATA};
 use super::catalog::{
-    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, Kind, REQUESTS_IN_FLIGHT,
-    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, Kind, RATELIMIT_BACKEND_ERRORS,
+    REQUESTS_IN_FLIGHT, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
+use super::float_counter::FloatCounters;
 use super::histogram::Histograms;
 use super::in_flight::InFlight;
 use super::labels::{Endpoint, Mode, Worker};
@@ -35,6 +37,7 @@ pub struct MetricsRecorder {
     prometheus: PrometheusRecorder,
     handle: PrometheusHandle,
     histograms: Histograms,
+    float_counters: FloatCounters,
     in_flight: InFlight,
 }
 
@@ -81,6 +84,9 @@ impl Recorder for MetricsRecorder {
         if key.name() == REQUESTS_IN_FLIGHT.name {
             return self.in_flight.register(key);
         }
+        if FloatCounters::stores(key.name()) {
+            return self.float_counters.register(key);
+        }
         self.prometheus.register_gauge(key, metadata)
     }
 
@@ -118,6 +124,7 @@ impl Metrics {
             prometheus,
             handle,
             histograms: Histograms::default(),
+            float_counters: FloatCounters::default(),
             in_flight: InFlight::default(),
         }));
 
@@ -142,6 +149,10 @@ impl Metrics {
         // harness) can tell "none dropped" from "not reported".
         recorder
             .register_counter(&cache::key_of(&ACCESS_LOG_DROPPED, &[]), &METADATA)
+            .increment(0);
+        // Likewise for rate-limit backend errors: 0 reads as "the backend answered every call".
+        recorder
+            .register_counter(&cache::key_of(&RATELIMIT_BACKEND_ERRORS, &[]), &METADATA)
             .increment(0);
         Ok(Self { recorder })
     }
@@ -197,7 +208,7 @@ impl Metrics {
 
     /// The page for a scrape, in the Prometheus text format: counters and gauges from the
     /// exporter (in-flight gauges summed over every thread's shard first), then the catalog's
-    /// histograms. Locks the registries briefly; call from the control thread, not a worker.
+    /// histograms and fractional counters. Locks the registries briefly; call from the control thread, not a worker.
     pub fn render(&self) -> String {
         for (key, total) in self.recorder.in_flight.totals() {
             self.recorder
@@ -207,6 +218,7 @@ impl Metrics {
         }
         let mut page = self.recorder.handle.render();
         self.recorder.histograms.render_into(&mut page);
+        self.recorder.float_counters.render_into(&mut page);
         page
     }
 
