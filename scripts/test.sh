@@ -3,6 +3,7 @@
 # gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
+#   - nginx, systemd-analyze (systemd), unshare (util-linux), mount: the operations tests;
 #   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
@@ -12,6 +13,12 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
+# Operations tests: nginx (restart behind a load balancer), systemd-analyze (the unit file),
+# unshare, mount and chroot (the container's conditions).
+command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v mount >/dev/null 2>&1 || missing+=(mount)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -25,6 +32,8 @@ bash scripts/setup-python.sh
 
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.
 cargo build --locked --workspace --all-targets
+# The release binary a user runs, once: release_build.rs and container.rs test it.
+cargo build --locked --release -p aisix-server
 cargo test --locked --workspace
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;

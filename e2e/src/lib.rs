@@ -6,6 +6,7 @@ pub mod client;
 pub mod gateway;
 pub mod mock;
 pub mod prom;
+pub mod tls;
 
 /// Declares one end-to-end test per serving mode: `name::thread_per_core` and `name::shared`,
 /// so a CI leg can run one mode with `cargo test -p aisix-e2e -- ::shared`.

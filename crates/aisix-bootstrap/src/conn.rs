@@ -122,14 +122,15 @@ pub(crate) async fn serve<I, S, B>(
     }
 }
 
-/// Test-only hooks a connection can trigger; empty in release builds.
+/// Test-only hooks a connection can trigger; empty unless built with the `test-hooks` feature,
+/// which a release build refuses (see the crate root).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ConnHooks {
-    #[cfg(debug_assertions)]
+    #[cfg(feature = "test-hooks")]
     pub crash_worker: Option<Arc<tokio::sync::Notify>>,
 }
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "test-hooks")]
 pub(crate) const CRASH_WORKER_PATH: &str = "/__aisix/test/crash-worker";
 
 enum Verdict {
@@ -280,6 +281,10 @@ impl Drop for ActiveGuard {
 struct TrackedService<S> {
     inner: S,
     state: Arc<ConnState>,
+    #[cfg_attr(
+        not(feature = "test-hooks"),
+        allow(dead_code, reason = "holds nothing without test hooks")
+    )]
     hooks: ConnHooks,
 }
 
@@ -298,7 +303,7 @@ where
         if request.version() == http::Version::HTTP_2 {
             state.http2.store(true, Relaxed);
         }
-        #[cfg(debug_assertions)]
+        #[cfg(feature = "test-hooks")]
         if request.uri().path() == CRASH_WORKER_PATH
             && let Some(crash) = &self.hooks.crash_worker
         {

@@ -12,8 +12,9 @@ pub use bootstrap::{
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
-pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
+pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use resources::{
-    ApiKey, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind, Resources, Secret, hash_key,
-    load_resources, parse_resources,
+    ApiKey, CollectionDiff, KeyHash, LoadedResources, Model, ModelPattern, ProviderKey,
+    ProviderKind, Resources, ResourcesDiff, Secret, hash_key, load_resources, load_resources_file,
+    parse_resources, sha256_hex,
 };

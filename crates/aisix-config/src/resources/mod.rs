@@ -1,6 +1,7 @@
 //! The resources file (`resources.yaml`): provider keys, models and API keys, read strictly with
 //! `${VAR}` interpolation and checked across entries. Serving them is the gateway's job.
 
+mod diff;
 mod interpolate;
 mod key;
 mod load;
@@ -9,7 +10,8 @@ mod reader;
 mod rfc3339;
 mod types;
 
+pub use diff::{CollectionDiff, ResourcesDiff};
 pub use key::{KeyHash, hash_key};
-pub use load::{load_resources, parse_resources};
+pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};

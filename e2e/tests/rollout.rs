@@ -1,0 +1,139 @@
+//! Rollouts that drop nothing: the readiness grace (503 on `/readyz` while still accepting), a
+//! second stop signal that ends the drain at once, and a restart behind a real nginx.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::TcpStream;
+use std::time::Duration;
+
+use aisix_e2e::both_modes;
+use aisix_e2e::client;
+use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::mock::{MockProvider, Reply as Mock};
+
+const KEY: &str = "sk-rollout-1";
+
+fn resources(upstream: &str) -> String {
+    format!(
+        r#"_format_version: "1"
+provider_keys:
+  - display_name: up
+    provider: openai
+    api_base: {upstream}
+models:
+  - display_name: gpt-x
+    provider: openai
+    model_name: upstream-x
+    provider_key: up
+api_keys:
+  - display_name: k
+    key_env: ROLLOUT_KEY
+    allowed_models: ["*"]
+"#
+    )
+}
+
+fn config(mode: Mode, mock: &MockProvider, shutdown: &str) -> GatewayConfig {
+    GatewayConfig::new(mode)
+        .resources(resources(&mock.base_url()))
+        .env("ROLLOUT_KEY", KEY)
+        .extra(shutdown)
+}
+
+fn chat() -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    client::request(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &format!("Bearer {KEY}"))],
+        Some(r#"{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}"#),
+    )
+}
+
+/// Polls `/readyz` on fresh connections until it answers `status`.
+async fn wait_readyz(gateway: &Gateway, status: u16) -> bool {
+    for _ in 0..250 {
+        if client::get(gateway.addr(), "/readyz").await.status == status {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+both_modes! {
+    async fn during_the_readiness_grace_readyz_is_503_and_new_connections_are_still_served(mode: Mode) {
+        let mock = MockProvider::start();
+        let mut gateway = Gateway::start(&config(
+            mode,
+            &mock,
+            "shutdown:\n  readiness_grace_secs: 4\n  drain_timeout_secs: 10\n",
+        ));
+        gateway.signal(libc::SIGTERM);
+        assert!(wait_readyz(&gateway, 503).await, "{}", gateway.logs());
+        assert!(gateway.logs().contains("readiness grace"), "{}", gateway.logs());
+        assert!(!gateway.logs().contains("draining:"), "the grace ended too early: {}", gateway.logs());
+        // A new connection during the grace is accepted and its request answered normally.
+        let reply = client::send(gateway.addr(), chat()).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(client::get(gateway.addr(), "/livez").await.status, 200);
+
+        assert!(gateway.wait_for_log("draining:", Duration::from_secs(15)), "{}", gateway.logs());
+        let status = gateway.wait_exit(Duration::from_secs(15)).expect("exits after the drain");
+        assert_eq!(status.code(), Some(0), "{}", gateway.logs());
+        assert!(TcpStream::connect(gateway.addr()).is_err(), "no listener after exit");
+    }
+}
+
+both_modes! {
+    async fn without_a_grace_the_listeners_close_at_the_first_signal(mode: Mode) {
+        let mock = MockProvider::start();
+        let mut gateway = Gateway::start(&config(mode, &mock, ""));
+        gateway.signal(libc::SIGTERM);
+        let status = gateway.wait_exit(Duration::from_secs(15)).expect("exits at once");
+        assert_eq!(status.code(), Some(0), "{}", gateway.logs());
+        assert!(!gateway.logs().contains("readiness grace"), "{}", gateway.logs());
+    }
+}
+
+both_modes! {
+    async fn a_second_sigterm_during_the_drain_exits_at_once_non_zero(mode: Mode) {
+        let mock = MockProvider::start();
+        let mut gateway = Gateway::start(&config(mode, &mock, "shutdown:\n  drain_timeout_secs: 60\n"));
+        mock.enqueue(Mock::openai().delay_head(Duration::from_secs(50)));
+        let addr = gateway.addr();
+        let in_flight = tokio::spawn(async move {
+            let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream)).await.unwrap();
+            tokio::spawn(conn);
+            let mut request = chat();
+            request.headers_mut().insert("host", addr.to_string().parse().unwrap());
+            sender.send_request(request).await.map(|r| r.status())
+        });
+        assert!(mock.wait_until_async(Duration::from_secs(10), |m| m.request_count() == 1).await);
+        gateway.signal(libc::SIGTERM);
+        assert!(gateway.wait_for_log("draining:", Duration::from_secs(5)), "{}", gateway.logs());
+        gateway.signal(libc::SIGTERM);
+        // Far sooner than the 50 s the request still needs, or the 60 s drain allows.
+        let status = gateway.wait_exit(Duration::from_secs(10)).expect("exits at the second signal");
+        assert!(!status.success(), "{}", gateway.logs());
+        assert!(gateway.logs().contains("second stop signal"), "{}", gateway.logs());
+        // The abandoned request ends without a response.
+        assert!(in_flight.await.unwrap().is_err());
+    }
+}
+
+both_modes! {
+    async fn a_sigint_during_the_readiness_grace_exits_at_once_non_zero(mode: Mode) {
+        let mock = MockProvider::start();
+        let mut gateway = Gateway::start(&config(
+            mode,
+            &mock,
+            "shutdown:\n  readiness_grace_secs: 60\n  drain_timeout_secs: 60\n",
+        ));
+        gateway.signal(libc::SIGTERM);
+        assert!(wait_readyz(&gateway, 503).await, "{}", gateway.logs());
+        gateway.signal(libc::SIGINT);
+        let status = gateway.wait_exit(Duration::from_secs(10)).expect("exits at the second signal");
+        assert!(!status.success(), "{}", gateway.logs());
+        assert!(gateway.logs().contains("second stop signal"), "{}", gateway.logs());
+    }
+}
