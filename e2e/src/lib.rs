@@ -5,6 +5,7 @@
 pub mod client;
 pub mod gateway;
 pub mod mock;
+pub mod nginx;
 pub mod prom;
 pub mod tls;
 

@@ -2,13 +2,17 @@
 //! second stop signal that ends the drain at once, and a restart behind a real nginx.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, Reply as Mock};
+use aisix_e2e::nginx::Nginx;
+use aisix_e2e::prom::sample;
 
 const KEY: &str = "sk-rollout-1";
 
@@ -135,5 +139,89 @@ both_modes! {
         let status = gateway.wait_exit(Duration::from_secs(10)).expect("exits at the second signal");
         assert!(!status.success(), "{}", gateway.logs());
         assert!(gateway.logs().contains("second stop signal"), "{}", gateway.logs());
+    }
+}
+
+fn chat_body(stream: bool) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    client::request(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &format!("Bearer {KEY}"))],
+        Some(&format!(
+            r#"{{"model":"gpt-x","stream":{stream},"messages":[{{"role":"user","content":"hi"}}]}}"#
+        )),
+    )
+}
+
+/// One client: requests through `addr` until `stop`, alternating unary and streaming; returns
+/// how many it sent and every failure it saw.
+async fn client_loop(addr: SocketAddr, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+    let mut sent = 0;
+    let mut failures = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let stream = sent % 2 == 1;
+        let reply = client::send(addr, chat_body(stream)).await;
+        sent += 1;
+        let complete = if stream {
+            reply.text().ends_with("data: [DONE]\n\n")
+        } else {
+            reply.json()["object"] == "chat.completion"
+        };
+        if reply.status != 200 || !complete {
+            failures.push(format!("{} {}", reply.status, reply.text()));
+        }
+    }
+    (sent, failures)
+}
+
+async fn requests_served(gateway: &Gateway) -> f64 {
+    let page = client::get(gateway.metrics_addr.unwrap(), "/metrics")
+        .await
+        .text();
+    sample(&page, "aisix_requests_total", &[("outcome", "success")])
+}
+
+both_modes! {
+    async fn a_rolling_restart_behind_nginx_under_load_drops_nothing(mode: Mode) {
+        let mock = MockProvider::start();
+        // Slow enough that requests are always in flight on both instances.
+        mock.set_default(Mock::openai().delay_head(Duration::from_millis(150)));
+        let shutdown = "shutdown:\n  readiness_grace_secs: 3\n  drain_timeout_secs: 20\n";
+        let mut old = Gateway::start(&config(mode, &mock, shutdown).metrics());
+        let other = Gateway::start(&config(mode, &mock, shutdown).metrics());
+        let mut nginx = Nginx::start(&[old.addr(), other.addr()]);
+
+        let stop = Arc::new(AtomicBool::new(false));
+        let clients: Vec<_> = (0..8)
+            .map(|_| tokio::spawn(client_loop(nginx.addr, stop.clone())))
+            .collect();
+        while requests_served(&old).await < 20.0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        // The orchestrator's rollout: SIGTERM, take the instance out of rotation once its
+        // readiness probe fails (within the grace), wait for it to drain, start the new one,
+        // put it in rotation.
+        old.signal(libc::SIGTERM);
+        assert!(wait_readyz(&old, 503).await, "{}", old.logs());
+        nginx.set_upstreams(&[other.addr()]);
+        let status = old.wait_exit(Duration::from_secs(30)).expect("the old instance drains and exits");
+        assert_eq!(status.code(), Some(0), "{}", old.logs());
+        let new = Gateway::start(&config(mode, &mock, shutdown).metrics());
+        nginx.set_upstreams(&[new.addr(), other.addr()]);
+        while requests_served(&new).await < 20.0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        stop.store(true, Ordering::Relaxed);
+        let mut sent = 0;
+        let mut failures = Vec::new();
+        for client in clients {
+            let (n, mut f) = client.await.unwrap();
+            sent += n;
+            failures.append(&mut f);
+        }
+        assert!(sent >= 80, "{sent} requests");
+        assert!(failures.is_empty(), "{} of {sent} failed: {:?}\nnginx: {}", failures.len(), &failures[..failures.len().min(5)], nginx.error_log());
     }
 }
