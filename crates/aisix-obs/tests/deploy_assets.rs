@@ -1,6 +1,8 @@
-//! The Grafana dashboard and the Prometheus alerts under deploy/: every metric they name is in
-//! the catalog (with `_bucket`, `_sum`, `_count` only on histograms), the rules pass
-//! `promtool check rules` and their unit tests, and every dashboard query parses as PromQL.
+//! Every place outside the code that names metrics, against the catalog: the Grafana dashboard
+//! and the Prometheus alerts under deploy/, docs/metrics.md and the README. Every metric they
+//! name is in the catalog (with `_bucket`, `_sum`, `_count` only on histograms); every catalog
+//! family is in both metrics references; the rules pass `promtool check rules` and their unit
+//! tests; every dashboard query and every `promql` block of the docs parses as PromQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::BTreeSet;
@@ -9,8 +11,12 @@ use std::process::Command;
 
 use aisix_obs::metrics::catalog::{self, Kind};
 
+fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 fn deploy() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
+    workspace().join("deploy")
 }
 
 /// Every `aisix_…` identifier in `text`.
@@ -25,7 +31,8 @@ fn metric_names(text: &str) -> BTreeSet<String> {
         let end = text[start..]
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .map_or(text.len(), |n| start + n);
-        if boundary {
+        // A bare `aisix_` is the prefix being talked about, not a name.
+        if boundary && end > start + "aisix_".len() {
             names.insert(text[start..end].to_owned());
         }
         i = end;
@@ -135,20 +142,64 @@ fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
     promtool(&["test", "rules", "alerts_test.yaml"], &dir);
 }
 
-#[test]
-fn every_dashboard_query_parses_as_promql() {
-    // Grafana's variables, as a query runs them; then each query as a recording rule.
-    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    for (i, query) in dashboard_queries().iter().enumerate() {
-        let expr = query
-            .replace("$__rate_interval", "5m")
-            .replace("$job", ".+");
+/// Checks that every query parses, by handing them to promtool as recording rules.
+fn assert_queries_parse(queries: &[String]) {
+    assert!(!queries.is_empty());
+    let mut rules = String::from("groups:\n  - name: queries\n    rules:\n");
+    for (i, query) in queries.iter().enumerate() {
         rules.push_str(&format!(
-            "      - record: dashboard:query_{i}\n        expr: {}\n",
-            serde_json::to_string(&expr).unwrap()
+            "      - record: query:number_{i}\n        expr: {}\n",
+            serde_json::to_string(query).unwrap()
         ));
     }
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("dashboard.yaml"), rules).unwrap();
-    promtool(&["check", "rules", "dashboard.yaml"], dir.path());
+    std::fs::write(dir.path().join("queries.yaml"), rules).unwrap();
+    promtool(&["check", "rules", "queries.yaml"], dir.path());
+}
+
+#[test]
+fn every_dashboard_query_parses_as_promql() {
+    // Grafana's variables, as a query runs them.
+    let queries: Vec<String> = dashboard_queries()
+        .iter()
+        .map(|q| q.replace("$__rate_interval", "5m").replace("$job", ".+"))
+        .collect();
+    assert_queries_parse(&queries);
+}
+
+/// The families named in the first column of a markdown table (`| \`aisix_…\` |`).
+fn table_families(text: &str) -> BTreeSet<String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("| `aisix_"))
+        .map(|rest| format!("aisix_{}", rest.split('`').next().unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_catalog_family_is_in_the_metrics_reference_and_the_readme_and_nothing_else_is() {
+    for file in ["docs/metrics.md", "README.md"] {
+        let text = std::fs::read_to_string(workspace().join(file)).unwrap();
+        let documented = table_families(&text);
+        for family in &catalog::CATALOG {
+            assert!(
+                documented.contains(family.name),
+                "{file} does not document {}",
+                family.name
+            );
+        }
+        for name in metric_names(&text) {
+            assert_in_catalog(&name, file);
+        }
+    }
+}
+
+#[test]
+fn every_promql_block_of_the_docs_parses() {
+    let text = std::fs::read_to_string(workspace().join("docs/metrics.md")).unwrap();
+    let blocks: Vec<String> = text
+        .split("```promql\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap().trim().to_owned())
+        .collect();
+    assert_queries_parse(&blocks);
 }
