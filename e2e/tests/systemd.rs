@@ -173,3 +173,41 @@ both_modes! {
         assert!(states[3].starts_with("STOPPING=1\n"), "{states:?}");
     }
 }
+
+/// Only with the debug build's test hooks, which can wedge a worker's event loop.
+#[cfg(debug_assertions)]
+#[test]
+fn a_wedged_worker_stops_the_watchdog_pings_until_it_answers_again() {
+    // Thread-per-core: each worker's own event loop answers the liveness tick. (In the shared
+    // runtime another thread picks the heartbeat up; the runtime as a whole is what answers.)
+    let notify = NotifySocket::bind();
+    let gateway = Gateway::start(
+        &GatewayConfig::new(aisix_e2e::gateway::Mode::ThreadPerCore)
+            .workers(Some(1))
+            .env("NOTIFY_SOCKET", &notify.path.display().to_string())
+            .env("WATCHDOG_USEC", "200000"),
+    );
+    assert!(
+        notify.wait_for(|m| count(m, "WATCHDOG=1") >= 2),
+        "{:?}",
+        notify.messages()
+    );
+    // The only worker blocks its thread inside the request.
+    let addr = gateway.addr();
+    let stalled = std::thread::spawn(move || {
+        aisix_e2e::client::blocking_get_status(addr, "/__aisix/test/stall-worker")
+    });
+    assert!(
+        gateway.wait_for_log("withholding WATCHDOG=1", Duration::from_secs(10)),
+        "{}",
+        gateway.logs()
+    );
+    stalled.join().unwrap();
+    // Once it answers again, the pings come back.
+    let before = count(&notify.messages(), "WATCHDOG=1");
+    assert!(
+        notify.wait_for(|m| count(m, "WATCHDOG=1") >= before + 2),
+        "{}",
+        gateway.logs()
+    );
+}

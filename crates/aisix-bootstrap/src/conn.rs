@@ -133,6 +133,13 @@ pub(crate) struct ConnHooks {
 #[cfg(feature = "test-hooks")]
 pub(crate) const CRASH_WORKER_PATH: &str = "/__aisix/test/crash-worker";
 
+/// Blocks the serving thread, as a bug that wedges an event loop would, for [`STALL_FOR`].
+#[cfg(feature = "test-hooks")]
+pub(crate) const STALL_WORKER_PATH: &str = "/__aisix/test/stall-worker";
+
+#[cfg(feature = "test-hooks")]
+const STALL_FOR: std::time::Duration = std::time::Duration::from_secs(2);
+
 enum Verdict {
     Keep,
     Close(&'static str),
@@ -308,6 +315,10 @@ where
             && let Some(crash) = &self.hooks.crash_worker
         {
             crash.notify_one();
+        }
+        #[cfg(feature = "test-hooks")]
+        if request.uri().path() == STALL_WORKER_PATH {
+            std::thread::sleep(STALL_FOR);
         }
         TrackedFuture {
             inner: self.inner.call(request),
