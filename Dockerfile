@@ -10,7 +10,9 @@ FROM rust:1.95-bookworm AS build
 WORKDIR /src
 # Dependencies first, from Cargo.lock only, so a source change reuses their layer.
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./
+# Every workspace member, or cargo cannot load the workspace.
 COPY crates crates
+COPY testkit testkit
 COPY e2e e2e
 COPY benches benches
 RUN cargo fetch --locked

@@ -3,8 +3,9 @@
 # gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
-#   - nginx, systemd-analyze (systemd), unshare (util-linux), mount: the operations tests;
-#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv.
+#   - systemd-analyze (systemd), unshare (util-linux), mount: the operations tests;
+#   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
+#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv).
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +14,9 @@ missing=()
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
-# Operations tests: nginx (restart behind a load balancer), systemd-analyze (the unit file),
-# unshare, mount and chroot (the container's conditions).
-command -v nginx >/dev/null 2>&1 || missing+=(nginx)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+# Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
+# conditions).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
 command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
 command -v mount >/dev/null 2>&1 || missing+=(mount)
@@ -32,9 +33,10 @@ bash scripts/setup-python.sh
 
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.
 cargo build --locked --workspace --all-targets
-# The release binary a user runs, once: release_build.rs and container.rs test it.
+# The release binary a user runs, built once (fat LTO is slow); release_build.rs and container.rs
+# test this one.
 cargo build --locked --release -p aisix-server
-cargo test --locked --workspace
+AISIX_E2E_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).

@@ -90,22 +90,6 @@ fn metrics(c: &mut Criterion) {
             status: StatusClass::from_status(200),
             outcome: Outcome::Success,
         };
-        c.bench_function("metrics_request_finished_cached", |b| {
-            b.iter(|| emit::request_finished(black_box(&labels), Duration::from_micros(850)))
-        });
-        c.bench_function("metrics_tokens_cached", |b| {
-            b.iter(|| emit::tokens(black_box("gpt-4o"), "openai-main", 31, 17))
-        });
-        c.bench_function("metrics_one_request_per_family_emits", |b| {
-            b.iter(|| {
-                emit::worker_request();
-                let in_flight = emit::in_flight(Endpoint::ChatCompletions);
-                emit::request_finished(black_box(&labels), Duration::from_micros(850));
-                emit::overhead(Endpoint::ChatCompletions, Duration::from_micros(20));
-                emit::tokens(black_box("gpt-4o"), "openai-main", 31, 17);
-                drop(in_flight);
-            })
-        });
         let facts = emit::RequestFacts {
             duration: Duration::from_micros(850),
             overhead: Duration::from_micros(20),

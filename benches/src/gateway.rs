@@ -116,6 +116,33 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `aisix_access_log_dropped_total` from the gateway's `/metrics` (0 while the page has no such
+/// sample: nothing was ever dropped).
+pub fn dropped_log_lines(metrics: SocketAddr) -> Result<u64> {
+    let (status, page) = loadgen::fetch(metrics, "/metrics", Duration::from_secs(5))?;
+    if status != 200 {
+        bail!("/metrics answered {status}");
+    }
+    counter(&String::from_utf8_lossy(&page), DROPPED_LOG_LINES)
+}
+
+const DROPPED_LOG_LINES: &str = "aisix_access_log_dropped_total";
+
+/// The value of an unlabelled counter on a Prometheus text page; 0 when absent.
+fn counter(page: &str, name: &str) -> Result<u64> {
+    let Some(value) = page.lines().find_map(|line| {
+        line.strip_prefix(name)
+            .and_then(|rest| rest.strip_prefix(' '))
+    }) else {
+        return Ok(0);
+    };
+    let value: f64 = value
+        .trim()
+        .parse()
+        .with_context(|| format!("{name} has a malformed value {value:?}"))?;
+    Ok(value as u64)
+}
+
 /// One gateway configuration under test.
 #[derive(Debug, Clone)]
 pub struct GatewaySpec {
@@ -157,6 +184,8 @@ fn resources(mock: SocketAddr) -> String {
 pub struct Gateway {
     child: Child,
     pub addr: SocketAddr,
+    /// The metrics listener, when observability is on.
+    pub metrics_addr: Option<SocketAddr>,
     log: PathBuf,
 }
 
@@ -191,7 +220,12 @@ impl Gateway {
             .stdout(std::fs::File::create(dir.join("aisix.stdout"))?)
             .stderr(std::fs::File::create(&log)?);
         let child = Child::spawn("the aisix gateway", command, spec.cpus.as_ref())?;
-        let mut gateway = Gateway { child, addr, log };
+        let mut gateway = Gateway {
+            child,
+            addr,
+            metrics_addr: spec.observability.then_some(metrics_addr),
+            log,
+        };
         gateway.wait_ready().with_context(|| gateway.log_tail())?;
         Ok(gateway)
     }
@@ -259,6 +293,20 @@ impl Drop for Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dropped_lines_counter_is_read_from_a_metrics_page() {
+        let page = "# HELP aisix_access_log_dropped_total lines\n\
+                    # TYPE aisix_access_log_dropped_total counter\n\
+                    aisix_access_log_dropped_total_other 9\n\
+                    aisix_access_log_dropped_total 42\n";
+        assert_eq!(counter(page, DROPPED_LOG_LINES).unwrap(), 42);
+        assert_eq!(
+            counter("aisix_build_info 1\n", DROPPED_LOG_LINES).unwrap(),
+            0
+        );
+        assert!(counter("aisix_access_log_dropped_total x\n", DROPPED_LOG_LINES).is_err());
+    }
 
     #[test]
     fn generated_config_passes_the_gateways_strict_loader() {

@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
@@ -60,9 +60,9 @@ pub struct GridArgs {
     /// Connections (closed loop) for the non-streaming grid.
     #[arg(long, default_value = "1,8,32,128,512")]
     pub concurrency: CommaList<usize>,
-    #[arg(long, default_value = "2s", value_parser = args::duration)]
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub warmup: Duration,
-    #[arg(long, default_value = "5s", value_parser = args::duration)]
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub window: Duration,
     /// Windows per point.
     #[arg(long, default_value_t = 3)]
@@ -74,20 +74,20 @@ pub struct GridArgs {
     #[arg(long, default_value_t = 16)]
     pub frames: usize,
     /// The mock's time to first frame.
-    #[arg(long, default_value = "20ms", value_parser = args::duration)]
+    #[arg(long, default_value = "20ms", value_parser = humantime::parse_duration)]
     pub ttft: Duration,
     /// The mock's gap between frames.
-    #[arg(long, default_value = "10ms", value_parser = args::duration)]
+    #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration)]
     pub gap: Duration,
-    #[arg(long, default_value = "5s", value_parser = args::duration)]
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub stream_window: Duration,
     /// A silence longer than this inside a stream counts it as stalled.
-    #[arg(long, default_value = "1s", value_parser = args::duration)]
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub stall: Duration,
     /// Connections during the strace window.
     #[arg(long, default_value_t = 32)]
     pub syscall_concurrency: usize,
-    #[arg(long, default_value = "2s", value_parser = args::duration)]
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
     pub syscall_window: Duration,
     /// Skip the strace window even when strace is installed.
     #[arg(long)]
@@ -112,7 +112,7 @@ pub struct GridArgs {
     #[arg(long = "gateway-env", value_name = "KEY=VALUE", value_parser = args::key_value)]
     pub gateway_env: Vec<(String, String)>,
     /// Longest wait for one answer (one whole stream) before it counts as failed.
-    #[arg(long, default_value = "10s", value_parser = args::duration)]
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub timeout: Duration,
     /// Results folder; each run writes <out>/<UTC timestamp>/ [default: <workspace>/bench-results].
     #[arg(long)]
@@ -404,6 +404,7 @@ impl Legs<'_> {
             workers: self.mock_workers,
             pids: vec![mock.pid()],
             addr: mock.addr,
+            metrics: None,
         };
         let unary = loadgen::post_request(
             mock.addr,
@@ -441,6 +442,7 @@ impl Legs<'_> {
             workers: spec.workers,
             pids: vec![gateway.pid()],
             addr: gateway.addr,
+            metrics: gateway.metrics_addr,
         };
         let unary =
             loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, UNARY_BODY);
@@ -470,6 +472,7 @@ impl Legs<'_> {
             workers,
             pids: pids.clone(),
             addr,
+            metrics: None,
         };
         let buffered = subject(nginx.addr);
         eprintln!("[bench] nginx: pids {:?} on {}", buffered.pids, nginx.addr);
@@ -618,17 +621,28 @@ fn machine() -> String {
     )
 }
 
-/// `YYYYmmddTHHMMSSZ` for now, UTC.
+/// `YYYYmmddTHHMMSSZ` for now, UTC: RFC 3339 without its separators, for a folder name.
 fn utc_stamp() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = aisix_obs::civil::from_days(days as i64);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    humantime::format_rfc3339_seconds(SystemTime::now())
+        .to_string()
+        .replace(['-', ':'], "")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_names_are_compact_utc_timestamps() {
+        let stamp = utc_stamp();
+        assert_eq!(stamp.len(), 16, "{stamp}");
+        assert_eq!((&stamp[8..9], &stamp[15..]), ("T", "Z"), "{stamp}");
+        assert!(
+            stamp[..8]
+                .bytes()
+                .chain(stamp[9..15].bytes())
+                .all(|b| b.is_ascii_digit()),
+            "{stamp}"
+        );
+    }
 }

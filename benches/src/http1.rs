@@ -1,5 +1,6 @@
-//! What the load generator needs of HTTP/1.1 responses: a head parser, a chunked-body decoder and
-//! an SSE event splitter. Pure functions over byte slices; the I/O lives in `loadgen`.
+//! What the load generator needs of HTTP/1.1 responses: the head (parsed by `httparse`), a
+//! chunked-body decoder and an SSE event splitter. Pure functions over byte slices; the I/O
+//! lives in `loadgen`.
 
 use std::fmt;
 
@@ -38,34 +39,34 @@ impl std::error::Error for ParseError {}
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_CHUNK_LINE: usize = 1024;
 
-/// Parses a response head at the start of `buf`; `None` while it is incomplete.
+/// Headers a response head may carry; more is an error.
+const MAX_HEADERS: usize = 64;
+
+/// Parses a response head at the start of `buf` (`httparse`); `None` while it is incomplete.
 pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, ParseError> {
-    let Some(end) = memmem::find(buf, b"\r\n\r\n") else {
-        return if buf.len() > MAX_HEAD {
-            Err(ParseError("response head too large"))
-        } else {
-            Ok(None)
-        };
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => {
+            return Err(ParseError("response head too large"));
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(httparse::Error::TooManyHeaders) => return Err(ParseError("too many headers")),
+        Err(httparse::Error::Status) => return Err(ParseError("malformed status code")),
+        Err(_) => return Err(ParseError("malformed response head")),
     };
-    let mut lines = buf[..end].split(|&b| b == b'\n').map(trim_cr);
-    let status_line = lines.next().unwrap_or_default();
-    if status_line.len() < 12 || !status_line.starts_with(b"HTTP/1.") || status_line[8] != b' ' {
-        return Err(ParseError("malformed status line"));
-    }
-    let status = parse_decimal(&status_line[9..12])
-        .and_then(|s| u16::try_from(s).ok())
-        .ok_or(ParseError("malformed status code"))?;
-    let mut close = status_line[7] == b'0';
+    let status = response.code.ok_or(ParseError("malformed status code"))?;
+    let mut close = response.version == Some(0);
     let mut length = None;
     let mut chunked = false;
-    for line in lines {
-        let colon = memchr::memchr(b':', line).ok_or(ParseError("header line without a colon"))?;
-        let (name, value) = (&line[..colon], line[colon + 1..].trim_ascii());
-        if name.eq_ignore_ascii_case(b"content-length") {
+    for header in response.headers.iter() {
+        let value = header.value.trim_ascii();
+        if header.name.eq_ignore_ascii_case("content-length") {
             length = Some(parse_decimal(value).ok_or(ParseError("malformed content-length"))?);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
             chunked = value.to_ascii_lowercase().ends_with(b"chunked");
-        } else if name.eq_ignore_ascii_case(b"connection") {
+        } else if header.name.eq_ignore_ascii_case("connection") {
             if value.eq_ignore_ascii_case(b"close") {
                 close = true;
             } else if value.eq_ignore_ascii_case(b"keep-alive") {
@@ -84,7 +85,7 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<Head>, ParseError> {
     };
     Ok(Some(Head {
         status,
-        len: end + 4,
+        len,
         framing,
         close,
     }))
@@ -99,16 +100,6 @@ fn parse_decimal(digits: &[u8]) -> Option<usize> {
         return None;
     }
     Some(digits.iter().fold(0, |n, d| n * 10 + usize::from(d - b'0')))
-}
-
-fn parse_hex(digits: &[u8]) -> Option<usize> {
-    if digits.is_empty() || digits.len() > 15 {
-        return None;
-    }
-    digits.iter().try_fold(0usize, |n, &d| {
-        let v = char::from(d).to_digit(16)?;
-        Some(n * 16 + v as usize)
-    })
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -144,32 +135,32 @@ impl ChunkedDecoder {
         loop {
             let rest = &input[pos..];
             match self.state {
-                ChunkState::Size | ChunkState::Trailer => {
+                ChunkState::Size => match httparse::parse_chunk_size(rest) {
+                    Ok(httparse::Status::Complete((used, size))) => {
+                        pos += used;
+                        self.state = match usize::try_from(size) {
+                            Ok(0) => ChunkState::Trailer,
+                            Ok(size) => ChunkState::Data(size),
+                            Err(_) => return Err(ParseError("chunk too large")),
+                        };
+                    }
+                    Ok(httparse::Status::Partial) if rest.len() > MAX_CHUNK_LINE => {
+                        return Err(ParseError("chunk size line too long"));
+                    }
+                    Ok(httparse::Status::Partial) => return Ok(pos),
+                    Err(_) => return Err(ParseError("malformed chunk size")),
+                },
+                ChunkState::Trailer => {
                     let Some(nl) = memchr::memchr(b'\n', rest) else {
                         if rest.len() > MAX_CHUNK_LINE {
-                            return Err(ParseError("chunk size line too long"));
+                            return Err(ParseError("trailer line too long"));
                         }
                         return Ok(pos);
                     };
-                    let line = trim_cr(&rest[..nl]);
                     pos += nl + 1;
-                    if self.state == ChunkState::Trailer {
-                        if line.is_empty() {
-                            self.state = ChunkState::Done;
-                        }
-                        continue;
+                    if trim_cr(&rest[..nl]).is_empty() {
+                        self.state = ChunkState::Done;
                     }
-                    let digits = match memchr::memchr(b';', line) {
-                        Some(semi) => &line[..semi],
-                        None => line,
-                    };
-                    let size =
-                        parse_hex(digits.trim_ascii()).ok_or(ParseError("malformed chunk size"))?;
-                    self.state = if size == 0 {
-                        ChunkState::Trailer
-                    } else {
-                        ChunkState::Data(size)
-                    };
                 }
                 ChunkState::Data(left) => {
                     if rest.is_empty() {

@@ -14,12 +14,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use aisix_testkit::mock::fast::CONTENT_MARKER;
 use anyhow::{Context, Result, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::http1::{ChunkedDecoder, Framing, SseEvent, SseSplitter, parse_head};
-use crate::mock::CONTENT_MARKER;
 use crate::process::CpuList;
 
 /// The phase before the first window; windows are 1, 2, ….
@@ -464,6 +464,37 @@ pub fn one_request(target: SocketAddr, request: &[u8], timeout: Duration) -> Res
     }
 }
 
+/// `GET path` on a fresh blocking connection, read to the end: the status and the decoded body
+/// (for stats and `/metrics` pages).
+pub fn fetch(target: SocketAddr, path: &str, timeout: Duration) -> Result<(u16, Vec<u8>)> {
+    let mut stream = StdStream::connect_timeout(&target, timeout)
+        .with_context(|| format!("connect to {target}"))?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.write_all(&get_request(target, path))?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let head =
+        parse_head(&response)?.with_context(|| format!("{target}{path}: no complete head"))?;
+    let rest = &response[head.len..];
+    let body = match head.framing {
+        Framing::Length(length) => rest
+            .get(..length)
+            .with_context(|| format!("{target}{path}: body shorter than its length"))?
+            .to_vec(),
+        Framing::Chunked => {
+            let mut decoder = ChunkedDecoder::default();
+            let mut body = Vec::new();
+            decoder.decode(rest, |bytes| body.extend_from_slice(bytes))?;
+            if !decoder.is_done() {
+                bail!("{target}{path}: chunked body cut short");
+            }
+            body
+        }
+        Framing::UntilClose => rest.to_vec(),
+    };
+    Ok((head.status, body))
+}
+
 /// `GET path` as request bytes.
 pub fn get_request(host: SocketAddr, path: &str) -> Vec<u8> {
     format!("GET {path} HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n").into_bytes()
@@ -472,22 +503,22 @@ pub fn get_request(host: SocketAddr, path: &str) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mock::{self, MockArgs};
+    use aisix_testkit::mock::MockProvider;
 
-    /// A mock on port 0 serving from background threads for the rest of the test process.
-    fn start_mock(frames: usize) -> (SocketAddr, SocketAddr) {
-        let server = mock::Server::bind(&MockArgs {
+    use crate::mock::MockArgs;
+
+    /// The harness's mock, in this process, on port 0.
+    fn start_mock(frames: usize) -> MockProvider {
+        MockArgs {
             addr: "127.0.0.1:0".parse().unwrap(),
             stats_addr: "127.0.0.1:0".parse().unwrap(),
             workers: 2,
             ttft: Duration::from_millis(2),
             frames,
             gap: Duration::from_millis(1),
-        })
-        .unwrap();
-        let addrs = (server.addr, server.stats_addr);
-        std::thread::spawn(move || server.run());
-        addrs
+        }
+        .start()
+        .unwrap()
     }
 
     fn spec(
@@ -522,10 +553,10 @@ mod tests {
 
     #[test]
     fn closed_loop_unary_load_keeps_its_connections_alive() {
-        let (addr, stats) = start_mock(1);
+        let mock = start_mock(1);
         let body = r#"{"model":"m","messages":[]}"#;
         let window = one_window(&spec(
-            addr,
+            mock.addr(),
             "/v1/chat/completions",
             body,
             Workload::Unary,
@@ -534,20 +565,30 @@ mod tests {
         assert!(window.ok > 0);
         assert_eq!(window.failures, 0, "{:?}", window.errors);
         assert_eq!(window.latency_ns.len() as u64, window.ok);
-        let stats = mock::fetch_stats(stats).unwrap();
-        assert_eq!(stats.accepted, 4, "one connection per closed loop, reused");
-        assert!(stats.requests >= window.ok);
+        assert_eq!(
+            mock.connections_accepted(),
+            4,
+            "one connection per closed loop, reused"
+        );
+        assert!(mock.request_count() as u64 >= window.ok);
+    }
+
+    /// One window of streams from a mock that sends `sent` frames, the load expecting
+    /// `expected`.
+    fn stream_window(sent: usize, expected: usize, body: &str, connections: usize) -> PhaseRecord {
+        let mock = start_mock(sent);
+        let workload = Workload::Stream {
+            frames: expected,
+            stall: Duration::from_secs(1),
+        };
+        let path = "/v1/chat/completions";
+        one_window(&spec(mock.addr(), path, body, workload, connections))
     }
 
     #[test]
     fn streams_from_the_mock_arrive_with_every_frame_and_done() {
-        let (addr, _) = start_mock(3);
         let body = r#"{"model":"m","stream": true,"stream_options":{"include_usage":true}}"#;
-        let workload = Workload::Stream {
-            frames: 3,
-            stall: Duration::from_secs(1),
-        };
-        let window = one_window(&spec(addr, "/v1/chat/completions", body, workload, 3));
+        let window = stream_window(3, 3, body, 3);
         assert!(window.ok > 0);
         assert_eq!(
             (window.failures, window.dropped, window.stalled),
@@ -561,21 +602,15 @@ mod tests {
 
     #[test]
     fn a_stream_with_fewer_frames_than_expected_counts_as_dropped() {
-        let (addr, _) = start_mock(2);
-        let body = r#"{"model":"m","stream":true}"#;
-        let workload = Workload::Stream {
-            frames: 3,
-            stall: Duration::from_secs(1),
-        };
-        let window = one_window(&spec(addr, "/v1/chat/completions", body, workload, 1));
+        let window = stream_window(2, 3, r#"{"model":"m","stream":true}"#, 1);
         assert_eq!(window.ok, 0);
         assert!(window.dropped > 0);
     }
 
     #[test]
     fn a_non_200_answer_is_a_failure_with_its_status() {
-        let (addr, _) = start_mock(1);
-        let window = one_window(&spec(addr, "/v1/unknown", "{}", Workload::Unary, 1));
+        let mock = start_mock(1);
+        let window = one_window(&spec(mock.addr(), "/v1/unknown", "{}", Workload::Unary, 1));
         assert_eq!(window.ok, 0);
         assert!(window.failures > 0);
         assert!(

@@ -1,6 +1,6 @@
 //! One measured leg at one load point: start the load, warm up, then fixed windows with a reading
-//! of `/proc` (process under test, mock, load generator) and of the mock's counters at every
-//! edge. Each window becomes one row; the load generator's phase clock decides which window a
+//! of `/proc` (process under test, mock, load generator), of the mock's counters and, for a
+//! gateway with metrics on, of its dropped access-log lines at every edge. Each window becomes one row; the load generator's phase clock decides which window a
 //! request belongs to (the one in which it completed).
 
 use std::collections::HashSet;
@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::gateway;
 use crate::loadgen::{LoadRun, LoadSpec, PhaseRecord, WARMUP, Workload};
 use crate::mock::{Mock, MockStats};
 use crate::process::{self, CpuList};
@@ -34,6 +35,8 @@ pub struct Subject {
     pub workers: usize,
     pub pids: Vec<u32>,
     pub addr: SocketAddr,
+    /// The gateway's metrics listener, when it has one: dropped access-log lines are read there.
+    pub metrics: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -52,6 +55,8 @@ struct Edge {
     mock_stats: MockStats,
     /// TIME_WAIT sockets with the mock's port on either end.
     time_wait: HashSet<String>,
+    /// `aisix_access_log_dropped_total`, for a gateway with metrics on.
+    log_dropped: Option<u64>,
 }
 
 fn edge(rig: &Rig<'_>, subject: &Subject) -> Result<Edge> {
@@ -65,6 +70,11 @@ fn edge(rig: &Rig<'_>, subject: &Subject) -> Result<Edge> {
         mock: procstat::sample(&[rig.mock.pid()])?,
         mock_stats: rig.mock.stats()?,
         time_wait: procstat::tcp_towards(rig.mock.addr.port()).time_wait,
+        log_dropped: subject
+            .metrics
+            .map(gateway::dropped_log_lines)
+            .transpose()
+            .with_context(|| format!("{}: read its metrics", subject.leg))?,
     })
 }
 
@@ -78,6 +88,7 @@ struct Delta {
     ctx_switches: f64,
     new_conns: u64,
     mock_requests: u64,
+    log_dropped: Option<u64>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
@@ -92,6 +103,10 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
         ctx_switches: b.target.ctx_switches.saturating_sub(a.target.ctx_switches) as f64,
         new_conns: b.mock_stats.accepted.saturating_sub(a.mock_stats.accepted),
         mock_requests: b.mock_stats.requests.saturating_sub(a.mock_stats.requests),
+        log_dropped: b
+            .log_dropped
+            .zip(a.log_dropped)
+            .map(|(b, a)| b.saturating_sub(a)),
     }
 }
 
@@ -200,6 +215,7 @@ impl Rig<'_> {
                 mock_cpu_us_per_req: d.mock_cpu_us / d.attempts,
                 load_cpu_us_per_req: d.load_cpu_us / d.attempts,
                 load_cpu_share: self.load_share(&d),
+                log_dropped: d.log_dropped,
                 errors: std::mem::take(&mut record.errors),
             });
         }
@@ -241,6 +257,7 @@ impl Rig<'_> {
             cpu_us_per_stream: d.target_cpu_us / d.attempts,
             new_upstream_conns: d.new_conns,
             load_cpu_share: self.load_share(&d),
+            log_dropped: d.log_dropped,
             errors: std::mem::take(&mut record.errors),
         })
     }

@@ -55,12 +55,15 @@ pub struct WindowRow {
     pub load_cpu_us_per_req: f64,
     /// The load generator's CPU as a share of its CPUs (1.0 = every load CPU busy).
     pub load_cpu_share: f64,
+    /// Access-log lines the gateway dropped during the window (`None`: not a gateway with
+    /// metrics on). Any drop makes the window invalid: the log was not keeping up.
+    pub log_dropped: Option<u64>,
     pub errors: Vec<String>,
 }
 
 impl WindowRow {
     pub fn valid(&self) -> bool {
-        self.failures == 0 && self.requests > 0
+        self.failures == 0 && self.requests > 0 && self.log_dropped.unwrap_or(0) == 0
     }
 
     fn json(&self) -> Value {
@@ -77,7 +80,8 @@ impl WindowRow {
             "mock_requests": self.mock_requests,
             "mock_cpu_us_per_req": round(self.mock_cpu_us_per_req, 2),
             "load_cpu_us_per_req": round(self.load_cpu_us_per_req, 2),
-            "load_cpu_share": round(self.load_cpu_share, 3), "errors": self.errors,
+            "load_cpu_share": round(self.load_cpu_share, 3),
+            "access_log_dropped": self.log_dropped, "errors": self.errors,
         })
     }
 }
@@ -100,12 +104,17 @@ pub struct StreamRow {
     pub cpu_us_per_stream: f64,
     pub new_upstream_conns: u64,
     pub load_cpu_share: f64,
+    /// As [`WindowRow::log_dropped`].
+    pub log_dropped: Option<u64>,
     pub errors: Vec<String>,
 }
 
 impl StreamRow {
     pub fn valid(&self) -> bool {
-        self.failures == 0 && self.dropped == 0 && self.completed > 0
+        self.failures == 0
+            && self.dropped == 0
+            && self.completed > 0
+            && self.log_dropped.unwrap_or(0) == 0
     }
 
     fn json(&self) -> Value {
@@ -117,7 +126,8 @@ impl StreamRow {
             "gap_p50_ms": round(self.gap_p50_ms, 3), "gap_p99_ms": round(self.gap_p99_ms, 3),
             "cpu_us_per_stream": round(self.cpu_us_per_stream, 1),
             "new_upstream_conns": self.new_upstream_conns,
-            "load_cpu_share": round(self.load_cpu_share, 3), "errors": self.errors,
+            "load_cpu_share": round(self.load_cpu_share, 3),
+            "access_log_dropped": self.log_dropped, "errors": self.errors,
         })
     }
 }
@@ -188,6 +198,8 @@ struct Point {
     mock_cpu_us_per_req: f64,
     load_cpu_share: f64,
     failures: u64,
+    /// Access-log lines dropped over the windows (`None`: not read for this leg).
+    log_dropped: Option<u64>,
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -247,6 +259,10 @@ impl Results {
                     mock_cpu_us_per_req: m(|r| r.mock_cpu_us_per_req),
                     load_cpu_share: m(|r| r.load_cpu_share),
                     failures: rows.iter().map(|r| r.failures).sum(),
+                    log_dropped: rows
+                        .iter()
+                        .filter_map(|r| r.log_dropped)
+                        .reduce(|a, b| a + b),
                 }
             })
             .collect()
@@ -339,13 +355,13 @@ impl Results {
         let _ = writeln!(
             md,
             "\n## Closed loop, non-streaming (medians over the windows of each point)\n\n\
-             | leg | conc | req/s | ±% | p50 ms | p99 ms | CPU µs/req | CPU cores | ctxsw/req | peak RSS MiB | new upstream conns | new TIME_WAIT (total) | mock µs/req | load CPU % | ok |\n\
-             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
+             | leg | conc | req/s | ±% | p50 ms | p99 ms | CPU µs/req | CPU cores | ctxsw/req | peak RSS MiB | new upstream conns | new TIME_WAIT (total) | mock µs/req | load CPU % | log lines dropped | ok |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
         );
         for p in &points {
             let _ = writeln!(
                 md,
-                "| {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} ({}) | {:.1} | {:.0}{} | {} |",
+                "| {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} ({}) | {:.1} | {:.0}{} | {} | {} |",
                 p.leg,
                 p.concurrency,
                 p.rps,
@@ -362,11 +378,8 @@ impl Results {
                 p.mock_cpu_us_per_req,
                 p.load_cpu_share * 100.0,
                 if p.load_cpu_share > 0.9 { " ⚠" } else { "" },
-                if p.valid {
-                    "✓".to_string()
-                } else {
-                    format!("✗ {} failed", p.failures)
-                },
+                count_or_dash(p.log_dropped),
+                verdict(p),
             );
         }
         let _ = writeln!(
@@ -376,7 +389,9 @@ impl Results {
              new upstream conns: connections the mock accepted during the windows (sum). \
              new TIME_WAIT: sockets towards the mock's port that entered TIME_WAIT during the windows (sum); \
              in brackets, all of them at the end of a window, earlier legs' included (they last 60 s). \
-             load CPU %: the load generator's CPU ÷ its CPUs (⚠ above 90%: the load generator may be the limit)."
+             load CPU %: the load generator's CPU ÷ its CPUs (⚠ above 90%: the load generator may be the limit). \
+             log lines dropped: the gateway's `aisix_access_log_dropped_total` over the windows (– : not a gateway with metrics on); \
+             any drop makes a window invalid."
         );
 
         let ratios = self.ratios();
@@ -448,14 +463,14 @@ impl Results {
             let _ = writeln!(
                 md,
                 "\n## Streaming (SSE, concurrent streams, closed loop)\n\n\
-                 | leg | streams | completed | TTFT p50 ms | TTFT p99 ms | +TTFT p50 ms | +TTFT p99 ms | gap p50 ms | gap p99 ms | +gap p50 ms | +gap p99 ms | dropped | stalled | failed | CPU µs/stream | new upstream conns | ok |\n\
-                 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
+                 | leg | streams | completed | TTFT p50 ms | TTFT p99 ms | +TTFT p50 ms | +TTFT p99 ms | gap p50 ms | gap p99 ms | +gap p50 ms | +gap p99 ms | dropped | stalled | failed | CPU µs/stream | new upstream conns | log lines dropped | ok |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
             );
             for s in &self.streams {
                 let added = |f: fn(&StreamRow) -> f64| direct.map_or(f64::NAN, |d| f(s) - f(d));
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {:.0} | {} | {} |",
+                    "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {:.0} | {} | {} | {} |",
                     s.leg,
                     s.streams,
                     s.completed,
@@ -472,6 +487,7 @@ impl Results {
                     s.failures,
                     s.cpu_us_per_stream,
                     s.new_upstream_conns,
+                    count_or_dash(s.log_dropped),
                     if s.valid() { "✓" } else { "✗" },
                 );
             }
@@ -504,6 +520,21 @@ impl Results {
             }
         }
         md
+    }
+}
+
+/// A count, or `–` where it was not read.
+fn count_or_dash(count: Option<u64>) -> String {
+    count.map_or_else(|| "–".to_owned(), |n| n.to_string())
+}
+
+/// The `ok` cell of a point: ✓, or why not.
+fn verdict(p: &Point) -> String {
+    match (p.failures, p.log_dropped.unwrap_or(0)) {
+        _ if p.valid => "✓".to_owned(),
+        (0, 0) => "✗".to_owned(),
+        (0, dropped) => format!("✗ {dropped} log lines dropped"),
+        (failed, _) => format!("✗ {failed} failed"),
     }
 }
 
@@ -546,6 +577,27 @@ mod tests {
                 .markdown()
                 .contains("| aisix-tpc | 8 | 2000 | 100.0 |")
         );
+    }
+
+    #[test]
+    fn a_window_whose_gateway_dropped_log_lines_is_invalid_and_shows_the_count() {
+        let mut row = window("aisix-tpc", 32, 1000.0, 10.0);
+        row.log_dropped = Some(0);
+        assert!(row.valid());
+        row.log_dropped = Some(12);
+        assert!(!row.valid());
+        let results = Results {
+            windows: vec![row, window(DIRECT, 32, 2000.0, 3.0)],
+            ..Results::default()
+        };
+        assert!(!results.all_valid());
+        let markdown = results.markdown();
+        assert!(
+            markdown.contains("| 12 | ✗ 12 log lines dropped |"),
+            "{markdown}"
+        );
+        assert!(markdown.contains("| – | ✓ |"), "{markdown}");
+        assert!(results.json_lines().contains("\"access_log_dropped\":12"));
     }
 
     #[test]

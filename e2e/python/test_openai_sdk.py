@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import array
 import base64
+import json
 import os
 import sys
 import traceback
@@ -205,6 +206,35 @@ class Suite:
         self.expect_same_text(text)
         return f"{len(chunks)} chunks, usage total_tokens={last.usage.total_tokens}"
 
+    def chat_stream_raw(self) -> str:
+        """The SSE lines as the SDK's HTTP client read them: JSON events, the usage chunk last,
+        then exactly one `data: [DONE]` with nothing after it."""
+        with self.client.chat.completions.with_streaming_response.create(
+            model=self.args.chat_model,
+            messages=PROMPT,
+            stream=True,
+            stream_options={"include_usage": True},
+        ) as response:
+            content_type = response.headers.get("content-type", "")
+            lines = [line for line in response.iter_lines() if line]
+        expect(
+            content_type.startswith("text/event-stream"), f"content-type is {content_type!r}"
+        )
+        # Lines starting with ':' are comments (keep-alives); anything else must be data.
+        fields = [line for line in lines if not line.startswith(":")]
+        others = [line for line in fields if not line.startswith("data:")]
+        expect(not others, f"the stream has fields other than data: {others!r}")
+        data = [line[len("data:") :].lstrip(" ") for line in fields]
+        expect(len(data) >= 2, f"expected events and [DONE], got {data!r}")
+        expect(data[-1] == "[DONE]", f"the stream does not end with data: [DONE]: {data[-2:]!r}")
+        expect(data.count("[DONE]") == 1, f"[DONE] came {data.count('[DONE]')} times")
+        events = [json.loads(item) for item in data[:-1]]
+        expect(
+            bool(events[-1].get("usage")) and events[-1].get("choices") == [],
+            f"the event before [DONE] is not the usage chunk: {events[-1]!r}",
+        )
+        return f"{len(events)} events, then data: [DONE]"
+
     def embeddings(self) -> str:
         encoding = self.args.embed_encoding
         kwargs = {} if encoding == "sdk" else {"encoding_format": encoding}
@@ -304,6 +334,7 @@ class Suite:
         self.run("chat.completions.create", self.chat)
         self.run("chat.completions.create stream", self.chat_stream)
         self.run("chat.completions.create stream include_usage", self.chat_stream_usage)
+        self.run("chat.completions stream, raw SSE ends with data: [DONE]", self.chat_stream_raw)
         self.run("embeddings.create", self.embeddings)
         self.run("models.list", self.models)
         self.run("wrong api key is AuthenticationError 401", self.wrong_key)

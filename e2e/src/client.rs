@@ -1,5 +1,6 @@
-//! Small HTTP clients for tests: a blocking probe, and async one-shot requests over HTTP/1.1,
-//! HTTP/2 (prior knowledge) or TLS, returning status, headers and the whole body.
+//! Small HTTP clients for tests: a blocking probe, async one-shot requests over HTTP/1.1 or
+//! HTTP/2 (prior knowledge), and a keep-alive HTTP/1.1 connection; each returns status, headers
+//! and the whole body.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -67,23 +68,53 @@ pub fn request(
         .expect("valid request")
 }
 
+/// An HTTP/1.1 keep-alive connection, for many requests in a row.
+pub struct Connection {
+    addr: SocketAddr,
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+}
+
+impl Connection {
+    pub async fn open(addr: SocketAddr) -> Connection {
+        let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        stream.set_nodelay(true).expect("nodelay");
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .expect("http1 handshake");
+        tokio::spawn(conn);
+        Connection { addr, sender }
+    }
+
+    /// Sends a request once the previous response is done; returns the head with the body
+    /// still streaming.
+    pub async fn send_streaming(
+        &mut self,
+        mut request: Request<Full<Bytes>>,
+    ) -> http::Response<Incoming> {
+        if !request.headers().contains_key("host") {
+            let host = self.addr.to_string().parse().expect("host header");
+            request.headers_mut().insert("host", host);
+        }
+        self.sender.ready().await.expect("connection ready");
+        self.sender
+            .send_request(request)
+            .await
+            .expect("send request")
+    }
+
+    /// Sends a request and reads the whole response.
+    pub async fn send(&mut self, request: Request<Full<Bytes>>) -> Reply {
+        collect(self.send_streaming(request).await).await
+    }
+}
+
 /// Sends one request over a fresh HTTP/1.1 connection and returns the response head with its
 /// body still streaming (for SSE tests).
 pub async fn send_streaming(
     addr: SocketAddr,
-    mut request: Request<Full<Bytes>>,
+    request: Request<Full<Bytes>>,
 ) -> http::Response<Incoming> {
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    stream.set_nodelay(true).expect("nodelay");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("http1 handshake");
-    tokio::spawn(conn);
-    if !request.headers().contains_key("host") {
-        let host = addr.to_string().parse().expect("host header");
-        request.headers_mut().insert("host", host);
-    }
-    sender.send_request(request).await.expect("send request")
+    Connection::open(addr).await.send_streaming(request).await
 }
 
 /// Sends one request over a fresh HTTP/1.1 connection and reads the whole response.

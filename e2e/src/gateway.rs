@@ -40,9 +40,14 @@ pub fn binary() -> &'static Path {
 }
 
 /// The release binary a user runs (`cargo build --release`), built once per test process.
+/// `AISIX_E2E_RELEASE_BIN` points at one already built (scripts/test.sh builds it first, so a
+/// CI run links the slow fat-LTO binary once).
 pub fn release_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| build(Profile::Release))
+    BIN.get_or_init(|| match std::env::var_os("AISIX_E2E_RELEASE_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => build(Profile::Release),
+    })
 }
 
 enum Profile {
@@ -189,6 +194,8 @@ pub struct Gateway {
     /// The metrics listener address, when enabled.
     pub metrics_addr: Option<SocketAddr>,
     log: Arc<Mutex<String>>,
+    /// The threads copying stdout and stderr into `log`; they end at the pipes' end of file.
+    readers: Vec<std::thread::JoinHandle<()>>,
     dir: tempfile::TempDir,
     exit: Option<ExitStatus>,
 }
@@ -288,6 +295,7 @@ impl Gateway {
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn aisix");
         let log = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
         for stream in [
             child
                 .stderr
@@ -302,20 +310,21 @@ impl Gateway {
         .flatten()
         {
             let log = log.clone();
-            std::thread::spawn(move || {
+            readers.push(std::thread::spawn(move || {
                 for line in BufReader::new(stream).lines() {
                     let Ok(line) = line else { break };
                     let mut log = log.lock().expect("log lock");
                     log.push_str(&line);
                     log.push('\n');
                 }
-            });
+            }));
         }
         Gateway {
             child,
             addr: None,
             metrics_addr: None,
             log,
+            readers,
             dir,
             exit: None,
         }
@@ -439,8 +448,10 @@ impl Gateway {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.try_exit() {
-                // Let the log readers drain the pipes.
-                std::thread::sleep(Duration::from_millis(50));
+                // The process is gone: its pipes end once drained, and with them the readers.
+                for reader in self.readers.drain(..) {
+                    let _ = reader.join();
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {

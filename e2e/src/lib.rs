@@ -4,9 +4,11 @@
 
 pub mod client;
 pub mod gateway;
-pub mod mock;
-pub mod nginx;
+/// The scriptable mock provider, from the workspace's one mock library.
+pub use aisix_testkit::mock;
 pub mod prom;
+pub mod sdk;
+pub mod third_party;
 pub mod tls;
 
 /// Declares one end-to-end test per serving mode: `name::thread_per_core` and `name::shared`,

@@ -99,6 +99,19 @@ fn the_dockerfile_builds_locked_in_one_stage_and_runs_distroless_as_non_root() {
             && i.args.contains("--bin aisix")),
         "{build:?}"
     );
+    // cargo loads the whole workspace: every member's folder must be in the build context.
+    let copied: Vec<&str> = build
+        .iter()
+        .filter(|i| i.keyword == "COPY")
+        .flat_map(|i| i.args.split_whitespace().rev().skip(1))
+        .collect();
+    for member in workspace_members() {
+        let top = member.split('/').next().unwrap();
+        assert!(
+            copied.contains(&top) || copied.contains(&member.as_str()),
+            "the build stage does not copy the workspace member {member}"
+        );
+    }
 
     // The runtime stage: distroless, copies only the binary, runs it as a non-root user.
     assert!(
@@ -140,6 +153,21 @@ fn the_dockerfile_builds_locked_in_one_stage_and_runs_distroless_as_non_root() {
         ignored.lines().any(|l| l == "target"),
         "the build context skips target/"
     );
+}
+
+/// The `members` of the root Cargo.toml: the quoted strings of its `members = [...]` list.
+fn workspace_members() -> Vec<String> {
+    let text = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();
+    let list = text
+        .split("members = [")
+        .nth(1)
+        .and_then(|rest| rest.split(']').next())
+        .expect("a members list");
+    list.split('"')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A root holding the binary at `/usr/local/bin/aisix`, the shared libraries `ldd` names, and

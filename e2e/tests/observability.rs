@@ -184,7 +184,7 @@ both_modes! {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_log_and_metrics_can_be_turned_off() {
     let mock = MockProvider::start();
-    let gateway = Gateway::start(
+    let mut gateway = Gateway::start(
         &config(Mode::ThreadPerCore, &mock)
             .extra("")
             .env("AISIX_OBSERVABILITY__ACCESS_LOG", "false")
@@ -192,7 +192,14 @@ async fn access_log_and_metrics_can_be_turned_off() {
     );
     let reply = chat(&gateway, Some(KEY), r#"{"model":"gpt-x","messages":[]}"#).await;
     assert_eq!(reply.status, 200);
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // A clean exit writes whatever an access log would have buffered: no waiting on its timer.
+    gateway.signal(libc::SIGTERM);
+    assert_eq!(
+        gateway
+            .wait_exit(Duration::from_secs(15))
+            .and_then(|s| s.code()),
+        Some(0)
+    );
     let logs = gateway.logs();
     assert!(!logs.contains("\"type\":\"access\""), "{logs}");
     assert!(!logs.contains("metrics listening"), "{logs}");
@@ -284,8 +291,17 @@ async fn a_stuck_stderr_drops_access_log_lines_but_never_stalls_serving() {
     for task in tasks {
         task.await.unwrap();
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let page = client::get(metrics, "/metrics").await.text();
+    // Lines are counted as the requests are accounted, which may trail their responses a little.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let page = loop {
+        let page = client::get(metrics, "/metrics").await.text();
+        if sample(&page, "aisix_access_log_dropped_total", &[]) > 0.0
+            || std::time::Instant::now() > deadline
+        {
+            break page;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert!(
         sample(&page, "aisix_access_log_dropped_total", &[]) > 0.0,
         "{page}"

@@ -11,8 +11,8 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, Reply as Mock};
-use aisix_e2e::nginx::Nginx;
 use aisix_e2e::prom::sample;
+use aisix_e2e::third_party::balancer::Balancer;
 
 const KEY: &str = "sk-rollout-1";
 
@@ -189,7 +189,7 @@ both_modes! {
         let shutdown = "shutdown:\n  readiness_grace_secs: 3\n  drain_timeout_secs: 20\n";
         let mut old = Gateway::start(&config(mode, &mock, shutdown).metrics());
         let other = Gateway::start(&config(mode, &mock, shutdown).metrics());
-        let mut nginx = Nginx::start(&[old.addr(), other.addr()]);
+        let mut nginx = Balancer::start(&[old.addr(), other.addr()]);
 
         let stop = Arc::new(AtomicBool::new(false));
         let clients: Vec<_> = (0..8)
@@ -222,6 +222,6 @@ both_modes! {
             failures.append(&mut f);
         }
         assert!(sent >= 80, "{sent} requests");
-        assert!(failures.is_empty(), "{} of {sent} failed: {:?}\nnginx: {}", failures.len(), &failures[..failures.len().min(5)], nginx.error_log());
+        assert!(failures.is_empty(), "{} of {sent} failed: {:?}\nnginx: {}", failures.len(), &failures[..failures.len().min(5)], nginx.logs());
     }
 }

@@ -6,6 +6,7 @@ mod bootstrap;
 mod error;
 mod load;
 mod resources;
+mod suggest;
 
 pub use bootstrap::{
     Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,

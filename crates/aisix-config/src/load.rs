@@ -15,6 +15,7 @@ use crate::bootstrap::{
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
+use crate::suggest;
 
 /// Environment variables with this prefix are configuration keys.
 pub const ENV_PREFIX: &str = "AISIX_";
@@ -461,26 +462,9 @@ fn walk(
 /// The known key closest to `path` at the same depth, if it is a plausible typo.
 fn suggest(path: &str, known: &BTreeSet<&'static str>) -> Option<&'static str> {
     let depth = path.matches('.').count();
-    known
+    let same_depth = known
         .iter()
-        .filter(|k| k.matches('.').count() == depth)
-        .map(|k| (edit_distance(path, k), *k))
-        .filter(|(d, _)| *d <= 3)
-        .min()
-        .map(|(_, k)| k)
-}
-
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
+        .copied()
+        .filter(|k| k.matches('.').count() == depth);
+    suggest::closest(path, same_depth, 3)
 }

@@ -20,10 +20,6 @@ impl GatewayBody {
     pub fn full(bytes: impl Into<Bytes>) -> Self {
         GatewayBody::Full(Some(bytes.into()))
     }
-
-    pub fn empty() -> Self {
-        GatewayBody::Full(None)
-    }
 }
 
 impl Body for GatewayBody {

@@ -2,7 +2,6 @@
 //! targets with their credentials ready to send. Built once per load; swapped whole on reload.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -21,7 +20,8 @@ pub struct Snapshot {
     models: HashMap<String, Arc<ModelRoute>, foldhash::fast::FixedState>,
     /// Models in file order, for `/v1/models`.
     model_order: Vec<Arc<ModelRoute>>,
-    keys: HashMap<KeyHash, ApiKeyEntry, BuildHasherDefault<KeyHashHasher>>,
+    // SHA-256 digests of configured keys: a fixed-key fast hash is safe here too.
+    keys: HashMap<KeyHash, ApiKeyEntry, foldhash::fast::FixedState>,
 }
 
 /// Where a model's requests go.
@@ -171,23 +171,5 @@ impl Snapshot {
 
     pub fn api_key(&self, hash: &KeyHash) -> Option<&ApiKeyEntry> {
         self.keys.get(hash)
-    }
-}
-
-/// Key hashes are SHA-256 outputs already: their first eight bytes are a fine hash.
-#[derive(Default)]
-struct KeyHashHasher(u64);
-
-impl Hasher for KeyHashHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8).take(1) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.0 ^= u64::from_le_bytes(word);
-        }
     }
 }

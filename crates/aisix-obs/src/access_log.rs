@@ -1,16 +1,21 @@
 //! The access log: one JSON line per request on stderr. A worker never writes to stderr itself:
 //! it formats the line into its own thread's buffer, and a writer thread flushes every buffer
-//! every 100 ms. A buffer that is full (stderr cannot keep up) drops the line and counts it in
-//! `aisix_access_log_dropped_total`, so a slow log reader never stalls serving.
+//! every 100 ms, or as soon as one buffer passes 64 KiB. A buffer that is full (stderr cannot
+//! keep up) drops the line and counts it in `aisix_access_log_dropped_total`, so a slow log
+//! reader never stalls serving.
 //!
 //! Cost per line: formatting into a reused thread-local buffer (no allocation once warm) and one
-//! uncontended lock of this thread's own buffer.
+//! uncontended lock of this thread's own buffer. Past 64 KiB, one relaxed load of a shared flag
+//! per line until the writer has taken the buffer; the one worker that finds the flag clear also
+//! swaps it, locks the writer's handle and unparks it (one futex wake while the writer sleeps).
+//! So a busy process makes at most one wake-up per flush, about one per 150 lines, never one
+//! per request.
 
 use std::cell::RefCell;
-use std::io::Write as _;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::metrics;
@@ -27,7 +32,7 @@ pub const FLUSH_AT_BYTES: usize = 64 * 1024;
 const MAX_PATH: usize = 256;
 
 /// What one access-log line says. Never holds a key: `key` is the API key's configured name.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Default)]
 pub struct Entry<'a> {
     pub request_id: &'a str,
     pub method: &'a str,
@@ -57,10 +62,11 @@ struct Buffer {
 static BUFFERS: Mutex<Vec<Arc<Buffer>>> = Mutex::new(Vec::new());
 // shared: lines dropped anywhere, reported by the writer; written only when a line is dropped.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
-// shared: the writer thread, woken by whichever worker first passes FLUSH_AT_BYTES.
-static WRITER: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
-// shared: set by the worker that wakes the writer, cleared by the writer, so one wake-up is sent
-// per flush however many workers pass the mark.
+// shared: the running writer thread, woken by whichever worker first passes FLUSH_AT_BYTES;
+// locked only to wake it (once per flush at most) and to start or stop it.
+static WRITER: Mutex<Option<Thread>> = Mutex::new(None);
+// shared: set by the worker that wakes the writer, cleared by the writer before it takes the
+// buffers, so one wake-up is sent per flush however many workers pass the mark.
 static WAKE_SENT: AtomicBool = AtomicBool::new(false);
 
 thread_local! {
@@ -83,13 +89,22 @@ pub fn record(entry: &Entry<'_>) {
             DROPPED.fetch_add(1, Ordering::Relaxed);
             // Counted here, not by the writer: the writer may be the one stuck on stderr.
             metrics::emit::access_log_dropped(1);
-        } else if lines.len() >= FLUSH_AT_BYTES && !WAKE_SENT.swap(true, Ordering::AcqRel) {
+        } else if lines.len() >= FLUSH_AT_BYTES {
             drop(lines);
-            if let Some(writer) = WRITER.get() {
-                writer.unpark();
-            }
+            wake_writer();
         }
     });
+}
+
+/// Wakes the writer unless a wake-up is already on its way. The load first keeps workers that
+/// find the flag set from writing its cache line.
+fn wake_writer() {
+    if WAKE_SENT.load(Ordering::Relaxed) || WAKE_SENT.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if let Some(writer) = &*WRITER.lock().unwrap_or_else(PoisonError::into_inner) {
+        writer.unpark();
+    }
 }
 
 fn register() -> Arc<Buffer> {
@@ -119,8 +134,18 @@ pub struct Writer {
 const STOP_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl Writer {
-    /// Starts the writer thread (`aisix-log`).
+    /// Starts the writer thread (`aisix-log`), writing to stderr every [`FLUSH_INTERVAL`].
     pub fn start() -> std::io::Result<Self> {
+        Self::start_with(std::io::stderr(), FLUSH_INTERVAL)
+    }
+
+    /// Starts the writer thread with lines going to `output`, flushed every `interval` and
+    /// whenever a thread's buffer passes [`FLUSH_AT_BYTES`]. One writer runs per process: the
+    /// last one started is the one woken early.
+    pub fn start_with(
+        mut output: impl Write + Send + 'static,
+        interval: Duration,
+    ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let (done_tx, done) = std::sync::mpsc::channel();
         let thread = std::thread::Builder::new()
@@ -128,16 +153,17 @@ impl Writer {
             .spawn({
                 let stop = stop.clone();
                 move || {
-                    let mut spare = Vec::with_capacity(64 * 1024);
+                    let mut spare = Vec::with_capacity(FLUSH_AT_BYTES);
                     let mut reported = 0;
                     while !stop.load(Ordering::Acquire) {
-                        std::thread::park_timeout(FLUSH_INTERVAL);
-                        flush(&mut spare, &mut reported);
+                        std::thread::park_timeout(interval);
+                        flush(&mut output, &mut spare, &mut reported);
                     }
-                    flush(&mut spare, &mut reported);
+                    flush(&mut output, &mut spare, &mut reported);
                     let _ = done_tx.send(());
                 }
             })?;
+        *WRITER.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread.thread().clone());
         Ok(Self {
             stop,
             thread: Some(thread),
@@ -154,6 +180,14 @@ impl Writer {
     fn shutdown(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(thread) = self.thread.take() {
+            let mut writer = WRITER.lock().unwrap_or_else(PoisonError::into_inner);
+            if writer
+                .as_ref()
+                .is_some_and(|w| w.id() == thread.thread().id())
+            {
+                *writer = None;
+            }
+            drop(writer);
             thread.thread().unpark();
             if self.done.recv_timeout(STOP_TIMEOUT).is_ok() {
                 let _ = thread.join();
@@ -168,12 +202,14 @@ impl Drop for Writer {
     }
 }
 
-fn flush(spare: &mut Vec<u8>, reported: &mut u64) {
+fn flush(output: &mut impl Write, spare: &mut Vec<u8>, reported: &mut u64) {
+    // Cleared before the buffers are taken: a worker that passes the mark after this point
+    // sends a new wake-up; lines from before it are written in this round.
+    WAKE_SENT.store(false, Ordering::Release);
     let buffers: Vec<Arc<Buffer>> = BUFFERS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
-    let stderr = std::io::stderr();
     for buffer in buffers {
         {
             let mut lines = buffer.lines.lock().unwrap_or_else(PoisonError::into_inner);
@@ -182,9 +218,10 @@ fn flush(spare: &mut Vec<u8>, reported: &mut u64) {
             }
             std::mem::swap(&mut *lines, spare);
         }
-        let _ = stderr.lock().write_all(spare);
+        let _ = output.write_all(spare);
         spare.clear();
     }
+    let _ = output.flush();
     let dropped = DROPPED.load(Ordering::Relaxed);
     if dropped > *reported {
         tracing::warn!(

@@ -1,8 +1,9 @@
-//! Calendar dates from Unix days, for timestamps written without a date library.
+//! Calendar dates from Unix days, for the access log's timestamp, written without a date
+//! library on the hot path.
 
 /// Days since 1970-01-01 to (year, month, day), proleptic Gregorian (Howard Hinnant's
 /// `civil_from_days`).
-pub fn from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

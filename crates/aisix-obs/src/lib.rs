@@ -2,7 +2,7 @@
 //! metric catalog with its per-worker handle cache.
 
 pub mod access_log;
-pub mod civil;
+mod civil;
 pub mod log;
 pub mod metrics;
 pub mod request_id;

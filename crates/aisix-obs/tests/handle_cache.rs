@@ -10,7 +10,7 @@ use std::time::Duration;
 use aisix_obs::metrics::Metrics;
 use aisix_obs::metrics::cache::{MAX_ENTRIES_PER_MAP, thread_cache_stats};
 use aisix_obs::metrics::catalog::CATALOG;
-use aisix_obs::metrics::emit::{self, RequestLabels};
+use aisix_obs::metrics::emit::{self, RequestFacts, RequestLabels};
 use aisix_obs::metrics::labels::*;
 use common::{labels, local, series, sorted_lines, value};
 
@@ -21,6 +21,14 @@ fn chat_ok<'a>(model: &'a str, provider: &'a str) -> RequestLabels<'a> {
         provider,
         status: StatusClass::Success,
         outcome: Outcome::Success,
+    }
+}
+
+/// A finished request that reported this usage.
+fn with_tokens(input: u64, output: u64) -> RequestFacts {
+    RequestFacts {
+        tokens: Some((input, output)),
+        ..RequestFacts::default()
     }
 }
 
@@ -65,12 +73,16 @@ fn two_recorders_in_one_process_never_share_handles() {
     let b = Metrics::build().unwrap();
     // Same thread, same label sets: only the recorder differs between the cache keys.
     local(&a, || {
-        emit::tokens("m", "p", 1, 10);
-        emit::request_finished(&chat_ok("m", "p"), Duration::from_millis(5));
+        emit::request(&chat_ok("m", "p"), &with_tokens(1, 10))
     });
-    local(&b, || emit::tokens("m", "p", 100, 1000));
-    local(&a, || emit::tokens("m", "p", 1, 10));
-    let b_guard = local(&b, || emit::in_flight(Endpoint::Embeddings));
+    local(&b, || {
+        emit::request(&chat_ok("m", "p"), &with_tokens(100, 1000));
+        emit::request(&chat_ok("m", "p"), &with_tokens(0, 0));
+    });
+    local(&a, || {
+        emit::request(&chat_ok("m", "p"), &with_tokens(1, 10))
+    });
+    let b_guard = local(&b, || emit::request_started(Endpoint::Embeddings));
 
     let (page_a, page_b) = (a.render(), b.render());
     let input = labels(&[("model", "m"), ("provider", "p"), ("kind", "input")]);
@@ -79,15 +91,15 @@ fn two_recorders_in_one_process_never_share_handles() {
     assert_eq!(value(&page_a, "aisix_tokens_total", &output), Some(20.0));
     assert_eq!(value(&page_b, "aisix_tokens_total", &input), Some(100.0));
     assert_eq!(value(&page_b, "aisix_tokens_total", &output), Some(1000.0));
-    assert_eq!(series(&page_a, "aisix_requests_total").len(), 1);
-    assert!(
-        series(&page_b, "aisix_requests_total").is_empty(),
-        "{page_b}"
-    );
-    assert!(
-        series(&page_b, "aisix_request_duration_seconds").is_empty(),
-        "{page_b}"
-    );
+    let chat = labels(&[
+        ("endpoint", "chat_completions"),
+        ("model", "m"),
+        ("provider", "p"),
+        ("status_class", "2xx"),
+        ("outcome", "success"),
+    ]);
+    assert_eq!(value(&page_a, "aisix_requests_total", &chat), Some(2.0));
+    assert_eq!(value(&page_b, "aisix_requests_total", &chat), Some(2.0));
 
     let embeddings = labels(&[("endpoint", "embeddings")]);
     assert_eq!(
@@ -112,17 +124,17 @@ fn label_value_with_the_separator_is_counted_uncached_and_kept_apart() {
     // Joined with the separator, both label sets spell the same bytes: a\x1fb\x1fc.
     local(&metrics, || {
         for _ in 0..3 {
-            emit::tokens("a\u{1f}b", "c", 1, 0);
+            emit::request(&chat_ok("a\u{1f}b", "c"), &with_tokens(1, 0));
         }
         for _ in 0..2 {
-            emit::tokens("a", "b\u{1f}c", 5, 0);
+            emit::request(&chat_ok("a", "b\u{1f}c"), &with_tokens(5, 0));
         }
-        emit::tokens("a", "b", 7, 0);
+        emit::request(&chat_ok("a", "b"), &with_tokens(7, 0));
     });
     let after = thread_cache_stats();
     assert_eq!(
         after.uncached - before.uncached,
-        10,
+        5,
         "{before:?} -> {after:?}"
     );
 
@@ -154,15 +166,15 @@ fn emits_from_many_threads_sum_into_one_series() {
                 local(metrics, || {
                     metrics.register_worker(Worker::Shared);
                     for _ in 0..PER_THREAD {
-                        let _request = emit::in_flight(Endpoint::ChatCompletions);
-                        emit::worker_request();
-                        emit::request_finished(
-                            &chat_ok("m", "p"),
-                            Duration::from_millis(worker as u64),
-                        );
-                        emit::overhead(Endpoint::ChatCompletions, Duration::from_micros(20));
+                        let _request = emit::request_started(Endpoint::ChatCompletions);
+                        let facts = RequestFacts {
+                            duration: Duration::from_millis(worker as u64),
+                            overhead: Duration::from_micros(20),
+                            ..RequestFacts::default()
+                        };
+                        emit::request(&chat_ok("m", "p"), &facts);
                     }
-                    let guard = emit::in_flight(Endpoint::ChatCompletions);
+                    let guard = emit::request_started(Endpoint::ChatCompletions);
                     held.wait();
                     release.wait();
                     drop(guard);
@@ -211,7 +223,7 @@ fn emits_from_many_threads_sum_into_one_series() {
             "aisix_worker_requests_total",
             &labels(&[("worker", "shared")])
         ),
-        Some(total)
+        Some(total + THREADS as f64)
     );
 }
 
@@ -267,12 +279,13 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         metrics.register_worker(Worker::Tpc(7));
     }
 
+    // As the gateway emits: a connection, and per request its start and its end.
     let held = local(&cached, || {
         let conn = emit::worker_connection();
-        let in_flight = emit::in_flight(Endpoint::Messages);
+        let in_flight = emit::request_started(Endpoint::Messages);
         for (endpoint, model, provider, status, outcome, seconds) in requests {
-            emit::worker_request();
-            emit::request_finished(
+            let started = emit::request_started(endpoint);
+            emit::request(
                 &RequestLabels {
                     endpoint,
                     model,
@@ -280,11 +293,14 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
                     status: StatusClass::from_status(status),
                     outcome,
                 },
-                Duration::from_secs_f64(seconds),
+                &RequestFacts {
+                    duration: Duration::from_secs_f64(seconds),
+                    overhead: Duration::from_secs_f64(seconds / 1000.0),
+                    tokens: Some((3, 4)),
+                    ttft: Some(Duration::from_secs_f64(seconds / 2.0)),
+                },
             );
-            emit::overhead(endpoint, Duration::from_secs_f64(seconds / 1000.0));
-            emit::tokens(model, provider, 3, 4);
-            emit::ttft(model, provider, Duration::from_secs_f64(seconds / 2.0));
+            drop(started);
         }
         emit::upstream_error("openai", UpstreamErrorKind::Status);
         emit::upstream_error("openai", UpstreamErrorKind::StreamCut);
@@ -296,11 +312,14 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
 
     local(&plain, || {
         ::metrics::gauge!("aisix_worker_connections_open", "worker" => "tpc-7").increment(1.0);
+        ::metrics::counter!("aisix_worker_requests_total", "worker" => "tpc-7").increment(1);
         ::metrics::gauge!("aisix_requests_in_flight", "endpoint" => "messages").increment(1.0);
         for (endpoint, model, provider, status, outcome, seconds) in requests {
             let (endpoint, outcome) = (endpoint.as_str(), outcome.as_str());
             let status = StatusClass::from_status(status).as_str();
             ::metrics::counter!("aisix_worker_requests_total", "worker" => "tpc-7").increment(1);
+            ::metrics::gauge!("aisix_requests_in_flight", "endpoint" => endpoint).increment(1.0);
+            ::metrics::gauge!("aisix_requests_in_flight", "endpoint" => endpoint).decrement(1.0);
             ::metrics::counter!("aisix_requests_total",
                 "endpoint" => endpoint, "model" => model, "provider" => provider,
                 "status_class" => status, "outcome" => outcome)
@@ -326,6 +345,14 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
     });
 
+    // The control thread's families are set through `Metrics`, never through the cache.
+    for metrics in [&cached, &plain] {
+        metrics.config_loaded(
+            "0123456789abcdef",
+            std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        );
+        metrics.config_reload(ReloadResult::Failure);
+    }
     let (cached_page, plain_page) = (cached.render(), plain.render());
     assert_eq!(sorted_lines(&cached_page), sorted_lines(&plain_page));
     // Every family made it onto the page, each described once.
@@ -365,8 +392,8 @@ fn a_registered_worker_shows_at_zero_before_its_first_connection() {
 
     let conn = local(&metrics, || {
         let conn = emit::worker_connection();
-        emit::worker_request();
-        emit::worker_request();
+        drop(emit::request_started(Endpoint::ChatCompletions));
+        drop(emit::request_started(Endpoint::Models));
         conn
     });
     let page = metrics.render();
@@ -389,7 +416,7 @@ fn a_registered_worker_shows_at_zero_before_its_first_connection() {
 fn a_thread_that_never_registered_counts_as_unregistered() {
     let metrics = Metrics::build().unwrap();
     std::thread::scope(|scope| {
-        scope.spawn(|| local(&metrics, emit::worker_request));
+        scope.spawn(|| local(&metrics, || drop(emit::request_started(Endpoint::Models))));
     });
     let page = metrics.render();
     assert_eq!(
@@ -412,6 +439,17 @@ fn every_endpoint_shows_zero_in_flight_before_traffic() {
 }
 
 #[test]
+fn dropped_access_log_lines_read_zero_before_any_drop() {
+    let metrics = Metrics::build().unwrap();
+    let page = metrics.render();
+    assert_eq!(
+        value(&page, "aisix_access_log_dropped_total", &labels(&[])),
+        Some(0.0),
+        "{page}"
+    );
+}
+
+#[test]
 fn build_info_is_one_with_version_mode_and_workers() {
     let metrics = Metrics::build().unwrap();
     metrics.set_build_info("0.1.0", Mode::Shared, 8);
@@ -425,9 +463,12 @@ fn build_info_is_one_with_version_mode_and_workers() {
 #[test]
 fn upkeep_keeps_the_page_unchanged() {
     let metrics = Metrics::build().unwrap();
-    local(&metrics, || {
-        emit::ttft("m", "p", Duration::from_millis(300))
-    });
+    let facts = RequestFacts {
+        tokens: Some((1, 2)),
+        ttft: Some(Duration::from_millis(300)),
+        ..RequestFacts::default()
+    };
+    local(&metrics, || emit::request(&chat_ok("m", "p"), &facts));
     let before = metrics.render();
     metrics.run_upkeep();
     assert_eq!(sorted_lines(&before), sorted_lines(&metrics.render()));

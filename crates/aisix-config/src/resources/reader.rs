@@ -7,7 +7,7 @@ use std::path::Path;
 use serde_yaml::Value;
 
 use crate::error::{ConfigError, ConfigErrors, Origin};
-use crate::load::edit_distance;
+use crate::suggest;
 
 /// The errors found so far in one resources file.
 pub(super) struct Report {
@@ -188,12 +188,7 @@ impl<'v> Fields<'v> {
 
 /// The known name closest to `name`, when it is a plausible typo.
 fn suggest(name: &str, known: &[&'static str]) -> Option<&'static str> {
-    known
-        .iter()
-        .map(|k| (edit_distance(name, k), *k))
-        .filter(|(distance, _)| *distance <= 2.min(name.len() / 2).max(1))
-        .min()
-        .map(|(_, k)| k)
+    suggest::closest(name, known.iter().copied(), 2.min(name.len() / 2).max(1))
 }
 
 /// The items of a list, or `None` (recorded) when `value` is not a list.

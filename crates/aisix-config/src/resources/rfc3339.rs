@@ -1,135 +1,29 @@
 //! RFC 3339 timestamps (`2027-01-01T00:00:00Z`, `2027-01-01T09:30:00.5+02:00`) to `SystemTime`,
-//! for `expires_at`. Strict: the full date-time with an offset, nothing before or after.
+//! for `expires_at`. Strict: the full date-time with an offset, nothing before or after. The
+//! parsing is the `time` crate's; this module only narrows what it accepts.
 
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
+
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
 /// Parses an RFC 3339 `date-time`. `T` may also be `t` or a space (RFC 3339 §5.6 note); `Z`
-/// may be `z`; a leap second (`:60`) counts as the first second of the next minute; fraction
-/// digits beyond nanoseconds are ignored.
+/// may be `z`; a leap second (`23:59:60` at the end of a month, UTC) is read as the last
+/// nanosecond before the next minute; fraction digits beyond nanoseconds are ignored.
 pub(super) fn parse(text: &str) -> Option<SystemTime> {
-    let mut s = Cursor(text.as_bytes());
-    let year = s.digits(4)?;
-    s.byte(b'-')?;
-    let month = s.digits(2)?;
-    s.byte(b'-')?;
-    let day = s.digits(2)?;
-    s.one_of(b"Tt ")?;
-    let hour = s.digits(2)?;
-    s.byte(b':')?;
-    let minute = s.digits(2)?;
-    s.byte(b':')?;
-    let second = s.digits(2)?;
-    let nanos = if s.byte(b'.').is_some() {
-        s.fraction_nanos()?
-    } else {
-        0
-    };
-    let offset_secs = match s.one_of(b"Zz+-")? {
-        b'Z' | b'z' => 0,
-        sign => {
-            let hours = s.digits(2)?;
-            s.byte(b':')?;
-            let minutes = s.digits(2)?;
-            if hours > 23 || minutes > 59 {
-                return None;
-            }
-            let offset = hours * 3600 + minutes * 60;
-            if sign == b'-' { -offset } else { offset }
-        }
-    };
-    if !s.0.is_empty()
-        || !(1..=12).contains(&month)
-        || day < 1
-        || day > days_in_month(year, month)
-        || hour > 23
-        || minute > 59
-        || second > 60
-    {
+    // `time` takes any byte between the date and the time; the RFC names these three.
+    if !matches!(text.as_bytes().get(10), Some(b'T' | b't' | b' ')) {
         return None;
     }
-
-    let secs = days_from_civil(year, month, day) * 86_400 + hour * 3600 + minute * 60 + second
-        - offset_secs;
-    let nanos = Duration::from_nanos(nanos);
-    match u64::try_from(secs) {
-        Ok(after) => SystemTime::UNIX_EPOCH.checked_add(Duration::from_secs(after) + nanos),
-        Err(_) => SystemTime::UNIX_EPOCH
-            .checked_sub(Duration::from_secs(secs.unsigned_abs()))?
-            .checked_add(nanos),
-    }
-}
-
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn next(&mut self) -> Option<u8> {
-        let (&first, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(first)
-    }
-
-    fn byte(&mut self, expected: u8) -> Option<()> {
-        (self.0.first() == Some(&expected)).then(|| self.0 = &self.0[1..])
-    }
-
-    fn one_of(&mut self, choices: &[u8]) -> Option<u8> {
-        let c = *self.0.first()?;
-        choices.contains(&c).then(|| {
-            self.0 = &self.0[1..];
-            c
-        })
-    }
-
-    /// Exactly `count` ASCII digits.
-    fn digits(&mut self, count: usize) -> Option<i64> {
-        (0..count).try_fold(0i64, |n, _| {
-            let c = self.next().filter(u8::is_ascii_digit)?;
-            Some(n * 10 + i64::from(c - b'0'))
-        })
-    }
-
-    /// One or more digits after the `.`, as nanoseconds.
-    fn fraction_nanos(&mut self) -> Option<u64> {
-        let count = self.0.iter().take_while(|c| c.is_ascii_digit()).count();
-        if count == 0 {
-            return None;
-        }
-        let (digits, rest) = self.0.split_at(count);
-        self.0 = rest;
-        let nanos = (0..9).fold(0u64, |n, i| {
-            n * 10 + digits.get(i).map_or(0, |&c| u64::from(c - b'0'))
-        });
-        Some(nanos)
-    }
-}
-
-fn is_leap_year(year: i64) -> bool {
-    (year % 4 == 0 && year % 100 != 0) || year % 400 == 0
-}
-
-fn days_in_month(year: i64, month: i64) -> i64 {
-    match month {
-        2 if is_leap_year(year) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
-    }
-}
-
-/// Days from 1970-01-01 to the given proleptic Gregorian date (H. Hinnant's algorithm); the
-/// year is 0..=9999 here, so every intermediate value is non-negative.
-fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let year_of_era = y.rem_euclid(400);
-    let month_from_march = (month + 9) % 12;
-    let day_of_year = (153 * month_from_march + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    era * 146_097 + day_of_era - 719_468
+    OffsetDateTime::parse(text, &Rfc3339)
+        .ok()
+        .map(SystemTime::from)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn at(secs: u64, nanos: u32) -> Option<SystemTime> {
@@ -160,8 +54,20 @@ mod tests {
     }
 
     #[test]
-    fn leap_second_rolls_into_the_next_minute() {
-        assert_eq!(parse("2016-12-31T23:59:60Z"), parse("2017-01-01T00:00:00Z"));
+    fn a_leap_second_is_the_last_nanosecond_of_its_minute() {
+        assert_eq!(
+            parse("2016-12-31T23:59:60Z"),
+            parse("2017-01-01T00:00:00Z").map(|t| t - Duration::from_nanos(1))
+        );
+        assert_eq!(
+            parse("2016-12-31T23:59:60Z"),
+            parse("2016-12-31T23:59:59.999999999Z")
+        );
+        assert_eq!(
+            parse("2027-01-01T00:00:60Z"),
+            None,
+            "not the last second of a month"
+        );
     }
 
     #[test]
@@ -195,6 +101,7 @@ mod tests {
             "2027-01-01T00:60:00Z",
             "2027-01-01T00:00:61Z",
             "2027-01-01X00:00:00Z",
+            "2027-01-01\u{e9}00:00:00Z",
             "+027-01-01T00:00:00Z",
             "2027-01-01T00:00:00Z2",
             "next tuesday",

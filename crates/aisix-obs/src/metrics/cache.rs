@@ -24,7 +24,7 @@
 //!
 //! # Bounds
 //!
-//! Each of the three maps (counters, gauges, histograms) holds at most
+//! Each of the maps (counters, gauges, request bundles) holds at most
 //! [`MAX_ENTRIES_PER_MAP`] entries per thread. When full, one entry is evicted; it registers
 //! again on its next emit and gets the same series back from the recorder, so counting goes on.
 
@@ -71,7 +71,6 @@ pub fn thread_cache_stats() -> CacheStats {
                 |cache| CacheStats {
                     entries: cache.counters.map.len()
                         + cache.gauges.map.len()
-                        + cache.histograms.map.len()
                         + cache.requests.map.len(),
                     ..cache.stats
                 },
@@ -87,7 +86,6 @@ pub fn clear_thread_cache() {
         if let Ok(mut cache) = cell.try_borrow_mut() {
             cache.counters.map.clear();
             cache.gauges.map.clear();
-            cache.histograms.map.clear();
             cache.requests.map.clear();
         }
     });
@@ -109,16 +107,6 @@ pub(crate) fn gauge<const N: usize, R>(
     family: &'static Family<N>,
     values: [&str; N],
     f: impl Fn(&Gauge) -> R,
-) -> R {
-    with_handle(family, &values, f)
-}
-
-/// Runs `f` on the histogram of `family` with `values`, cached on this thread.
-#[inline]
-pub(crate) fn histogram<const N: usize, R>(
-    family: &'static Family<N>,
-    values: [&str; N],
-    f: impl Fn(&Histogram) -> R,
 ) -> R {
     with_handle(family, &values, f)
 }
@@ -145,7 +133,6 @@ struct ThreadCache {
     key: Vec<u8>,
     counters: HandleMap<Counter>,
     gauges: HandleMap<Gauge>,
-    histograms: HandleMap<Histogram>,
     requests: HandleMap<RequestHandles>,
     stats: CacheStats,
 }
@@ -156,7 +143,6 @@ impl ThreadCache {
             key: Vec::new(),
             counters: HandleMap::new(),
             gauges: HandleMap::new(),
-            histograms: HandleMap::new(),
             requests: HandleMap::new(),
             stats: CacheStats {
                 entries: 0,
@@ -199,7 +185,7 @@ trait CachedHandle: Sized {
     ) -> Self;
 }
 
-/// The three plain handle types differ only in their map and their register call.
+/// The plain handle types differ only in their map and their register call.
 macro_rules! plain_handle {
     ($handle:ty, $map:ident, $register:ident) => {
         impl CachedHandle for $handle {
@@ -223,7 +209,6 @@ macro_rules! plain_handle {
 
 plain_handle!(Counter, counters, register_counter);
 plain_handle!(Gauge, gauges, register_gauge);
-plain_handle!(Histogram, histograms, register_histogram);
 
 /// Every handle a finished request touches, found with one lookup keyed by the request's
 /// labels: `aisix_requests_total`, `aisix_request_duration_seconds` and

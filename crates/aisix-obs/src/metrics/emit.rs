@@ -15,11 +15,10 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, GATEWAY_OVERHEAD, REQUEST_DURATION,
-    REQUESTS_IN_FLIGHT, REQUESTS_TOTAL, TOKENS_TOTAL, UPSTREAM_ERRORS, UPSTREAM_TTFT,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, REQUESTS_IN_FLIGHT, UPSTREAM_ERRORS,
     WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
-use super::labels::{AuthFailure, Endpoint, Outcome, StatusClass, TokenKind, UpstreamErrorKind};
+use super::labels::{AuthFailure, Endpoint, Outcome, StatusClass, UpstreamErrorKind};
 use super::worker;
 
 /// The labels of a finished request. `model` and `provider` are configured names (or
@@ -31,31 +30,6 @@ pub struct RequestLabels<'a> {
     pub provider: &'a str,
     pub status: StatusClass,
     pub outcome: Outcome,
-}
-
-/// A request has been answered (for a stream: its last byte sent, or the stream ended):
-/// `aisix_requests_total` += 1 and `aisix_request_duration_seconds` observes `duration`.
-pub fn request_finished(labels: &RequestLabels<'_>, duration: Duration) {
-    let RequestLabels {
-        endpoint,
-        model,
-        provider,
-        status,
-        outcome,
-    } = *labels;
-    let endpoint = endpoint.as_str();
-    let outcome = outcome.as_str();
-    cache::counter(
-        &REQUESTS_TOTAL,
-        [endpoint, model, provider, status.as_str(), outcome],
-        |c| c.increment(1),
-    );
-    let seconds = duration.as_secs_f64();
-    cache::histogram(
-        &REQUEST_DURATION,
-        [endpoint, model, provider, outcome],
-        |h| h.record(seconds),
-    );
 }
 
 /// What a finished request measured, beyond its labels.
@@ -71,9 +45,10 @@ pub struct RequestFacts {
     pub ttft: Option<Duration>,
 }
 
-/// Everything a finished request records, through one cache lookup: requests_total,
-/// request_duration, gateway_overhead, tokens and ttft. The same series as
-/// [`request_finished`], [`overhead`], [`tokens`] and [`ttft`] emitted one by one.
+/// A request has been answered (for a stream: its last byte sent, or the stream ended).
+/// Everything it records, through one cache lookup: `aisix_requests_total`,
+/// `aisix_request_duration_seconds`, `aisix_gateway_overhead_seconds`, and when known
+/// `aisix_tokens_total` and `aisix_upstream_ttft_seconds`.
 pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
     let RequestLabels {
         endpoint,
@@ -106,21 +81,6 @@ pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
     );
 }
 
-/// Time to first token of a streamed upstream response.
-pub fn ttft(model: &str, provider: &str, duration: Duration) {
-    let seconds = duration.as_secs_f64();
-    cache::histogram(&UPSTREAM_TTFT, [model, provider], |h| h.record(seconds));
-}
-
-/// Token usage reported by the provider for one request.
-pub fn tokens(model: &str, provider: &str, input: u64, output: u64) {
-    for (kind, n) in [(TokenKind::Input, input), (TokenKind::Output, output)] {
-        cache::counter(&TOKENS_TOTAL, [model, provider, kind.as_str()], |c| {
-            c.increment(n)
-        });
-    }
-}
-
 /// A call to `provider` failed.
 pub fn upstream_error(provider: &str, kind: UpstreamErrorKind) {
     cache::counter(&UPSTREAM_ERRORS, [provider, kind.as_str()], |c| {
@@ -138,26 +98,7 @@ pub fn body_rejected(endpoint: Endpoint) {
     cache::counter(&BODY_REJECTIONS, [endpoint.as_str()], |c| c.increment(1));
 }
 
-/// Time the gateway itself spent on a request, the upstream wait excluded.
-pub fn overhead(endpoint: Endpoint, duration: Duration) {
-    let seconds = duration.as_secs_f64();
-    cache::histogram(&GATEWAY_OVERHEAD, [endpoint.as_str()], |h| {
-        h.record(seconds)
-    });
-}
-
-/// Counts a request in `aisix_requests_in_flight` until the guard drops. Each thread moves
-/// only its own shard of the series; a scrape sums the shards. The guard may drop on another
-/// thread (shared runtime): it decrements the shard it incremented.
-pub fn in_flight(endpoint: Endpoint) -> InFlightGuard {
-    let gauge = cache::gauge(&REQUESTS_IN_FLIGHT, [endpoint.as_str()], |g| {
-        g.increment(1.0);
-        g.clone()
-    });
-    GaugeGuard { gauge }
-}
-
-/// Holds one request in `aisix_requests_in_flight`; see [`in_flight`].
+/// Holds one request in `aisix_requests_in_flight`; see [`request_started`].
 pub type InFlightGuard = GaugeGuard;
 
 /// Holds one connection in `aisix_worker_connections_open`; see [`worker_connection`].
@@ -178,21 +119,26 @@ impl Drop for GaugeGuard {
 
 /// A request arrived on the calling thread's worker: `aisix_worker_requests_total{worker}` += 1
 /// and the request counts in `aisix_requests_in_flight{endpoint}` until the guard drops. The
-/// same series as [`worker_request`] and [`in_flight`], reached without hashing: the thread
-/// keeps these handles by endpoint for the current recorder.
+/// thread keeps these handles by endpoint for the current recorder, so no key is hashed. Each
+/// thread moves only its own shard of the in-flight series (a scrape sums the shards); the
+/// guard may drop on another thread (shared runtime) and decrements the shard it incremented.
 pub fn request_started(endpoint: Endpoint) -> InFlightGuard {
     let started = cache::started(endpoint, |worker_requests, in_flight| {
         worker_requests.increment(1);
         in_flight.increment(1.0);
         in_flight.clone()
     });
-    match started {
-        Some(gauge) => GaugeGuard { gauge },
-        None => {
-            worker_request();
-            in_flight(endpoint)
-        }
-    }
+    let gauge = started.unwrap_or_else(|| {
+        // A recorder that cannot be cached (zero-sized) or a thread being torn down.
+        worker::with_label(|label| {
+            cache::counter(&WORKER_REQUESTS, [label], |c| c.increment(1));
+        });
+        cache::gauge(&REQUESTS_IN_FLIGHT, [endpoint.as_str()], |g| {
+            g.increment(1.0);
+            g.clone()
+        })
+    });
+    GaugeGuard { gauge }
 }
 
 /// Counts a client connection in `aisix_worker_connections_open{worker}` of the calling
@@ -205,11 +151,6 @@ pub fn worker_connection() -> WorkerConnectionGuard {
         })
     });
     GaugeGuard { gauge }
-}
-
-/// The calling thread's worker received a request: `aisix_worker_requests_total{worker}` += 1.
-pub fn worker_request() {
-    worker::with_label(|label| cache::counter(&WORKER_REQUESTS, [label], |c| c.increment(1)));
 }
 
 /// Access-log lines were dropped because the writer could not keep up.

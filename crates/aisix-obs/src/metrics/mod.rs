@@ -18,10 +18,8 @@
 //!
 //! // Per connection and per request, on the worker.
 //! let _conn = emit::worker_connection();
-//! emit::worker_request();
-//! let in_flight = emit::in_flight(Endpoint::ChatCompletions);
-//! emit::tokens("gpt-4o", "openai", 12, 40);
-//! emit::request_finished(
+//! let in_flight = emit::request_started(Endpoint::ChatCompletions);
+//! emit::request(
 //!     &emit::RequestLabels {
 //!         endpoint: Endpoint::ChatCompletions,
 //!         model: "gpt-4o",
@@ -29,9 +27,13 @@
 //!         status: StatusClass::from_status(200),
 //!         outcome: Outcome::Success,
 //!     },
-//!     Duration::from_millis(850),
+//!     &emit::RequestFacts {
+//!         duration: Duration::from_millis(850),
+//!         overhead: Duration::from_micros(40),
+//!         tokens: Some((12, 40)),
+//!         ttft: None,
+//!     },
 //! );
-//! emit::overhead(Endpoint::ChatCompletions, Duration::from_micros(40));
 //! drop(in_flight);
 //!
 //! // Scrape (metrics listener) and upkeep timer (control thread).
@@ -52,4 +54,4 @@ mod recorder;
 pub(crate) mod worker;
 
 pub use recorder::{Metrics, MetricsError, MetricsRecorder};
-pub use worker::{current_worker, set_current as set_current_worker};
+pub use worker::set_current as set_current_worker;

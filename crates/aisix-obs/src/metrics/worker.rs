@@ -7,29 +7,20 @@ use super::labels::{UNREGISTERED_WORKER, Worker, WorkerLabel};
 
 thread_local! {
     // The label is formatted once here, not on every emit.
-    static CURRENT: Cell<Option<(Worker, WorkerLabel)>> = const { Cell::new(None) };
+    static CURRENT: Cell<Option<WorkerLabel>> = const { Cell::new(None) };
 }
 
 /// Names the calling thread's worker for the `worker` label and the access log. Also done by
 /// [`Metrics::register_worker`](super::Metrics::register_worker); call this when metrics are off.
 pub fn set_current(worker: Worker) {
-    let _ = CURRENT.try_with(|current| current.set(Some((worker, worker.label()))));
-}
-
-/// The worker the calling thread registered as, if any.
-pub fn current_worker() -> Option<Worker> {
-    CURRENT
-        .try_with(Cell::get)
-        .ok()
-        .flatten()
-        .map(|(worker, _)| worker)
+    let _ = CURRENT.try_with(|current| current.set(Some(worker.label())));
 }
 
 /// Runs `f` with the calling thread's `worker` label value (`"unregistered"` if it never
 /// registered).
 pub(crate) fn with_label<R>(f: impl FnOnce(&str) -> R) -> R {
     match CURRENT.try_with(Cell::get).ok().flatten() {
-        Some((_, label)) => f(label.as_str()),
+        Some(label) => f(label.as_str()),
         None => f(UNREGISTERED_WORKER),
     }
 }
@@ -38,7 +29,7 @@ pub(crate) fn with_label<R>(f: impl FnOnce(&str) -> R) -> R {
 /// the label is the one formatted at registration.
 pub(crate) fn with_registered_label<R>(f: impl FnOnce(Option<&str>) -> R) -> R {
     match CURRENT.try_with(Cell::get).ok().flatten() {
-        Some((_, label)) => f(Some(label.as_str())),
+        Some(label) => f(Some(label.as_str())),
         None => f(None),
     }
 }

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::dialect::Answer;
 use super::record::RecordedRequest;
 
 /// The assistant's answer, split the way the default stream sends it: one piece per delta.
@@ -23,15 +24,6 @@ pub const MODELS: [&str; 3] = ["gpt-4o", "gpt-4o-mini", "text-embedding-3-small"
 pub const CREATED: u64 = 1_700_000_000;
 
 const SYSTEM_FINGERPRINT: &str = "fp_mock";
-
-/// A planned default answer: status, content type and body chunks. An SSE answer leaves out
-/// `data: [DONE]`; the reply's ending decides whether it is sent.
-pub(crate) struct Answer {
-    pub status: StatusCode,
-    pub content_type: &'static str,
-    pub chunks: Vec<Bytes>,
-    pub sse: bool,
-}
 
 /// The default answer to `req`; `seq` (the request's ordinal) makes response ids unique.
 pub(crate) fn answer(req: &RecordedRequest, seq: usize) -> Answer {
@@ -134,15 +126,7 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
     );
     events.push(chunk(json!({}), json!("stop")));
     if include_usage {
-        events.push(json!({
-            "id": id,
-            "object": "chat.completion.chunk",
-            "created": CREATED,
-            "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [],
-            "usage": usage,
-        }));
+        events.push(usage_chunk(&id, "chat.completion.chunk", model, usage));
     }
     sse_answer(events)
 }
@@ -177,17 +161,22 @@ fn completion(body: &Value, model: &str, seq: usize) -> Answer {
         .collect();
     events.push(object("", json!("stop")));
     if includes_usage(body) {
-        events.push(json!({
-            "id": id,
-            "object": "text_completion",
-            "created": CREATED,
-            "model": model,
-            "system_fingerprint": SYSTEM_FINGERPRINT,
-            "choices": [],
-            "usage": usage,
-        }));
+        events.push(usage_chunk(&id, "text_completion", model, usage));
     }
     sse_answer(events)
+}
+
+/// The last event of a stream asked for usage: no choices, only the usage.
+fn usage_chunk(id: &str, object: &str, model: &str, usage: Value) -> Value {
+    json!({
+        "id": id,
+        "object": object,
+        "created": CREATED,
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "choices": [],
+        "usage": usage,
+    })
 }
 
 fn embeddings(body: &Value, model: &str) -> Answer {

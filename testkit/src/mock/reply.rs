@@ -7,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
+use super::dialect::Dialect;
 use super::openai;
 
 /// What the mock sends for one request.
@@ -15,7 +16,7 @@ use super::openai;
 ///
 /// ```
 /// use std::time::Duration;
-/// use aisix_e2e::mock::{Frame, Reply};
+/// use aisix_testkit::mock::{Frame, Reply};
 ///
 /// let _ = Reply::status(500).json(serde_json::json!({"error": {"message": "boom"}}));
 /// let _ = Reply::openai_error(429, "rate_limit_exceeded", "slow down").header("retry-after", "2");
@@ -35,8 +36,8 @@ pub struct Reply {
 
 #[derive(Clone, Debug)]
 pub(crate) enum Content {
-    /// The OpenAI-like answer the mock gives when nothing is scripted.
-    OpenAi,
+    /// The dialect's default answer to whatever was requested.
+    Dialect(Dialect),
     /// One body, sent as a single chunk.
     Fixed(Bytes),
     /// Server-sent events, one chunk per frame.
@@ -62,7 +63,13 @@ impl Reply {
     /// The default, OpenAI-like answer for whatever was requested: useful with the modifiers
     /// (`Reply::openai().delay_head(..)`, `Reply::openai().frame_delay(..).hang()`).
     pub fn openai() -> Reply {
-        Reply::new(StatusCode::OK, Content::OpenAi)
+        Reply::dialect_default(Dialect::OpenAi)
+    }
+
+    /// The dialect's default answer for whatever was requested: what an unscripted request
+    /// gets.
+    pub fn dialect_default(dialect: Dialect) -> Reply {
+        Reply::new(StatusCode::OK, Content::Dialect(dialect))
     }
 
     /// A response with this status and an empty body; add one with [`Reply::json`] or

@@ -1,0 +1,147 @@
+//! The fast path, for benchmarks: OpenAI chat completions computed once at start. A request's
+//! body is only byte-searched for `"stream": true` and `"include_usage": true` (no JSON parse),
+//! and nothing is recorded, so the mock stays far cheaper than the gateway in front of it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE};
+use http::{HeaderValue, Method, Response, StatusCode, request};
+
+use super::body::{Finish, Frames, MockBody, Paced};
+use super::server::Worker;
+
+/// The marker every streamed content frame carries; a load generator counts frames by it.
+pub const CONTENT_MARKER: &[u8] = b"aisixbenchtok";
+
+/// How a streamed answer is paced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// Delay before the first content frame.
+    pub ttft: Duration,
+    /// Content frames per stream (at least one).
+    pub frames: usize,
+    /// Delay between content frames.
+    pub gap: Duration,
+}
+
+/// The precomputed answers.
+#[derive(Debug)]
+pub(crate) struct Answers {
+    completion: Bytes,
+    content: Bytes,
+    /// The last content frame, the finish chunk and `[DONE]`, with and without the usage chunk:
+    /// one write, as a provider sends the end of a stream.
+    tail: Bytes,
+    tail_with_usage: Bytes,
+    pacing: Pacing,
+}
+
+impl Answers {
+    pub(crate) fn new(pacing: &Pacing) -> Answers {
+        let head = r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"mock-model","#;
+        let content = format!(
+            "data: {head}\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{}\"}},\"finish_reason\":null}}]}}\n\n",
+            String::from_utf8_lossy(CONTENT_MARKER)
+        );
+        let finish = format!(
+            "data: {head}\"choices\":[{{\"index\":0,\"delta\":{{}},\"finish_reason\":\"stop\"}}]}}\n\n"
+        );
+        let usage = format!(
+            "data: {head}\"choices\":[],\"usage\":{{\"prompt_tokens\":9,\"completion_tokens\":{},\"total_tokens\":{}}}}}\n\n",
+            pacing.frames,
+            pacing.frames + 9
+        );
+        let done = "data: [DONE]\n\n";
+        Answers {
+            completion: Bytes::from_static(
+                br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the aisix bench mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"total_tokens":17}}"#,
+            ),
+            tail: Bytes::from(format!("{content}{finish}{done}")),
+            tail_with_usage: Bytes::from(format!("{content}{finish}{usage}{done}")),
+            content: Bytes::from(content),
+            pacing: Pacing {
+                frames: pacing.frames.max(1),
+                ..*pacing
+            },
+        }
+    }
+
+    /// The answer to a chat completion (JSON or, with `"stream": true`, paced SSE); any other
+    /// request gets a 404 in OpenAI's error shape.
+    pub(crate) fn respond(
+        &self,
+        head: &request::Parts,
+        body: &[u8],
+        worker: Arc<Worker>,
+    ) -> Response<MockBody> {
+        if head.method != Method::POST || !head.uri.path().ends_with("/chat/completions") {
+            let not_found = Bytes::from_static(
+                b"{\"error\":{\"message\":\"mock: not found\",\"type\":\"invalid_request_error\"}}",
+            );
+            let mut response = json(Frames::one(not_found), worker);
+            *response.status_mut() = StatusCode::NOT_FOUND;
+            return response;
+        }
+        if !json_flag_is_true(body, b"\"stream\"") {
+            return json(Frames::one(self.completion.clone()), worker);
+        }
+        let last = if json_flag_is_true(body, b"\"include_usage\"") {
+            self.tail_with_usage.clone()
+        } else {
+            self.tail.clone()
+        };
+        let Pacing { ttft, frames, gap } = self.pacing;
+        let frames = Frames::Paced(Paced::new(frames, ttft, gap, self.content.clone(), last));
+        let mut response = Response::new(MockBody::new(frames, Finish::Complete, None, worker));
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+        headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+        response
+    }
+}
+
+/// A complete `application/json` response of one chunk.
+fn json(frames: Frames, worker: Arc<Worker>) -> Response<MockBody> {
+    let len = frames.len_bytes();
+    let mut response = Response::new(MockBody::new(frames, Finish::Complete, Some(len), worker));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// True when `key` (quoted) is followed by `:` and `true`, whitespace allowed: a byte search,
+/// not a JSON parse.
+fn json_flag_is_true(body: &[u8], quoted_key: &[u8]) -> bool {
+    memchr::memmem::find_iter(body, quoted_key).any(|at| {
+        body.get(at + quoted_key.len()..)
+            .map(<[u8]>::trim_ascii_start)
+            .and_then(|rest| rest.strip_prefix(b":"))
+            .is_some_and(|value| value.trim_ascii_start().starts_with(b"true"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_flag_is_found_with_or_without_spaces_and_never_in_stream_options() {
+        assert!(json_flag_is_true(
+            br#"{"model":"m","stream":true}"#,
+            b"\"stream\""
+        ));
+        assert!(json_flag_is_true(br#"{"stream" :  true}"#, b"\"stream\""));
+        assert!(!json_flag_is_true(br#"{"stream":false}"#, b"\"stream\""));
+        assert!(!json_flag_is_true(
+            br#"{"stream_options":{"include_usage":true}}"#,
+            b"\"stream\""
+        ));
+        assert!(json_flag_is_true(
+            br#"{"stream":true,"stream_options":{"include_usage": true}}"#,
+            b"\"include_usage\""
+        ));
+    }
+}
