@@ -36,7 +36,7 @@ cargo build --locked --workspace --all-targets
 # The release binary a user runs, built once (fat LTO is slow); release_build.rs and container.rs
 # test this one.
 cargo build --locked --release -p aisix-server
-AISIX_E2E_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace
+E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).

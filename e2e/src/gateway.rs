@@ -40,11 +40,11 @@ pub fn binary() -> &'static Path {
 }
 
 /// The release binary a user runs (`cargo build --release`), built once per test process.
-/// `AISIX_E2E_RELEASE_BIN` points at one already built (scripts/test.sh builds it first, so a
+/// `E2E_AISIX_RELEASE_BIN` points at one already built (scripts/test.sh builds it first, so a
 /// CI run links the slow fat-LTO binary once).
 pub fn release_binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os("AISIX_E2E_RELEASE_BIN") {
+    BIN.get_or_init(|| match std::env::var_os("E2E_AISIX_RELEASE_BIN") {
         Some(path) => PathBuf::from(path),
         None => build(Profile::Release),
     })
@@ -276,12 +276,6 @@ impl Gateway {
             None => Command::new(bin),
         };
         command.arg("--config").arg(config_path);
-        // The test's own environment must not leak configuration into the gateway.
-        for (key, _) in std::env::vars() {
-            if key.starts_with("AISIX_") || key == "RUST_LOG" {
-                command.env_remove(key);
-            }
-        }
         command.envs(env.iter().map(|(k, v)| (k, v)));
         Self::spawn_command(command, dir)
     }
@@ -289,6 +283,15 @@ impl Gateway {
     /// Spawns `command` (which runs aisix, perhaps through a wrapper such as `unshare`) and
     /// collects its output, like every other spawn.
     pub fn spawn_command(mut command: Command, dir: tempfile::TempDir) -> Gateway {
+        // The test's own environment must not leak configuration into the gateway: only the
+        // variables the command sets itself reach it.
+        let set: Vec<std::ffi::OsString> =
+            command.get_envs().map(|(key, _)| key.to_owned()).collect();
+        for (key, _) in std::env::vars() {
+            if (key.starts_with("AISIX_") || key == "RUST_LOG") && !set.iter().any(|s| *s == *key) {
+                command.env_remove(key);
+            }
+        }
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -18,22 +18,10 @@ use sha2::{Digest, Sha256};
 const KEY: &str = "sk-reload-1";
 
 fn resources(upstream: &str, model: &str) -> String {
-    format!(
-        r#"_format_version: "1"
-provider_keys:
-  - display_name: up
-    provider: openai
-    api_base: {upstream}
-models:
-  - display_name: {model}
-    provider: openai
-    model_name: upstream-{model}
-    provider_key: up
-api_keys:
-  - display_name: k
-    key_env: RELOAD_KEY
-    allowed_models: ["*"]
-"#
+    aisix_e2e::resources::openai(
+        upstream,
+        &[(model, &format!("upstream-{model}"))],
+        "RELOAD_KEY",
     )
 }
 

@@ -16,29 +16,13 @@ use aisix_e2e::third_party::balancer::Balancer;
 
 const KEY: &str = "sk-rollout-1";
 
-fn resources(upstream: &str) -> String {
-    format!(
-        r#"_format_version: "1"
-provider_keys:
-  - display_name: up
-    provider: openai
-    api_base: {upstream}
-models:
-  - display_name: gpt-x
-    provider: openai
-    model_name: upstream-x
-    provider_key: up
-api_keys:
-  - display_name: k
-    key_env: ROLLOUT_KEY
-    allowed_models: ["*"]
-"#
-    )
-}
-
 fn config(mode: Mode, mock: &MockProvider, shutdown: &str) -> GatewayConfig {
     GatewayConfig::new(mode)
-        .resources(resources(&mock.base_url()))
+        .resources(aisix_e2e::resources::openai(
+            &mock.base_url(),
+            &[("gpt-x", "upstream-x")],
+            "ROLLOUT_KEY",
+        ))
         .env("ROLLOUT_KEY", KEY)
         .extra(shutdown)
 }
