@@ -5,7 +5,8 @@
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
 #   - systemd-analyze (systemd), unshare (util-linux), mount: the operations tests;
 #   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
-#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv).
+#   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
+#   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 # Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
 # conditions).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)

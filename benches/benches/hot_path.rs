@@ -34,7 +34,7 @@ fn wire(c: &mut Criterion) {
     c.bench_function("inspect_and_rewrite_chat_body", |b| {
         b.iter(|| {
             let inspected = openai::inspect(black_box(&body)).unwrap();
-            black_box(inspected.rewrite(&body, &upstream_model, inspected.stream))
+            black_box(inspected.rewrite(&body, Some(&upstream_model), inspected.stream))
         })
     });
     c.bench_function("sse_classify_content_chunk", |b| {

@@ -283,12 +283,15 @@ impl Gateway {
     /// Spawns `command` (which runs aisix, perhaps through a wrapper such as `unshare`) and
     /// collects its output, like every other spawn.
     pub fn spawn_command(mut command: Command, dir: tempfile::TempDir) -> Gateway {
-        // The test's own environment must not leak configuration into the gateway: only the
-        // variables the command sets itself reach it.
+        // The test's own environment must not leak configuration (or a proxy for the loopback
+        // providers) into the gateway: only the variables the command sets itself reach it, and
+        // a test that wants a proxy sets it there.
         let set: Vec<std::ffi::OsString> =
             command.get_envs().map(|(key, _)| key.to_owned()).collect();
         for (key, _) in std::env::vars() {
-            if (key.starts_with("AISIX_") || key == "RUST_LOG") && !set.iter().any(|s| *s == *key) {
+            let proxy = key.to_ascii_lowercase().ends_with("_proxy");
+            let leaks = key.starts_with("AISIX_") || key == "RUST_LOG" || proxy;
+            if leaks && !set.iter().any(|s| *s == *key) {
                 command.env_remove(key);
             }
         }
@@ -297,31 +300,7 @@ impl Gateway {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().expect("spawn aisix");
-        let log = Arc::new(Mutex::new(String::new()));
-        let mut readers = Vec::new();
-        for stream in [
-            child
-                .stderr
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-            child
-                .stdout
-                .take()
-                .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            readers.push(std::thread::spawn(move || {
-                for line in BufReader::new(stream).lines() {
-                    let Ok(line) = line else { break };
-                    let mut log = log.lock().expect("log lock");
-                    log.push_str(&line);
-                    log.push('\n');
-                }
-            }));
-        }
+        let (log, readers) = capture_output(&mut child);
         Gateway {
             child,
             addr: None,
@@ -472,6 +451,37 @@ impl Drop for Gateway {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Collects a child's stdout and stderr, line by line, into one shared log: a reader thread per
+/// stream, ending with the stream, returned so the caller can join them.
+pub fn capture_output(child: &mut Child) -> (Arc<Mutex<String>>, Vec<std::thread::JoinHandle<()>>) {
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut readers = Vec::new();
+    for stream in [
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let log = log.clone();
+        readers.push(std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                let mut log = log.lock().expect("log lock");
+                log.push_str(&line);
+                log.push('\n');
+            }
+        }));
+    }
+    (log, readers)
 }
 
 fn parse_addr(line: &str) -> Option<SocketAddr> {

@@ -10,6 +10,7 @@ pub mod prom;
 pub mod resources;
 pub mod sdk;
 pub mod third_party;
+pub mod tinyproxy;
 pub mod tls;
 
 /// Declares one end-to-end test per serving mode: `name::thread_per_core` and `name::shared`,

@@ -185,3 +185,39 @@ async fn an_https_provider_with_an_untrusted_certificate_is_a_502() {
     assert_eq!(reply.status, 502, "{}", reply.text());
     assert_eq!(reply.json()["error"]["code"], "upstream_unavailable");
 }
+
+both_modes! {
+    async fn an_https_provider_is_reached_through_a_connect_tunnel_in_https_proxy(mode: Mode) {
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        let seen = Arc::new(Seen::default());
+        let provider = start_tls_provider(&cert, seen.clone()).await;
+        let proxy = aisix_e2e::tinyproxy::Tinyproxy::start(&[provider.port()]);
+        let dir = tempfile::tempdir().unwrap();
+        let ca = dir.path().join("provider-ca.pem");
+        std::fs::write(&ca, cert.cert.pem()).unwrap();
+        let resources = format!(
+            "_format_version: \"1\"\nprovider_keys:\n  - {{display_name: secure, provider: openai, api_key: sk-upstream, api_base: \"https://localhost:{}/v1\"}}\nmodels:\n  - {{display_name: m, provider: openai, model_name: m, provider_key: secure}}\napi_keys:\n  - {{display_name: k, key_env: TLS_TEST_KEY, allowed_models: [\"*\"]}}\n",
+            provider.port()
+        );
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .workers(Some(1))
+                .resources(resources)
+                .env("TLS_TEST_KEY", "sk-client")
+                .env("SSL_CERT_FILE", ca.to_str().unwrap())
+                .env("HTTPS_PROXY", &proxy.url()),
+        );
+        for _ in 0..2 {
+            let reply = client::send(
+                gateway.addr(),
+                client::request("POST", "/v1/chat/completions", &[("authorization", "Bearer sk-client")], Some(r#"{"model":"m","messages":[]}"#)),
+            )
+            .await;
+            assert_eq!(reply.status, 200, "{}\n{}", reply.text(), proxy.log());
+            assert_eq!(reply.json()["choices"][0]["message"]["content"], "over tls");
+        }
+        let tunnel = format!("CONNECT localhost:{}", provider.port());
+        assert_eq!(proxy.log().matches(&tunnel).count(), 1, "one tunnel, reused:\n{}", proxy.log());
+        assert_eq!(seen.http2_requests.load(Ordering::SeqCst), 2, "TLS and ALPN end to end through the tunnel");
+    }
+}

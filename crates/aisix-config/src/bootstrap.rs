@@ -6,6 +6,8 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::timeouts::UpstreamTimeouts;
+
 /// Everything `config.yaml` and the `AISIX_*` variables can set.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Bootstrap {
@@ -51,6 +53,9 @@ pub struct TlsConfig {
 pub struct DownstreamConfig {
     /// `downstream.header_read_timeout_secs`: a request head must arrive in full within this.
     pub header_read_timeout: Duration,
+    /// `downstream.request_body_timeout_secs`: a request body must arrive in full within this,
+    /// counted from its head; else 408.
+    pub request_body_timeout: Duration,
     /// `downstream.idle_timeout_secs`: a connection with no request for this long is closed;
     /// `None` (0) leaves idle connections to the client.
     pub idle_timeout: Option<Duration>,
@@ -61,17 +66,19 @@ pub struct DownstreamConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamConfig {
-    /// `upstream.connect_timeout_ms`: TCP connect plus TLS handshake.
-    pub connect_timeout: Duration,
-    /// `upstream.timeout_ms`: whole-response deadline for a non-streaming call, and the deadline
-    /// for the first byte of a stream, unless a model sets its own.
-    pub timeout: Duration,
-    /// `upstream.stream_idle_timeout_ms`: longest silence allowed between stream frames.
-    pub stream_idle_timeout: Duration,
+    /// `upstream.connect_timeout_ms`, `upstream.first_token_timeout_ms`,
+    /// `upstream.stream_idle_timeout_ms`, `upstream.timeout_ms`: each phase's default deadline.
+    pub timeouts: UpstreamTimeouts,
     /// `upstream.pool_idle_timeout_secs`: idle pooled connections are closed after this.
     pub pool_idle_timeout: Duration,
     /// `upstream.pool_max_idle_per_host`: idle connections kept per host, per worker.
     pub pool_max_idle_per_host: usize,
+    /// `upstream.pool_max_connections_per_host`: open connections per host, per worker; a
+    /// request past it waits for one within its own deadline. 0 is unlimited.
+    pub pool_max_connections_per_host: usize,
+    /// `upstream.max_sse_event_bytes`: the largest SSE event relayed; a longer one ends the
+    /// stream with an error event.
+    pub max_sse_event_bytes: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,6 +131,7 @@ impl Default for DownstreamConfig {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(30),
+            request_body_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(75)),
             sse_keepalive_interval: Some(Duration::from_secs(15)),
         }
@@ -133,11 +141,11 @@ impl Default for DownstreamConfig {
 impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
-            connect_timeout: Duration::from_millis(5_000),
-            timeout: Duration::from_millis(600_000),
-            stream_idle_timeout: Duration::from_millis(120_000),
+            timeouts: UpstreamTimeouts::default(),
             pool_idle_timeout: Duration::from_secs(30),
             pool_max_idle_per_host: 1024,
+            pool_max_connections_per_host: 0,
+            max_sse_event_bytes: 1024 * 1024,
         }
     }
 }

@@ -7,6 +7,7 @@ mod error;
 mod load;
 mod resources;
 mod suggest;
+mod timeouts;
 
 pub use bootstrap::{
     Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
@@ -19,3 +20,4 @@ pub use resources::{
     ProviderKind, Resources, ResourcesDiff, Secret, hash_key, load_resources, load_resources_file,
     parse_resources, sha256_hex,
 };
+pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

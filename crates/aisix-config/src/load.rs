@@ -16,6 +16,7 @@ use crate::bootstrap::{
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
+use crate::timeouts::UpstreamTimeouts;
 
 /// Environment variables with this prefix are configuration keys.
 pub const ENV_PREFIX: &str = "AISIX_";
@@ -127,6 +128,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             header_read_timeout: r
                 .bounded("downstream.header_read_timeout_secs", 1, u32::MAX.into())
                 .map_or(d.header_read_timeout, Duration::from_secs),
+            request_body_timeout: r
+                .bounded("downstream.request_body_timeout_secs", 1, u32::MAX.into())
+                .map_or(d.request_body_timeout, Duration::from_secs),
             idle_timeout: r
                 .u64_value("downstream.idle_timeout_secs")
                 .map_or(d.idle_timeout, optional_secs),
@@ -142,16 +146,26 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             r.bounded(key, 1, u32::MAX.into())
                 .map_or(default, Duration::from_millis)
         };
+        let t = d.timeouts;
         UpstreamConfig {
-            connect_timeout: ms(r, "upstream.connect_timeout_ms", d.connect_timeout),
-            timeout: ms(r, "upstream.timeout_ms", d.timeout),
-            stream_idle_timeout: ms(r, "upstream.stream_idle_timeout_ms", d.stream_idle_timeout),
+            timeouts: UpstreamTimeouts {
+                connect: ms(r, "upstream.connect_timeout_ms", t.connect),
+                first_token: ms(r, "upstream.first_token_timeout_ms", t.first_token),
+                stream_idle: ms(r, "upstream.stream_idle_timeout_ms", t.stream_idle),
+                total: ms(r, "upstream.timeout_ms", t.total),
+            },
             pool_idle_timeout: r
                 .bounded("upstream.pool_idle_timeout_secs", 1, u32::MAX.into())
                 .map_or(d.pool_idle_timeout, Duration::from_secs),
             pool_max_idle_per_host: r
                 .bounded("upstream.pool_max_idle_per_host", 1, u32::MAX.into())
                 .map_or(d.pool_max_idle_per_host, |n| n as usize),
+            pool_max_connections_per_host: r
+                .bounded("upstream.pool_max_connections_per_host", 0, u32::MAX.into())
+                .map_or(d.pool_max_connections_per_host, |n| n as usize),
+            max_sse_event_bytes: r
+                .bounded("upstream.max_sse_event_bytes", 1024, u32::MAX.into())
+                .map_or(d.max_sse_event_bytes, |n| n as usize),
         }
     };
 

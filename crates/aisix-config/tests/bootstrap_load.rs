@@ -282,3 +282,54 @@ fn bootstrap_keys_lists_every_leaf_key_and_its_environment_form() {
         "AISIX_PROXY__THREAD_PER_CORE"
     );
 }
+
+#[test]
+fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment() {
+    let config = load(
+        "downstream:\n  request_body_timeout_secs: 4\n\
+         upstream:\n  connect_timeout_ms: 100\n  first_token_timeout_ms: 200\n  stream_idle_timeout_ms: 300\n  timeout_ms: 400\n  max_sse_event_bytes: 4096\n",
+        &[("AISIX_UPSTREAM__POOL_MAX_CONNECTIONS_PER_HOST", "8")],
+    )
+    .unwrap();
+    assert_eq!(
+        config.downstream.request_body_timeout,
+        Duration::from_secs(4)
+    );
+    let t = config.upstream.timeouts;
+    assert_eq!(
+        [t.connect, t.first_token, t.stream_idle, t.total],
+        [100, 200, 300, 400].map(Duration::from_millis)
+    );
+    assert_eq!(config.upstream.max_sse_event_bytes, 4096);
+    assert_eq!(config.upstream.pool_max_connections_per_host, 8);
+    let defaults = Bootstrap::default();
+    assert_eq!(
+        defaults.upstream.pool_max_connections_per_host, 0,
+        "unlimited"
+    );
+    assert_eq!(defaults.upstream.max_sse_event_bytes, 1024 * 1024);
+    assert_eq!(
+        defaults.downstream.request_body_timeout,
+        Duration::from_secs(30)
+    );
+}
+
+#[test]
+fn out_of_range_phase_deadlines_name_their_key() {
+    let errors = load(
+        "downstream:\n  request_body_timeout_secs: 0\nupstream:\n  first_token_timeout_ms: 0\n  max_sse_event_bytes: 10\n",
+        &[],
+    )
+    .unwrap_err();
+    let messages = messages(&errors);
+    for key in [
+        "downstream.request_body_timeout_secs",
+        "upstream.first_token_timeout_ms",
+        "upstream.max_sse_event_bytes",
+    ] {
+        assert!(
+            messages.iter().any(|m| m.contains(key)),
+            "{key}: {messages:?}"
+        );
+    }
+}

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use aisix_config::{
-    ConfigErrors, ModelPattern, Origin, ProviderKind, Resources, hash_key, load_resources,
-    parse_resources,
+    ConfigErrors, ModelPattern, Origin, ProviderKind, Resources, TimeoutOverrides, hash_key,
+    load_resources, parse_resources,
 };
 
 const ORIGIN: &str = "/etc/aisix/resources.yaml";
@@ -69,6 +69,7 @@ models:
     model_name: gpt-4o-2024-08-06
     provider_key: openai-main
     timeout: 30000
+    first_token_timeout: 5000
   - display_name: llama
     provider: openai
     model_name: meta-llama/Llama-3-8B
@@ -119,8 +120,15 @@ fn full_example_loads_every_collection() {
     assert_eq!(models[0].provider, ProviderKind::OpenAi);
     assert_eq!(models[0].model_name, "gpt-4o-2024-08-06");
     assert_eq!(models[0].provider_key, "openai-main");
-    assert_eq!(models[0].timeout, Some(Duration::from_millis(30_000)));
-    assert_eq!(models[1].timeout, None);
+    assert_eq!(
+        models[0].timeouts,
+        TimeoutOverrides {
+            total: Some(Duration::from_millis(30_000)),
+            first_token: Some(Duration::from_millis(5_000)),
+            ..TimeoutOverrides::default()
+        }
+    );
+    assert_eq!(models[1].timeouts, TimeoutOverrides::default());
 
     let api_keys = &resources.api_keys;
     assert_eq!(api_keys.len(), 2);
@@ -339,7 +347,7 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout)",
+            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout)",
             "models[0].timout: unknown field (did you mean timeout?)",
         ]
     );
@@ -357,6 +365,7 @@ models:
   - {display_name: c, provider: openai, model_name: m, provider_key: openai-main, timeout: 0}
   - {display_name: d, provider: openai, model_name: m, provider_key: openai-main, timeout: -5}
   - {display_name: e, provider: openai, model_name: m, provider_key: openai-main, timeout: 1.5}
+  - {display_name: f, provider: openai, model_name: m, provider_key: openai-main, connect_timeout: 0, first_token_timeout: x, stream_idle_timeout: -1}
 "#;
     assert_eq!(
         errors(yaml, &[]),
@@ -365,6 +374,9 @@ models:
             "models[2].timeout: expected a positive integer (milliseconds)",
             "models[3].timeout: expected a positive integer (milliseconds)",
             "models[4].timeout: expected a positive integer (milliseconds)",
+            "models[5].connect_timeout: expected a positive integer (milliseconds)",
+            "models[5].first_token_timeout: expected a positive integer (milliseconds)",
+            "models[5].stream_idle_timeout: expected a positive integer (milliseconds)",
         ]
     );
 }
@@ -443,7 +455,7 @@ provider_keys:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"anthropic\" (this gateway supports openai, mock)"
+            "provider_keys[0].provider: unsupported provider \"anthropic\" (this gateway supports openai, azure_openai, mock)"
         ]
     );
 }
@@ -604,7 +616,7 @@ api_keys:
 "#;
     let resources = load(yaml, &[("T", "2500"), ("D", "true"), ("K", "key")]);
     assert_eq!(
-        resources.models[0].timeout,
+        resources.models[0].timeouts.total,
         Some(Duration::from_millis(2500))
     );
     assert!(resources.api_keys[0].disabled);
@@ -965,7 +977,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, headers, stream_usage)",
             "models[0].timeout: expected a positive integer (milliseconds)",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
@@ -1005,4 +1017,141 @@ api_keys:
             assert!(!error.contains(secret), "{error:?} contains {secret:?}");
         }
     }
+}
+
+#[test]
+fn provider_keys_as_deployed_load_with_their_extras() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - display_name: az
+    provider: azure_openai
+    api_base: https://res.openai.azure.com/
+    api_version: 2024-12-01-preview
+    api_key: az-key
+  - display_name: gw
+    provider: openai
+    api_base: http://gw.local/v1/?tenant=t1
+    stream_usage: false
+    headers:
+      OpenAI-Organization: org-1
+      X-Secret-Header: s3cret
+models:
+  - {display_name: a, provider: azure_openai, model_name: gpt4o.prod_1, provider_key: az}
+"#;
+    let resources = load(yaml, &[]);
+    let az = &resources.provider_keys[0];
+    assert_eq!(az.provider, ProviderKind::AzureOpenAi);
+    assert_eq!(az.api_base, "https://res.openai.azure.com");
+    assert_eq!(az.api_version.as_deref(), Some("2024-12-01-preview"));
+    assert!(az.stream_usage);
+    let gw = &resources.provider_keys[1];
+    assert_eq!(gw.api_base, "http://gw.local/v1?tenant=t1");
+    assert!(!gw.stream_usage);
+    let headers: Vec<(&str, &str)> = gw
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.expose()))
+        .collect();
+    assert_eq!(
+        headers,
+        [
+            ("openai-organization", "org-1"),
+            ("x-secret-header", "s3cret")
+        ]
+    );
+    assert!(
+        !format!("{gw:?}").contains("s3cret"),
+        "header values print as ***"
+    );
+}
+
+#[test]
+fn provider_key_extras_are_validated_with_their_paths() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: az, provider: azure_openai}
+  - {display_name: oai, provider: openai, api_version: "2024-10-21", stream_usage: maybe}
+  - display_name: bad-headers
+    provider: openai
+    api_base: "https://x.example/v1#frag"
+    headers:
+      Authorization: Bearer leaked-value
+      Connection: close
+      "Bad Name": x
+      X-Ok: "line\nbreak-secret"
+  - {display_name: az2, provider: azure_openai, api_base: "https://r.openai.azure.com", api_version: "2024/10"}
+models:
+  - {display_name: m, provider: azure_openai, model_name: "dep/../x", provider_key: az2}
+"#;
+    let errors = errors(yaml, &[]);
+    for expected in [
+        "provider_keys[0].api_version: required for azure_openai",
+        "provider_keys[0].api_base: required for azure_openai",
+        "provider_keys[1].api_version: only azure_openai providers take an api_version",
+        "provider_keys[1].stream_usage: expected true or false",
+        "provider_keys[2].api_base: must not have a #fragment",
+        "provider_keys[2].headers.Authorization: is set by the gateway",
+        "provider_keys[2].headers.Connection: is set by the gateway",
+        "provider_keys[2].headers.Bad Name: is not a valid header name",
+        "provider_keys[2].headers.X-Ok: must be visible ASCII without line breaks",
+        "provider_keys[3].api_version: must be an API version",
+        "models[0].model_name: is the Azure deployment name here",
+    ] {
+        assert!(
+            errors.iter().any(|e| e.starts_with(expected)),
+            "{expected}\n{errors:#?}"
+        );
+    }
+    for error in &errors {
+        assert!(
+            !error.contains("leaked-value") && !error.contains("break-secret"),
+            "{error}"
+        );
+    }
+}
+
+/// `resources.example.yaml` with its commented entries (`# - ...` and their `#   key:` lines)
+/// uncommented: every example an operator may copy must load.
+#[test]
+fn the_commented_examples_in_resources_example_yaml_are_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../resources.example.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let entry_line = |line: &str| {
+        let Some(rest) = line.strip_prefix("  # ") else {
+            return false;
+        };
+        let rest = rest.strip_prefix("- ").unwrap_or(rest);
+        let key = rest.trim_start();
+        let (name, _) = key.split_once(':').unwrap_or(("", ""));
+        (rest.starts_with("  ") || line.starts_with("  # - "))
+            && !name.is_empty()
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    };
+    let mut uncommented = 0;
+    let yaml: String = text
+        .lines()
+        .map(|line| {
+            if entry_line(line) {
+                uncommented += 1;
+                format!("  {}\n", &line[4..])
+            } else {
+                format!("{line}\n")
+            }
+        })
+        .collect();
+    assert!(uncommented > 30, "{uncommented} lines uncommented:\n{yaml}");
+    let resources =
+        aisix_config::parse_resources(&yaml, &path, &|_| Some("example-secret".to_owned()))
+            .unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+    assert!(
+        resources
+            .provider_keys
+            .iter()
+            .any(|k| k.provider == ProviderKind::AzureOpenAi)
+    );
+    assert!(resources.models.len() >= 5);
 }

@@ -15,6 +15,9 @@ use tokio::time::Instant;
 
 use crate::wire::usage::Usage;
 
+/// The status recorded for a request whose client left before its response was ready.
+const CLIENT_CLOSED: u16 = 499;
+
 /// Which outputs a record feeds; fixed at startup.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Sinks {
@@ -78,15 +81,17 @@ impl Record {
             model: None,
             provider: None,
             stream: false,
-            status: 0,
+            // Until a response is ready, the request's ending is the client's leaving: 499, as
+            // nginx records it.
+            status: CLIENT_CLOSED,
             upstream_status: None,
             upstream_wait: Duration::ZERO,
             overhead: Duration::ZERO,
             head_at: None,
             ttft: None,
             usage: None,
-            error: None,
-            outcome: Outcome::Success,
+            error: Some("client_closed"),
+            outcome: Outcome::ClientClosed,
             upstream_error: None,
             auth_failure: None,
             body_rejected: false,

@@ -31,6 +31,8 @@ pub enum ErrorKind {
     /// A required or known field is missing or has the wrong type.
     InvalidRequest,
     BodyTooLarge,
+    /// The request body did not arrive in full within `downstream.request_body_timeout_secs`.
+    RequestTimeout,
     /// Could not connect to, or talk to, the upstream.
     UpstreamUnavailable,
     UpstreamTimeout,
@@ -100,6 +102,7 @@ impl GatewayError {
             ErrorKind::ModelNotAllowed => StatusCode::FORBIDDEN,
             ErrorKind::InvalidJson | ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::UpstreamUnavailable | ErrorKind::UpstreamServerError => {
                 StatusCode::BAD_GATEWAY
             }
@@ -119,7 +122,8 @@ impl GatewayError {
             | ErrorKind::ModelNotFound
             | ErrorKind::InvalidJson
             | ErrorKind::InvalidRequest
-            | ErrorKind::BodyTooLarge => "invalid_request_error",
+            | ErrorKind::BodyTooLarge
+            | ErrorKind::RequestTimeout => "invalid_request_error",
             ErrorKind::UpstreamClientError(status) if status == StatusCode::TOO_MANY_REQUESTS => {
                 "rate_limit_error"
             }
@@ -142,6 +146,7 @@ impl GatewayError {
             ErrorKind::InvalidJson => "invalid_json",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::BodyTooLarge => "request_too_large",
+            ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::UpstreamUnavailable => "upstream_unavailable",
             ErrorKind::UpstreamTimeout => "upstream_timeout",
             ErrorKind::UpstreamServerError => "upstream_error",
@@ -200,6 +205,7 @@ mod tests {
             (ErrorKind::ModelNotFound, 404),
             (ErrorKind::InvalidJson, 400),
             (ErrorKind::BodyTooLarge, 413),
+            (ErrorKind::RequestTimeout, 408),
             (ErrorKind::UpstreamUnavailable, 502),
             (ErrorKind::UpstreamTimeout, 504),
             (ErrorKind::UpstreamServerError, 502),

@@ -2,7 +2,6 @@
 //! resources (swapped whole on reload) and the settings.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use aisix_bootstrap::{ServiceFactory, WorkerContext};
 use aisix_config::{Bootstrap, Resources};
@@ -12,6 +11,8 @@ use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
 use crate::body::GatewayBody;
+use crate::deadline;
+use crate::egress::Egress;
 use crate::relay::StreamSettings;
 use crate::service::Gateway;
 
@@ -19,6 +20,7 @@ use crate::service::Gateway;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub body_limit: u64,
+    pub deadlines: deadline::Defaults,
     pub upstream: aisix_config::UpstreamConfig,
     pub stream: StreamSettings,
 }
@@ -26,10 +28,10 @@ pub(crate) struct Settings {
 /// What every worker reads.
 // shared: one copy of the resources for all workers; SIGHUP publishes a new one to each.
 pub(crate) struct Shared {
+    /// Replaced whole on reload; each worker rebuilds its own lookup tables from it.
     pub resources: ArcSwap<Resources>,
-    /// Bumped on every reload; workers rebuild their own lookup tables when it moves.
-    pub generation: AtomicU64,
     pub settings: Settings,
+    pub egress: Egress,
     pub sinks: Sinks,
     pub tls: Arc<rustls::ClientConfig>,
     pub metrics: Option<Metrics>,
@@ -54,17 +56,21 @@ impl GatewayFactory {
     ) -> Result<Self, GatewayInitError> {
         let settings = Settings {
             body_limit: bootstrap.proxy.request_body_limit_bytes,
+            deadlines: deadline::Defaults {
+                request_body: bootstrap.downstream.request_body_timeout,
+                upstream: bootstrap.upstream.timeouts,
+            },
             upstream: bootstrap.upstream.clone(),
             stream: StreamSettings {
-                idle_timeout: bootstrap.upstream.stream_idle_timeout,
                 keepalive: bootstrap.downstream.sse_keepalive_interval,
+                max_event_bytes: bootstrap.upstream.max_sse_event_bytes,
             },
         };
         Ok(Self {
             shared: Arc::new(Shared {
                 resources: ArcSwap::from_pointee(resources),
-                generation: AtomicU64::new(0),
                 settings,
+                egress: Egress::from_env(),
                 sinks: Sinks {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
@@ -78,7 +84,6 @@ impl GatewayFactory {
     /// Publishes new resources to every worker; requests already running keep the old ones.
     pub fn reload(&self, resources: Resources) {
         self.shared.resources.store(Arc::new(resources));
-        self.shared.generation.fetch_add(1, Ordering::Release);
     }
 }
 

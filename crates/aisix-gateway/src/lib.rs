@@ -4,6 +4,8 @@
 mod account;
 mod auth;
 mod body;
+mod deadline;
+mod egress;
 mod endpoint;
 mod error;
 mod factory;

@@ -6,15 +6,13 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use aisix_bootstrap::WorkerContext;
 use aisix_config::ProviderKind;
 use aisix_obs::request_id::RequestIds;
-use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE};
-use http::{HeaderName, HeaderValue, Request, Response, StatusCode};
+use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Version};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
@@ -26,6 +24,7 @@ use aisix_obs::metrics::labels::{
 use crate::account::{Accounted, Record};
 use crate::auth;
 use crate::body::GatewayBody;
+use crate::deadline::Deadlines;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::factory::Shared;
@@ -33,7 +32,7 @@ use crate::health;
 use crate::models;
 use crate::provider::{mock, openai};
 use crate::relay::SseRelay;
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, SnapshotCache};
 use crate::upstream::{Lease, Pool};
 use crate::wire::openai::{BodyError, inspect};
 use crate::wire::usage;
@@ -53,24 +52,21 @@ struct Worker {
     ctx: WorkerContext,
     shared: Arc<Shared>,
     /// This worker's lookup tables, rebuilt from `shared.resources` when a reload happened.
-    snapshot: ArcSwap<Snapshot>,
-    snapshot_generation: AtomicU64,
+    snapshots: SnapshotCache,
     pool: Pool,
     ids: RequestIds,
 }
 
 impl Gateway {
     pub(crate) fn new(ctx: WorkerContext, shared: Arc<Shared>) -> Self {
-        let generation = shared.generation.load(Ordering::Acquire);
-        let snapshot = Snapshot::from_resources(&shared.resources.load());
+        let snapshots = SnapshotCache::new(&shared.resources, &shared.egress);
         let pool = Pool::new(&shared.settings.upstream, shared.tls.clone());
         let ids = RequestIds::new(ctx.id);
         Self {
             worker: Arc::new(Worker {
                 ctx,
                 shared,
-                snapshot: ArcSwap::from_pointee(snapshot),
-                snapshot_generation: AtomicU64::new(generation),
+                snapshots,
                 pool,
                 ids,
             }),
@@ -99,6 +95,7 @@ enum Answer {
         upstream: Incoming,
         lease: Option<Lease>,
         strip_usage_chunk: bool,
+        deadlines: Deadlines,
         sent_at: Instant,
     },
     Ready(Response<GatewayBody>),
@@ -108,6 +105,7 @@ impl Worker {
     async fn handle(&self, request: Request<Incoming>) -> Response<GatewayBody> {
         let received = Instant::now();
         let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
+        let version = request.version();
         let resolved = Endpoint::resolve(request.method(), request.uri().path());
         let mut response = match resolved {
             // Probes are answered without a record: they are neither traffic nor worth a log line.
@@ -132,6 +130,13 @@ impl Worker {
                 self.respond(answer, record)
             }
         };
+        // A body that never arrived in full leaves the HTTP/1.1 connection mid-message: close
+        // it (HTTP/2 resets just the stream when the unread body is dropped).
+        if response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2 {
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         response
             .headers_mut()
             .insert(X_REQUEST_ID.clone(), request_id);
@@ -172,7 +177,8 @@ impl Worker {
         let key = auth::authenticate(snapshot, request.headers())?;
         record.key_name = Some(key.name.clone());
 
-        let body = self.read_body(request).await?;
+        let body_deadline = self.shared.settings.deadlines.body(record.received);
+        let body = self.read_body(request, body_deadline).await?;
         let inspected = inspect(&body).map_err(body_error)?;
         let stream = inspected.stream && endpoint.can_stream();
         record.stream = stream;
@@ -209,20 +215,24 @@ impl Worker {
                     body: reply.body,
                 })
             }
-            ProviderKind::OpenAi => {
-                let upstream_body = inspected.rewrite(&body, &route.upstream_model_json, stream);
-                let timeout = route
-                    .timeout
-                    .unwrap_or(self.shared.settings.upstream.timeout);
+            ProviderKind::OpenAi | ProviderKind::AzureOpenAi => {
+                let include_usage = stream && route.target.stream_usage;
+                let upstream_body =
+                    inspected.rewrite(&body, route.upstream_model_json.as_deref(), include_usage);
                 let sent_at = Instant::now();
+                let deadlines = self.shared.settings.deadlines.upstream(
+                    &route.timeouts,
+                    record.received,
+                    sent_at,
+                );
                 let result = openai::call(
                     &self.pool,
-                    &route.target,
+                    route,
                     endpoint,
                     upstream_body,
                     stream,
                     &record.request_id,
-                    sent_at + timeout,
+                    &deadlines,
                 )
                 .await;
                 record.upstream_wait = sent_at.elapsed();
@@ -241,6 +251,7 @@ impl Worker {
                         upstream: response.into_body(),
                         lease,
                         strip_usage_chunk: !inspected.client_wants_usage(),
+                        deadlines,
                         sent_at,
                     },
                 })
@@ -248,9 +259,14 @@ impl Worker {
         }
     }
 
-    /// Reads the request body, refusing one over the limit from its `Content-Length` before
-    /// reading, and otherwise as soon as it passes the limit.
-    async fn read_body(&self, request: Request<Incoming>) -> Result<Bytes, GatewayError> {
+    /// Reads the request body by `deadline`, refusing one over the limit from its
+    /// `Content-Length` before reading, and otherwise as soon as it passes the limit. A body
+    /// already in when the head arrived is read without arming a timer.
+    async fn read_body(
+        &self,
+        request: Request<Incoming>,
+        deadline: Instant,
+    ) -> Result<Bytes, GatewayError> {
         let limit = self.shared.settings.body_limit;
         let too_large = || {
             GatewayError::new(
@@ -267,12 +283,20 @@ impl Worker {
             return Err(too_large());
         }
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        match Limited::new(request.into_body(), limit).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-            Err(_) => Err(GatewayError::new(
+        let reading = Limited::new(request.into_body(), limit).collect();
+        match tokio::time::timeout_at(deadline, reading).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
+            Ok(Err(_)) => Err(GatewayError::new(
                 ErrorKind::InvalidRequest,
                 "The request body could not be read.",
+            )),
+            Err(_) => Err(GatewayError::new(
+                ErrorKind::RequestTimeout,
+                format!(
+                    "The request body did not arrive within {} seconds.",
+                    self.shared.settings.deadlines.request_body.as_secs()
+                ),
             )),
         }
     }
@@ -284,6 +308,10 @@ impl Worker {
         answer: Result<Answer, GatewayError>,
         mut record: Accounted,
     ) -> Response<GatewayBody> {
+        if answer.is_ok() {
+            record.0.outcome = Outcome::Success;
+            record.0.error = None;
+        }
         let mut response = match answer {
             Ok(Answer::Ready(response)) => response,
             Ok(Answer::Complete { content_type, body }) => {
@@ -295,6 +323,7 @@ impl Worker {
                 upstream,
                 lease,
                 strip_usage_chunk,
+                deadlines,
                 sent_at,
             }) => {
                 record.0.status = StatusCode::OK.as_u16();
@@ -304,6 +333,7 @@ impl Worker {
                     lease,
                     strip_usage_chunk,
                     self.shared.settings.stream,
+                    deadlines,
                     sent_at,
                     record,
                 );
@@ -324,14 +354,8 @@ impl Worker {
 
     /// This worker's lookup tables, rebuilt here if a reload happened since the last request.
     fn snapshot(&self) -> Arc<Snapshot> {
-        let generation = self.shared.generation.load(Ordering::Acquire);
-        if generation != self.snapshot_generation.load(Ordering::Relaxed) {
-            let rebuilt = Snapshot::from_resources(&self.shared.resources.load());
-            self.snapshot.store(Arc::new(rebuilt));
-            self.snapshot_generation
-                .store(generation, Ordering::Relaxed);
-        }
-        self.snapshot.load_full()
+        self.snapshots
+            .get(&self.shared.resources, &self.shared.egress)
     }
 }
 

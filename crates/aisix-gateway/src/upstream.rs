@@ -9,29 +9,45 @@
 //! beyond `upstream.pool_max_idle_per_host`, so reuse holds at any concurrency and nothing
 //! churns into TIME_WAIT.
 //!
+//! Connecting under failure: `upstream.pool_max_connections_per_host` caps the connections open
+//! (or being opened) per host; past it a request waits in line for a connection that is handed
+//! back or closed, within its own deadline. Requests that wait behind a connection attempt (the
+//! cap, or the first connection to an https host that may speak HTTP/2) learn its failure at
+//! once instead of each trying in turn, so k waiting requests never cost k connect timeouts.
+//!
 //! Cost per request on a warm pool: one uncontended lock, a hash of the host, a pop and a push;
 //! no task is spawned.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use aisix_config::UpstreamConfig;
 use bytes::Bytes;
-use http::header::HOST;
+use http::header::{HOST, PROXY_AUTHORIZATION};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderValue, Request, Response, Uri};
-use http_body_util::Full;
+use http_body::Body as _;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
-use hyper_rustls::HttpsConnector;
+use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::client::legacy::connect::{Connection, HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
-use tokio::sync::watch;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::egress::{Proxy, Route};
+
 type Body = Full<Bytes>;
+type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
+
+/// How long a response whose content is all in may take to send its last bytes (the final
+/// chunk) before its connection is closed rather than reused.
+const DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// TLS settings for every upstream: webpki roots plus the system's trust store (the connector
 /// adds ALPN h2 and http/1.1). Built once at startup and shared read-only by all workers.
@@ -53,11 +69,24 @@ pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SendError {
     #[error("connect: {0}")]
-    Connect(String),
-    #[error("connect timed out")]
-    ConnectTimeout,
+    Connect(ConnectError),
     #[error("request: {0}")]
     Request(#[source] hyper::Error),
+}
+
+/// Why a connection could not be made; cloned to every request that waited behind the attempt.
+#[derive(Debug, Clone, thiserror::Error)]
+pub(crate) enum ConnectError {
+    #[error("{0}")]
+    Failed(Arc<str>),
+    #[error("timed out")]
+    TimedOut,
+}
+
+impl ConnectError {
+    fn failed(error: impl std::fmt::Display) -> Self {
+        Self::Failed(error.to_string().into())
+    }
 }
 
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -107,9 +136,13 @@ struct Host {
     http2: Option<http2::SendRequest<Body>>,
     /// Known once a connection to the host has been made.
     protocol: Protocol,
-    /// Set while the first connection to a host that may speak HTTP/2 is being made: other
-    /// requests wait for it rather than each opening their own.
-    connecting: Option<watch::Receiver<()>>,
+    /// Connections open or being opened (an HTTP/2 connection counts once).
+    open: usize,
+    /// A first connection to a host that may speak HTTP/2 is being made: other requests wait
+    /// for it rather than each opening their own.
+    probing: bool,
+    /// Requests waiting for a connection, first come first served.
+    waiters: VecDeque<oneshot::Sender<Handoff>>,
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
@@ -120,24 +153,55 @@ enum Protocol {
     Http2,
 }
 
+/// What a waiting request is handed.
+enum Handoff {
+    /// An HTTP/1.1 connection someone handed back.
+    Conn(http1::SendRequest<Body>),
+    /// Room to open a connection, already counted in `open`.
+    Connect(Slot),
+    /// The host's state changed (its protocol became known): look again.
+    Retry,
+    /// The connection attempt this request waited behind failed.
+    Failed(ConnectError),
+}
+
 /// What a request does next for its host.
 enum Next {
     Use(Checkout),
-    /// Another request is connecting to an HTTP/2-capable host: wait for it, then look again.
-    Wait(watch::Receiver<()>),
-    /// Connect; dropping the sender wakes the requests that waited for this connection.
-    Connect(Option<watch::Sender<()>>),
+    Wait(oneshot::Receiver<Handoff>),
+    Connect(Slot),
+}
+
+/// One counted connection of a host, from the decision to connect until the connection ends;
+/// dropping it frees the place for the next request in line.
+struct Slot {
+    pool: Weak<Inner>,
+    key: HostKey,
+    /// This attempt is the one others wait behind to learn the host's protocol.
+    probing: bool,
+    armed: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let (true, Some(pool)) = (self.armed, self.pool.upgrade()) {
+            pool.slot_freed(&self.key, self.probing);
+        }
+    }
 }
 
 struct Inner {
     connector: HttpsConnector<HttpConnector>,
-    connect_timeout: Duration,
+    http: HttpConnector,
+    tls: Arc<rustls::ClientConfig>,
     idle_timeout: Duration,
     max_idle: usize,
+    /// 0 is unlimited.
+    max_open: usize,
     /// Advanced by the reaper every half idle timeout.
     tick: AtomicU64,
     // One worker's pool: locked only by that worker's tasks (and its reaper), never contended
-    // in thread-per-core mode.
+    // in thread-per-core mode. Never held across an await, nor while a `Slot` drops.
     hosts: Mutex<HashMap<HostKey, Host, foldhash::fast::FixedState>>,
 }
 
@@ -161,6 +225,31 @@ impl Lease {
             pool.put_idle(&self.key, sender);
         }
     }
+
+    /// The caller has all the content of the response and is done with it, but its body may
+    /// not have ended yet (an HTTP/1.1 final chunk still on its way): hands the connection back
+    /// once it has, or closes it if more than an ending arrives within [`DRAIN_LIMIT`]. Spawns
+    /// a task only when the end is not already there.
+    pub(crate) fn release_after(self, mut rest: Incoming) {
+        if rest.is_end_stream() {
+            return self.release();
+        }
+        tokio::spawn(async move {
+            let ended = tokio::time::timeout(DRAIN_LIMIT, async {
+                while let Some(frame) = rest.frame().await {
+                    match frame {
+                        Ok(frame) if frame.data_ref().is_none_or(Bytes::is_empty) => {}
+                        _ => return false,
+                    }
+                }
+                true
+            })
+            .await;
+            if ended == Ok(true) {
+                self.release();
+            }
+        });
+    }
 }
 
 impl Pool {
@@ -169,19 +258,15 @@ impl Pool {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
-        http.set_connect_timeout(Some(config.connect_timeout));
         http.set_keepalive(Some(Duration::from_secs(60)));
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*tls).clone())
-            .https_or_http()
-            .enable_http1()
-            .enable_http2()
-            .wrap_connector(http);
+        let connector = https_connector(&tls, http.clone());
         let inner = Arc::new(Inner {
             connector,
-            connect_timeout: config.connect_timeout,
+            http,
+            tls,
             idle_timeout: config.pool_idle_timeout,
             max_idle: config.pool_max_idle_per_host,
+            max_open: config.pool_max_connections_per_host,
             tick: AtomicU64::new(0),
             hosts: Mutex::new(HashMap::default()),
         });
@@ -191,31 +276,39 @@ impl Pool {
         Self { inner }
     }
 
-    /// Sends `request` on an idle connection to its host, or a new one. A pooled connection the
-    /// host closed while it was idle is detected and the request goes to the next one, since
-    /// hyper hands back a request it could not start sending.
+    /// Sends `request` on an idle connection to its host, or a new one made within
+    /// `connect_timeout` along `route`. A pooled connection the host closed while it was idle is
+    /// detected and the request goes to the next one, since hyper hands back a request it could
+    /// not start sending. The caller bounds the whole wait (queue included) with its deadline.
     pub(crate) async fn send(
         &self,
         mut request: Request<Body>,
+        route: &Route,
+        connect_timeout: Duration,
     ) -> Result<(Response<Incoming>, Option<Lease>), SendError> {
         let Some(key) = HostKey::of(request.uri()) else {
-            return Err(SendError::Connect(
-                "the upstream URI has no host".to_owned(),
-            ));
+            return Err(SendError::Connect(ConnectError::failed(
+                "the upstream URI has no host",
+            )));
         };
-        // Pooled connections first; each one found closed is dropped.
-        let connecting = loop {
+        let forward = match route {
+            Route::Forward(proxy) => Some(proxy),
+            Route::Direct | Route::Tunnel(_) => None,
+        };
+        let slot = loop {
             let conn = match self.inner.next(&key) {
                 Next::Use(conn) => conn,
-                Next::Wait(mut done) => {
-                    let _ = done.changed().await;
-                    continue;
-                }
-                Next::Connect(guard) => break guard,
+                Next::Connect(slot) => break slot,
+                Next::Wait(handoff) => match handoff.await {
+                    Ok(Handoff::Conn(sender)) => Checkout::Http1(sender),
+                    Ok(Handoff::Connect(slot)) => break slot,
+                    Ok(Handoff::Failed(error)) => return Err(SendError::Connect(error)),
+                    Ok(Handoff::Retry) | Err(_) => continue,
+                },
             };
             match conn {
                 Checkout::Http2(mut sender) => match sender
-                    .try_send_request(wire_form(request, &key, Protocol::Http2))
+                    .try_send_request(wire_form(request, &key, Protocol::Http2, None))
                     .await
                 {
                     Ok(response) => return Ok((response, None)),
@@ -232,7 +325,7 @@ impl Pool {
                         continue;
                     }
                     match sender
-                        .try_send_request(wire_form(request, &key, Protocol::Http1))
+                        .try_send_request(wire_form(request, &key, Protocol::Http1, forward))
                         .await
                     {
                         Ok(response) => return Ok((response, Some(self.lease(key, sender)))),
@@ -244,24 +337,35 @@ impl Pool {
                 }
             }
         };
-        let connected = self.inner.connect(request.uri()).await;
-        self.inner
-            .connected(&key, connected.as_ref().ok(), connecting);
-        match connected? {
-            Checkout::Http2(mut sender) => {
+        let connected = match self
+            .inner
+            .connect(request.uri(), route, connect_timeout, slot)
+            .await
+        {
+            Ok(conn) => self.inner.connected(&key, Ok(conn)),
+            Err((error, slot)) => {
+                // Those in line learn the failure before the freed place goes to anyone.
+                let failed = self.inner.connected(&key, Err(error));
+                drop(slot);
+                failed
+            }
+        };
+        match connected {
+            Ok(Checkout::Http2(mut sender)) => {
                 let response = sender
-                    .send_request(wire_form(request, &key, Protocol::Http2))
+                    .send_request(wire_form(request, &key, Protocol::Http2, None))
                     .await
                     .map_err(SendError::Request)?;
                 Ok((response, None))
             }
-            Checkout::Http1(mut sender) => {
+            Ok(Checkout::Http1(mut sender)) => {
                 let response = sender
-                    .send_request(wire_form(request, &key, Protocol::Http1))
+                    .send_request(wire_form(request, &key, Protocol::Http1, forward))
                     .await
                     .map_err(SendError::Request)?;
                 Ok((response, Some(self.lease(key, sender))))
             }
+            Err(error) => Err(SendError::Connect(error)),
         }
     }
 
@@ -274,28 +378,46 @@ impl Pool {
     }
 }
 
-/// Puts `request` in the form its connection's protocol wants. HTTP/1.1 gets the origin form
-/// (`POST /v1/chat/completions`) and a `Host` header (RFC 9112 §3.2); HTTP/2 gets the absolute
-/// URI, from which hyper writes `:scheme` and `:authority`, and no `Host`. A request handed back
-/// unsent by one connection may go out on a connection of the other protocol, so both ways are
-/// handled.
-fn wire_form(mut request: Request<Body>, key: &HostKey, protocol: Protocol) -> Request<Body> {
+fn https_connector<C>(tls: &rustls::ClientConfig, inner: C) -> HttpsConnector<C> {
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.clone())
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(inner)
+}
+
+/// Puts `request` in the form its connection wants. HTTP/1.1 gets the origin form
+/// (`POST /v1/chat/completions`) and a `Host` header (RFC 9112 §3.2), or, through a forwarding
+/// proxy, the absolute form with `Host` and the proxy's credentials (§3.2.2); HTTP/2 gets the
+/// absolute URI, from which hyper writes `:scheme` and `:authority`, and no `Host`. A request
+/// handed back unsent by one connection may go out on a connection of the other protocol, so
+/// both ways are handled.
+fn wire_form(
+    mut request: Request<Body>,
+    key: &HostKey,
+    protocol: Protocol,
+    forward: Option<&Proxy>,
+) -> Request<Body> {
     let path = request
         .uri()
         .path_and_query()
         .cloned()
         .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let absolute = |path: PathAndQuery| {
+        let mut parts = http::uri::Parts::default();
+        parts.scheme = Some(key.scheme.clone());
+        parts.authority = Some(key.authority.clone());
+        parts.path_and_query = Some(path);
+        Uri::from_parts(parts).ok()
+    };
     match protocol {
         Protocol::Http2 => {
             request.headers_mut().remove(HOST);
-            if request.uri().authority().is_none() {
-                let mut parts = http::uri::Parts::default();
-                parts.scheme = Some(key.scheme.clone());
-                parts.authority = Some(key.authority.clone());
-                parts.path_and_query = Some(path);
-                if let Ok(uri) = Uri::from_parts(parts) {
-                    *request.uri_mut() = uri;
-                }
+            if request.uri().authority().is_none()
+                && let Some(uri) = absolute(path)
+            {
+                *request.uri_mut() = uri;
             }
         }
         Protocol::Http1 | Protocol::Unknown => {
@@ -304,7 +426,19 @@ fn wire_form(mut request: Request<Body>, key: &HostKey, protocol: Protocol) -> R
             {
                 request.headers_mut().insert(HOST, host);
             }
-            *request.uri_mut() = Uri::from(path);
+            match forward {
+                Some(proxy) => {
+                    if let Some(uri) = absolute(path) {
+                        *request.uri_mut() = uri;
+                    }
+                    if let Some(authorization) = &proxy.authorization {
+                        request
+                            .headers_mut()
+                            .insert(PROXY_AUTHORIZATION, authorization.clone());
+                    }
+                }
+                None => *request.uri_mut() = Uri::from(path),
+            }
         }
     }
     request
@@ -322,8 +456,17 @@ impl Inner {
         self.hosts.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A pooled connection for `key`, or whether to wait for one being made, or to connect.
-    fn next(&self, key: &HostKey) -> Next {
+    fn slot(self: &Arc<Self>, key: &HostKey, probing: bool) -> Slot {
+        Slot {
+            pool: Arc::downgrade(self),
+            key: key.clone(),
+            probing,
+            armed: true,
+        }
+    }
+
+    /// A pooled connection for `key`, or a place in line, or room to connect.
+    fn next(self: &Arc<Self>, key: &HostKey) -> Next {
         let mut hosts = self.hosts();
         let host = match hosts.get_mut(key) {
             Some(host) => host,
@@ -340,44 +483,81 @@ impl Inner {
                 return Next::Use(Checkout::Http1(conn.sender));
             }
         }
+        if host.probing || (self.max_open > 0 && host.open >= self.max_open) {
+            let (handoff, wait) = oneshot::channel();
+            host.waiters.push_back(handoff);
+            return Next::Wait(wait);
+        }
+        host.open += 1;
         // Plain HTTP never negotiates HTTP/2, and a host known to speak HTTP/1.1 gains nothing
-        // from waiting: connect at once.
-        if host.protocol == Protocol::Http1 || key.scheme != Scheme::HTTPS {
-            return Next::Connect(None);
-        }
-        if let Some(done) = &host.connecting {
-            // A connecting request that was cancelled leaves its receiver closed: take over.
-            if done.has_changed().is_ok() {
-                return Next::Wait(done.clone());
-            }
-        }
-        let (guard, done) = watch::channel(());
-        host.connecting = Some(done);
-        Next::Connect(Some(guard))
+        // from waiting: only others connect alongside.
+        let probing = host.protocol != Protocol::Http1 && key.scheme == Scheme::HTTPS;
+        host.probing = probing;
+        Next::Connect(self.slot(key, probing))
     }
 
-    /// Records what a connection attempt learned about the host and wakes the requests that
-    /// waited for it (by dropping `guard`).
-    fn connected(&self, key: &HostKey, conn: Option<&Checkout>, guard: Option<watch::Sender<()>>) {
+    /// Records what a connection attempt learned about the host: requests that waited for a
+    /// probing attempt look again, and on failure every request in line fails with it.
+    fn connected(
+        &self,
+        key: &HostKey,
+        result: Result<Checkout, ConnectError>,
+    ) -> Result<Checkout, ConnectError> {
         let mut hosts = self.hosts();
-        if let Some(host) = hosts.get_mut(key) {
-            match conn {
-                Some(Checkout::Http2(sender)) => {
-                    host.protocol = Protocol::Http2;
-                    host.http2 = Some(sender.clone());
-                }
-                Some(Checkout::Http1(_)) => host.protocol = Protocol::Http1,
-                None => {}
+        let Some(host) = hosts.get_mut(key) else {
+            return result;
+        };
+        match &result {
+            Ok(Checkout::Http2(sender)) => {
+                host.protocol = Protocol::Http2;
+                host.http2 = Some(sender.clone());
             }
-            if guard.is_some() {
-                host.connecting = None;
+            Ok(Checkout::Http1(_)) => host.protocol = Protocol::Http1,
+            Err(error) => {
+                host.probing = false;
+                for waiter in host.waiters.drain(..) {
+                    let _ = waiter.send(Handoff::Failed(error.clone()));
+                }
+                return result;
             }
         }
-        drop(hosts);
-        drop(guard);
+        if std::mem::take(&mut host.probing) {
+            for waiter in host.waiters.drain(..) {
+                let _ = waiter.send(Handoff::Retry);
+            }
+        }
+        result
     }
 
-    fn put_idle(&self, key: &HostKey, sender: http1::SendRequest<Body>) {
+    /// A counted connection ended (or was never made): the next request in line may connect.
+    fn slot_freed(self: &Arc<Self>, key: &HostKey, probing: bool) {
+        let mut hosts = self.hosts();
+        let Some(host) = hosts.get_mut(key) else {
+            return;
+        };
+        host.open = host.open.saturating_sub(1);
+        if probing && std::mem::take(&mut host.probing) {
+            // The probe was cancelled: let the waiters try for themselves.
+            for waiter in host.waiters.drain(..) {
+                let _ = waiter.send(Handoff::Retry);
+            }
+            return;
+        }
+        while self.max_open == 0 || host.open < self.max_open {
+            let Some(waiter) = host.waiters.pop_front() else {
+                return;
+            };
+            host.open += 1;
+            let slot = self.slot(key, false);
+            if let Err(Handoff::Connect(mut unused)) = waiter.send(Handoff::Connect(slot)) {
+                // The waiter is gone; dropping the slot here would re-enter this lock.
+                unused.armed = false;
+                host.open -= 1;
+            }
+        }
+    }
+
+    fn put_idle(&self, key: &HostKey, mut sender: http1::SendRequest<Body>) {
         if sender.is_closed() {
             return;
         }
@@ -386,6 +566,13 @@ impl Inner {
             Some(host) => host,
             None => hosts.entry(key.clone()).or_default(),
         };
+        while let Some(waiter) = host.waiters.pop_front() {
+            match waiter.send(Handoff::Conn(sender)) {
+                Ok(()) => return,
+                Err(Handoff::Conn(back)) => sender = back,
+                Err(_) => return,
+            }
+        }
         if host.idle.len() < self.max_idle {
             host.idle.push(IdleConn {
                 sender,
@@ -400,39 +587,81 @@ impl Inner {
         }
     }
 
-    /// Opens a connection (TCP, TLS with ALPN when `https`) and starts its task.
-    async fn connect(&self, uri: &Uri) -> Result<Checkout, SendError> {
-        let mut connector = self.connector.clone();
-        let connecting = tower_service::Service::call(&mut connector, uri.clone());
-        let io = match tokio::time::timeout(self.connect_timeout, connecting).await {
+    /// Opens a connection along `route` (TCP, a proxy's CONNECT, TLS with ALPN when `https`)
+    /// and starts its task, which holds `slot` for as long as the connection lives. On failure
+    /// the slot comes back, so the caller decides when its place is freed.
+    async fn connect(
+        &self,
+        uri: &Uri,
+        route: &Route,
+        timeout: Duration,
+        mut slot: Slot,
+    ) -> Result<Checkout, (ConnectError, Slot)> {
+        let io = match tokio::time::timeout(timeout, self.open_io(uri, route)).await {
             Ok(Ok(io)) => io,
-            Ok(Err(error)) => return Err(SendError::Connect(error.to_string())),
-            Err(_) => return Err(SendError::ConnectTimeout),
+            Ok(Err(error)) => return Err((error, slot)),
+            Err(_) => return Err((ConnectError::TimedOut, slot)),
         };
+        // Made: the end of this connection no longer concerns anyone waiting for the probe.
+        slot.probing = false;
         if io.connected().is_negotiated_h2() {
-            let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+            let handshake = http2::Builder::new(TokioExecutor::new())
                 .timer(TokioTimer::new())
                 .keep_alive_interval(Duration::from_secs(30))
                 .handshake(io)
-                .await
-                .map_err(|e| SendError::Connect(e.to_string()))?;
+                .await;
+            let (sender, conn) = match handshake {
+                Ok(made) => made,
+                Err(error) => return Err((ConnectError::failed(error), slot)),
+            };
             tokio::spawn(async move {
+                let _slot = slot;
                 if let Err(error) = conn.await {
                     tracing::debug!(%error, "upstream h2 connection ended");
                 }
             });
             Ok(Checkout::Http2(sender))
         } else {
-            let (sender, conn) = http1::Builder::new()
-                .handshake(io)
-                .await
-                .map_err(|e| SendError::Connect(e.to_string()))?;
+            let (sender, conn) = match http1::Builder::new().handshake(io).await {
+                Ok(made) => made,
+                Err(error) => return Err((ConnectError::failed(error), slot)),
+            };
             tokio::spawn(async move {
+                let _slot = slot;
                 if let Err(error) = conn.await {
                     tracing::debug!(%error, "upstream connection ended");
                 }
             });
             Ok(Checkout::Http1(sender))
+        }
+    }
+
+    async fn open_io(&self, uri: &Uri, route: &Route) -> Result<Io, ConnectError> {
+        use tower_service::Service;
+        match route {
+            Route::Direct => self
+                .connector
+                .clone()
+                .call(uri.clone())
+                .await
+                .map_err(ConnectError::failed),
+            Route::Tunnel(proxy) => {
+                let mut tunnel = Tunnel::new(proxy.uri.clone(), self.http.clone());
+                if let Some(authorization) = &proxy.authorization {
+                    tunnel = tunnel.with_auth(authorization.clone());
+                }
+                https_connector(&self.tls, tunnel)
+                    .call(uri.clone())
+                    .await
+                    .map_err(|e| ConnectError::failed(format!("through the proxy: {e}")))
+            }
+            Route::Forward(proxy) => self
+                .http
+                .clone()
+                .call(proxy.uri.clone())
+                .await
+                .map(MaybeHttpsStream::Http)
+                .map_err(|e| ConnectError::failed(format!("to the proxy: {e}"))),
         }
     }
 }
@@ -463,7 +692,9 @@ async fn reap(pool: Weak<Inner>) {
             {
                 host.http2 = None;
             }
-            !host.idle.is_empty() || host.http2.is_some() || host.connecting.is_some()
+            host.waiters.retain(|waiter| !waiter.is_closed());
+            // A host with connections still counted keeps its entry, so its count stays right.
+            !host.idle.is_empty() || host.http2.is_some() || host.open > 0 || host.probing
         });
     }
 }

@@ -78,12 +78,13 @@ impl Resources {
 }
 
 /// Equal but for where the provider key sits in its list, which says nothing about the model.
+/// Written as a whole-struct comparison so a field added to `Model` is compared too.
 fn same_model(old: &Model, new: &Model) -> bool {
-    old.display_name == new.display_name
-        && old.provider == new.provider
-        && old.model_name == new.model_name
-        && old.provider_key == new.provider_key
-        && old.timeout == new.timeout
+    let old = Model {
+        provider_key_index: new.provider_key_index,
+        ..old.clone()
+    };
+    old == *new
 }
 
 fn diff_by_name<T>(

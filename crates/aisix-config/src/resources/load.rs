@@ -16,6 +16,7 @@ use super::reader::{
 use super::rfc3339;
 use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
 use crate::error::{ConfigError, ConfigErrors, Origin};
+use crate::timeouts::TimeoutOverrides;
 
 /// The only `_format_version` this gateway reads.
 const FORMAT_VERSION: &str = "1";
@@ -207,7 +208,7 @@ struct ProviderKeyDraft {
 }
 
 fn read_provider_key(report: &mut Report, value: &Value, path: String) -> ProviderKeyDraft {
-    let Some(mut fields) = Fields::new(report, path, value) else {
+    let Some(mut fields) = Fields::new(report, path.clone(), value) else {
         return ProviderKeyDraft::default();
     };
     let name = display_name(report, &mut fields);
@@ -220,9 +221,46 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let api_base = fields
         .optional(report, "api_base")
         .map(|(v, p)| string(report, v, &p).and_then(|base| api_base(report, base, &p)));
+    let api_version = fields.optional(report, "api_version").map(|(v, p)| {
+        non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
+    });
+    let headers = fields
+        .optional(report, "headers")
+        .map(|(v, p)| static_headers(report, v, &p));
+    let stream_usage = fields
+        .optional(report, "stream_usage")
+        .map(|(v, p)| bool(report, v, &p));
     fields.finish(report, "field");
 
-    let built = build_provider_key(name.clone(), provider, api_key, api_base);
+    if let Some(provider) = provider {
+        let field = |name: &str| format!("{path}.{name}");
+        if provider == ProviderKind::AzureOpenAi {
+            if api_version.is_none() {
+                report.error(field("api_version"), "required for azure_openai");
+            }
+        } else if api_version.is_some() {
+            report.error(
+                field("api_version"),
+                "only azure_openai providers take an api_version",
+            );
+        }
+        if provider.default_api_base().is_none() && api_base.is_none() {
+            report.error(
+                field("api_base"),
+                format!("required for {provider} (such as https://RESOURCE.openai.azure.com)"),
+            );
+        }
+    }
+
+    let built = build_provider_key(
+        name.clone(),
+        provider,
+        api_key,
+        api_base,
+        api_version,
+        headers,
+        stream_usage,
+    );
     ProviderKeyDraft {
         name,
         provider,
@@ -235,14 +273,113 @@ fn build_provider_key(
     provider: Option<ProviderKind>,
     api_key: Option<Option<Secret>>,
     api_base: Option<Option<String>>,
+    api_version: Option<Option<String>>,
+    headers: Option<Option<Vec<(String, Secret)>>>,
+    stream_usage: Option<Option<bool>>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
+    let api_base = match given(api_base)? {
+        Some(base) => base,
+        None => provider.default_api_base()?.to_owned(),
+    };
     Some(ProviderKey {
         display_name: name?,
         provider,
         api_key: given(api_key)?,
-        api_base: given(api_base)?.unwrap_or_else(|| provider.default_api_base().to_owned()),
+        api_base,
+        api_version: given(api_version)?,
+        headers: given(headers)?.unwrap_or_default(),
+        stream_usage: given(stream_usage)?.unwrap_or(true),
     })
+}
+
+/// An Azure `api-version` such as `2024-10-21` or `2024-12-01-preview`: it goes into a query
+/// string as it is, so only letters, digits, `-` and `.` are taken.
+fn api_version(report: &mut Report, version: &str, path: &str) -> Option<String> {
+    if version
+        .bytes()
+        .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'.')
+    {
+        Some(version.to_owned())
+    } else {
+        report.error(
+            path,
+            "must be an API version such as 2024-10-21 (letters, digits, '-', '.')",
+        );
+        None
+    }
+}
+
+/// Headers the gateway sets itself, or that belong to one connection: never static.
+const RESERVED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "content-type",
+    "accept",
+    "authorization",
+    "api-key",
+    "x-request-id",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// `headers`: a mapping of header names to string values. Values are never echoed in errors
+/// (they may be credentials).
+fn static_headers(report: &mut Report, value: &Value, path: &str) -> Option<Vec<(String, Secret)>> {
+    let Value::Mapping(mapping) = value else {
+        report.error(path, "expected a mapping of header names to values");
+        return None;
+    };
+    let mut headers = Some(Vec::with_capacity(mapping.len()));
+    for (name, value) in mapping {
+        let Value::String(name) = name else {
+            report.error(path, "header names must be strings");
+            headers = None;
+            continue;
+        };
+        let header_path = format!("{path}.{name}");
+        let lower = name.to_ascii_lowercase();
+        let valid_name = !name.is_empty()
+            && name
+                .bytes()
+                .all(|c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c));
+        let value = if !valid_name {
+            report.error(header_path, "is not a valid header name");
+            None
+        } else if RESERVED_HEADERS.contains(&lower.as_str()) {
+            report.error(
+                header_path,
+                "is set by the gateway or belongs to one connection: it cannot be a static header",
+            );
+            None
+        } else {
+            match value {
+                Value::String(v) if v.bytes().all(|c| c == b'\t' || (b' '..=b'~').contains(&c)) => {
+                    Some(Secret::new(v.as_str()))
+                }
+                Value::String(_) => {
+                    report.error(header_path, "must be visible ASCII without line breaks");
+                    None
+                }
+                _ => {
+                    report.error(header_path, "expected a string");
+                    None
+                }
+            }
+        };
+        match (value, headers.as_mut()) {
+            (Some(value), Some(headers)) => headers.push((lower, value)),
+            _ => headers = None,
+        }
+    }
+    headers
 }
 
 /// An optional field as read (`None` absent, `Some(None)` given but wrong) to what the entry
@@ -265,6 +402,10 @@ fn api_base(report: &mut Report, base: &str, path: &str) -> Option<String> {
     };
     if base.chars().any(|c| c.is_whitespace() || c.is_control()) {
         report.error(path, "must be a URL without spaces");
+        return None;
+    }
+    if base.contains('#') {
+        report.error(path, "must not have a #fragment");
         return None;
     }
     let rest = &base[scheme_len..];
@@ -297,7 +438,11 @@ fn api_base(report: &mut Report, base: &str, path: &str) -> Option<String> {
         report.error(path, "has an invalid port");
         return None;
     }
-    Some(base.trim_end_matches('/').to_owned())
+    // The path loses its trailing `/`; a query string stays after it.
+    Some(match base.split_once('?') {
+        Some((base, query)) => format!("{}?{query}", base.trim_end_matches('/')),
+        None => base.trim_end_matches('/').to_owned(),
+    })
 }
 
 fn provider_kind(report: &mut Report, value: &Value, path: &str) -> Option<ProviderKind> {
@@ -331,7 +476,10 @@ struct ModelDraft {
     provider: Option<ProviderKind>,
     model_name: Option<String>,
     provider_key: Option<String>,
-    /// `None` when absent; `Some(None)` when given but wrong.
+    /// Each `None` when absent; `Some(None)` when given but wrong.
+    connect_timeout: Option<Option<Duration>>,
+    first_token_timeout: Option<Option<Duration>>,
+    stream_idle_timeout: Option<Option<Duration>>,
     timeout: Option<Option<Duration>>,
 }
 
@@ -351,9 +499,15 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         .required(report, "provider_key")
         .and_then(|(v, p)| non_empty_string(report, v, &p))
         .map(str::to_owned);
-    let timeout = fields
-        .optional(report, "timeout")
-        .map(|(v, p)| positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis));
+    let mut millis = |name| {
+        fields.optional(report, name).map(|(v, p)| {
+            positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis)
+        })
+    };
+    let timeout = millis("timeout");
+    let connect_timeout = millis("connect_timeout");
+    let first_token_timeout = millis("first_token_timeout");
+    let stream_idle_timeout = millis("stream_idle_timeout");
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -361,6 +515,9 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         provider,
         model_name,
         provider_key,
+        connect_timeout,
+        first_token_timeout,
+        stream_idle_timeout,
         timeout,
     }
 }
@@ -399,13 +556,30 @@ fn resolve_provider_keys(
                 );
                 return None;
             }
+            if key_provider == Some(ProviderKind::AzureOpenAi)
+                && let Some(deployment) = &model.model_name
+                && !deployment
+                    .bytes()
+                    .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+            {
+                report.error(
+                    format!("{}.model_name", model.path),
+                    "is the Azure deployment name here: letters, digits, '-', '_' and '.' only",
+                );
+                return None;
+            }
             Some(Model {
                 display_name: model.name?,
                 provider: model.provider?,
                 model_name: model.model_name?,
                 provider_key: reference.to_owned(),
                 provider_key_index: index,
-                timeout: given(model.timeout)?,
+                timeouts: TimeoutOverrides {
+                    connect: given(model.connect_timeout)?,
+                    first_token: given(model.first_token_timeout)?,
+                    stream_idle: given(model.stream_idle_timeout)?,
+                    total: given(model.timeout)?,
+                },
             })
         })
         .collect()

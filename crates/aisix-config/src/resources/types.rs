@@ -2,10 +2,11 @@
 //! validated. Reading them from YAML is `load`'s job; matching names is `pattern`'s.
 
 use std::fmt;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use super::key::KeyHash;
 use super::pattern::ModelPattern;
+use crate::timeouts::TimeoutOverrides;
 
 /// Everything one resources file defines, validated: names are unique within each collection
 /// and every reference resolves.
@@ -21,18 +22,26 @@ pub struct Resources {
 pub enum ProviderKind {
     /// OpenAI, or any server speaking its HTTP API.
     OpenAi,
+    /// Azure OpenAI: the deployment in the path, `api-version` in the query, `api-key` header.
+    AzureOpenAi,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 2] = [ProviderKind::OpenAi, ProviderKind::Mock];
+    pub const ALL: [ProviderKind; 3] = [
+        ProviderKind::OpenAi,
+        ProviderKind::AzureOpenAi,
+        ProviderKind::Mock,
+    ];
 
-    /// The name the resources file uses (`openai`, `mock`); also a bounded metric label.
+    /// The name the resources file uses (`openai`, `azure_openai`, `mock`); also a bounded
+    /// metric label.
     pub fn as_str(&self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
+            ProviderKind::AzureOpenAi => "azure_openai",
             ProviderKind::Mock => "mock",
         }
     }
@@ -42,11 +51,13 @@ impl ProviderKind {
         Self::ALL.into_iter().find(|kind| kind.as_str() == name)
     }
 
-    /// The `api_base` used when a provider key gives none; empty when the kind needs none.
-    pub fn default_api_base(&self) -> &'static str {
+    /// The `api_base` used when a provider key gives none; empty when the kind needs none,
+    /// `None` when every key must give its own.
+    pub fn default_api_base(&self) -> Option<&'static str> {
         match self {
-            ProviderKind::OpenAi => "https://api.openai.com/v1",
-            ProviderKind::Mock => "",
+            ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
+            ProviderKind::AzureOpenAi => None,
+            ProviderKind::Mock => Some(""),
         }
     }
 }
@@ -65,8 +76,17 @@ pub struct ProviderKey {
     /// Sent upstream as the provider credential; `None` for servers that need none.
     pub api_key: Option<Secret>,
     /// Base URL without a trailing `/` (`https://api.openai.com/v1`); the provider's default
-    /// when the file gives none (empty for `mock`).
+    /// when the file gives none (empty for `mock`). May carry a query string
+    /// (`https://host/v1?key=value`), which every endpoint keeps.
     pub api_base: String,
+    /// `azure_openai` only (and required there): the `api-version` query value.
+    pub api_version: Option<String>,
+    /// Static headers sent with every request to this provider (`OpenAI-Organization`, ...);
+    /// names are valid and neither hop-by-hop nor the gateway's own. Values print as `***`.
+    pub headers: Vec<(String, Secret)>,
+    /// Whether streams ask for `stream_options.include_usage`; `false` for servers that refuse
+    /// unknown fields.
+    pub stream_usage: bool,
 }
 
 /// `models[]`: a name clients send, and where requests for it go.
@@ -82,8 +102,9 @@ pub struct Model {
     pub provider_key: String,
     /// Index of that provider key in [`Resources::provider_keys`].
     pub provider_key_index: usize,
-    /// Overrides `upstream.timeout_ms` for this model.
-    pub timeout: Option<Duration>,
+    /// `connect_timeout`, `first_token_timeout`, `stream_idle_timeout` and `timeout` (ms):
+    /// override the `upstream.*_ms` defaults of the same names for this model.
+    pub timeouts: TimeoutOverrides,
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.
@@ -142,6 +163,7 @@ impl fmt::Display for Secret {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn key(patterns: &[&str], expires_at: Option<SystemTime>) -> ApiKey {
         ApiKey {

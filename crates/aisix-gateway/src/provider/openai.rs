@@ -4,16 +4,17 @@
 //! hosts or credentials.
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::deadline::Deadlines;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::snapshot::Target;
-use crate::upstream::{Lease, Pool, SendError};
+use crate::snapshot::{ModelRoute, Target};
+use crate::upstream::{ConnectError, Lease, Pool, SendError};
 
 /// Largest non-streaming upstream body the gateway buffers (embeddings can be large).
 const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
@@ -32,18 +33,20 @@ pub(crate) enum Reply {
     Stream(Response<Incoming>, Option<Lease>),
 }
 
-/// Sends `body` to `target` for `endpoint` and waits for the head (streams) or the whole body
-/// (everything else) until `deadline`.
+/// Sends `body` to the route's target for `endpoint` and waits for the head (streams) or the
+/// whole body (everything else): the head by the first-byte deadline, the body by the end.
 pub(crate) async fn call(
     pool: &Pool,
-    target: &Target,
+    route: &ModelRoute,
     endpoint: Endpoint,
     body: Bytes,
     stream: bool,
     request_id: &HeaderValue,
-    deadline: Instant,
+    deadlines: &Deadlines,
 ) -> Result<(StatusCode, Reply), GatewayError> {
-    let Some(uri) = target.uris.get(endpoint) else {
+    let target = &*route.target;
+    let deadline = deadlines.end;
+    let Some(uri) = route.uris.get(endpoint) else {
         tracing::error!(provider = %target.name, "api_base is not a usable URI");
         return Err(GatewayError::new(
             ErrorKind::Internal,
@@ -65,13 +68,12 @@ pub(crate) async fn call(
             tracing::error!(provider = %target.name, error = %e, "cannot build the upstream request");
             GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
         })?;
-    if let Some(authorization) = &target.authorization {
-        request
-            .headers_mut()
-            .insert(AUTHORIZATION, authorization.clone());
+    for (name, value) in &target.headers {
+        request.headers_mut().insert(name, value.clone());
     }
 
-    let (response, lease) = match tokio::time::timeout_at(deadline, pool.send(request)).await {
+    let sending = pool.send(request, &target.route, deadlines.connect);
+    let (response, lease) = match tokio::time::timeout_at(deadlines.first_byte, sending).await {
         Ok(Ok(sent)) => sent,
         Ok(Err(error)) => return Err(transport_error(&target.name, &error)),
         Err(_) => return Err(timeout(&target.name)),
@@ -128,7 +130,10 @@ async fn read_body(
 fn transport_error(provider: &str, error: &SendError) -> GatewayError {
     tracing::warn!(provider, %error, "upstream request failed");
     let message = match error {
-        SendError::Connect(_) | SendError::ConnectTimeout => {
+        SendError::Connect(ConnectError::TimedOut) => {
+            "The gateway could not connect to the upstream provider in time."
+        }
+        SendError::Connect(ConnectError::Failed(_)) => {
             "The gateway could not connect to the upstream provider."
         }
         SendError::Request(_) => "The connection to the upstream provider failed.",
@@ -198,12 +203,7 @@ fn openai_error_body(body: &[u8], target: &Target) -> Option<Bytes> {
         return None;
     }
     let text = value.to_string();
-    let secret = target
-        .authorization
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .filter(|k| k.len() >= 8);
+    let secret = target.secret.as_deref().filter(|k| k.len() >= 8);
     Some(Bytes::from(match secret {
         Some(key) => text.replace(key, "***"),
         None => text,

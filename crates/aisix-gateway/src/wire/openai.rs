@@ -120,14 +120,20 @@ impl Inspected {
     }
 
     /// The body for the upstream: `model` replaced by `upstream_model` (a JSON string literal,
-    /// quotes included) and, when `stream` (the endpoint streams and the client asked for it),
-    /// `stream_options.include_usage` forced on so usage is exact. Returns the original bytes
-    /// when nothing changes.
-    pub fn rewrite(&self, body: &Bytes, upstream_model: &[u8], stream: bool) -> Bytes {
+    /// quotes included; `None` keeps the client's) and, when `include_usage` (a stream whose
+    /// provider takes the option), `stream_options.include_usage` forced on so usage is exact.
+    /// Returns the original bytes when nothing changes.
+    pub fn rewrite(
+        &self,
+        body: &Bytes,
+        upstream_model: Option<&[u8]>,
+        include_usage: bool,
+    ) -> Bytes {
         let (model_start, model_end) = self.model_span;
-        let same_model = &body[model_start..model_end] == upstream_model;
+        let upstream_model = upstream_model.filter(|m| body[model_start..model_end] != **m);
+        let same_model = upstream_model.is_none();
         let usage_edit: Option<(usize, usize, Cow<'static, [u8]>)> = match &self.stream_options {
-            _ if !stream => None,
+            _ if !include_usage => None,
             Some(options) if options.include_usage => None,
             Some(options) => {
                 let (start, end) = options.span;
@@ -148,7 +154,7 @@ impl Inspected {
         }
 
         let mut edits: Vec<(usize, usize, &[u8])> = Vec::with_capacity(2);
-        if !same_model {
+        if let Some(upstream_model) = upstream_model {
             edits.push((model_start, model_end, upstream_model));
         }
         if let Some((start, end, bytes)) = &usage_edit {
@@ -189,7 +195,7 @@ mod tests {
     fn rewrite(body: &str, model: &str) -> String {
         let bytes = Bytes::from(body.to_owned());
         let inspected = inspect(&bytes).unwrap();
-        let out = inspected.rewrite(&bytes, &json_string(model), inspected.stream);
+        let out = inspected.rewrite(&bytes, Some(&json_string(model)), inspected.stream);
         String::from_utf8(out.to_vec()).unwrap()
     }
 
@@ -207,8 +213,10 @@ mod tests {
         let bytes = Bytes::from_static(br#"{"model":"same"}"#);
         let out = inspect(&bytes)
             .unwrap()
-            .rewrite(&bytes, &json_string("same"), false);
+            .rewrite(&bytes, Some(&json_string("same")), false);
         assert_eq!(out.as_ptr(), bytes.as_ptr());
+        let out = inspect(&bytes).unwrap().rewrite(&bytes, None, false);
+        assert_eq!(out.as_ptr(), bytes.as_ptr(), "no model to splice in");
     }
 
     #[test]
@@ -251,6 +259,13 @@ mod tests {
         let body = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#;
         assert!(inspect(body.as_bytes()).unwrap().client_wants_usage());
         assert_eq!(rewrite(body, "m"), body);
+    }
+
+    #[test]
+    fn a_provider_without_stream_usage_gets_the_stream_as_sent() {
+        let body = Bytes::from_static(br#"{"model":"m","stream":true}"#);
+        let out = inspect(&body).unwrap().rewrite(&body, None, false);
+        assert_eq!(out, body);
     }
 
     #[test]

@@ -1,25 +1,81 @@
 //! Server-sent events, as OpenAI streams them: split a byte stream into complete events and
 //! classify each (the `[DONE]` marker, a chunk carrying usage, the usage-only final chunk)
 //! without building a JSON tree per chunk. Only a chunk whose `"usage"` is an object is parsed.
+//!
+//! Lines end in LF, CRLF or a lone CR, as the SSE specification allows, and an empty line ends
+//! an event. The [`Splitter`] carries its line state from one piece of the stream to the next,
+//! so every byte is looked at once however the stream is cut (linear time).
 
 use memchr::memmem;
 use serde::Deserialize;
 
 use super::usage::Usage;
 
-/// End of the first complete event in `buf` (the index just past its blank line).
-pub fn event_end(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
-        let nl = from + i;
-        // "\n\n" or "\n\r\n" ends an event ("\r\n\r\n" is the latter plus a leading '\r').
-        match buf.get(nl + 1) {
-            Some(b'\n') => return Some(nl + 2),
-            Some(b'\r') if buf.get(nl + 2) == Some(&b'\n') => return Some(nl + 3),
-            _ => from = nl + 1,
+/// Finds the ends of events in a stream fed piece by piece.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Splitter {
+    state: LineState,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum LineState {
+    /// At the start of a line: a line ending here is an empty line, which ends the event.
+    #[default]
+    LineStart,
+    /// At the start of a line that follows a CR: an LF here completes that CRLF.
+    AfterCr,
+    /// Inside a line.
+    InLine,
+}
+
+impl Splitter {
+    /// Scans `bytes`, the stream's next unscanned bytes, up to the end of the first event that
+    /// ends in them: returns the offset just past it, or `None` when no event ends in `bytes`
+    /// (all of which are then scanned).
+    pub fn next_end(&mut self, bytes: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        while at < bytes.len() {
+            if self.state == LineState::InLine {
+                let found = memchr::memchr2(b'\n', b'\r', &bytes[at..])?;
+                at += found;
+                self.state = if bytes[at] == b'\r' {
+                    LineState::AfterCr
+                } else {
+                    LineState::LineStart
+                };
+                at += 1;
+                continue;
+            }
+            let byte = bytes[at];
+            at += 1;
+            match (self.state, byte) {
+                (LineState::AfterCr, b'\n') => self.state = LineState::LineStart,
+                (_, b'\n') => {
+                    self.state = LineState::LineStart;
+                    return Some(at);
+                }
+                (_, b'\r') => {
+                    // The LF of a CRLF belongs to this event when it is already here; when it
+                    // is not, the state remembers to skip it.
+                    if bytes.get(at) == Some(&b'\n') {
+                        at += 1;
+                        self.state = LineState::LineStart;
+                    } else {
+                        self.state = LineState::AfterCr;
+                    }
+                    return Some(at);
+                }
+                _ => self.state = LineState::InLine,
+            }
         }
+        None
     }
-    None
+}
+
+/// End of the first complete event in `buf` (the index just past its empty line), scanning from
+/// a fresh start.
+pub fn event_end(buf: &[u8]) -> Option<usize> {
+    Splitter::default().next_end(buf)
 }
 
 /// What an event means to the relay.
@@ -68,8 +124,7 @@ pub fn classify(event: &[u8]) -> Event {
 /// with several is not a chunk the gateway needs to read.
 fn data_payload(event: &[u8]) -> Option<&[u8]> {
     let mut payload = None;
-    for line in event.split(|&b| b == b'\n') {
-        let line = line.strip_suffix(b"\r").unwrap_or(line);
+    for line in lines(event) {
         if let Some(rest) = line.strip_prefix(b"data:") {
             if payload.is_some() {
                 return None;
@@ -78,6 +133,27 @@ fn data_payload(event: &[u8]) -> Option<&[u8]> {
         }
     }
     payload
+}
+
+/// The lines of an event, without their LF, CRLF or CR endings.
+fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = event;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
+            return Some(std::mem::take(&mut rest));
+        };
+        let line = &rest[..end];
+        let skip = if rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n') {
+            2
+        } else {
+            1
+        };
+        rest = &rest[end + skip..];
+        Some(line)
+    })
 }
 
 /// Whether `"usage"` appears followed by `:` and an object (not `null`).
@@ -97,12 +173,124 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_end_at_a_blank_line_in_either_newline_style() {
+    fn events_end_at_an_empty_line_in_every_newline_style() {
         assert_eq!(event_end(b"data: a\n\ndata: b"), Some(9));
         assert_eq!(event_end(b"data: a\r\n\r\nrest"), Some(11));
+        assert_eq!(event_end(b"data: a\r\rrest"), Some(9));
+        assert_eq!(event_end(b"data: a\r\n\nrest"), Some(10));
+        assert_eq!(event_end(b"data: a\n\r\nrest"), Some(10));
         assert_eq!(event_end(b"data: a\n"), None);
+        assert_eq!(event_end(b"data: a\r\n"), None);
         assert_eq!(event_end(b"data: a\ndata: b\n"), None);
+        assert_eq!(event_end(b"data: a\rdata: b\r"), None);
         assert_eq!(event_end(b""), None);
+    }
+
+    /// Every event of `stream` fed in pieces cut at `cuts`, and the incomplete rest. An LF
+    /// that completes the CRLF ending an event is moved back to that event: where it lands
+    /// depends on whether it had arrived when the CR was scanned, which is all a cut changes.
+    fn split_at(stream: &[u8], cuts: &[usize]) -> (Vec<Vec<u8>>, Vec<u8>) {
+        let mut splitter = Splitter::default();
+        let mut events: Vec<Vec<u8>> = Vec::new();
+        let mut event = Vec::new();
+        let mut from = 0;
+        for &to in cuts.iter().chain(std::iter::once(&stream.len())) {
+            let mut piece = &stream[from..to];
+            while let Some(end) = splitter.next_end(piece) {
+                event.extend_from_slice(&piece[..end]);
+                events.push(std::mem::take(&mut event));
+                piece = &piece[end..];
+            }
+            event.extend_from_slice(piece);
+            from = to;
+        }
+        events.push(event);
+        for i in 1..events.len() {
+            if events[i].first() == Some(&b'\n') && events[i - 1].last() == Some(&b'\r') {
+                events[i].remove(0);
+                events[i - 1].push(b'\n');
+            }
+        }
+        let rest = events.pop().unwrap_or_default();
+        (events, rest)
+    }
+
+    /// A small deterministic generator, so a failure names its seed.
+    struct XorShift(u64);
+
+    impl XorShift {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+    }
+
+    #[test]
+    fn random_cuts_of_one_stream_give_the_same_events() {
+        let endings: [&[u8]; 3] = [b"\n", b"\r\n", b"\r"];
+        for seed in 1..=300u64 {
+            let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+            let mut stream = Vec::new();
+            for i in 0..1 + rng.below(12) {
+                for line in 0..1 + rng.below(3) {
+                    stream
+                        .extend_from_slice(format!("data: {{\"i\":{i},\"l\":{line}}}").as_bytes());
+                    stream.extend_from_slice(endings[rng.below(3)]);
+                }
+                stream.extend_from_slice(endings[rng.below(3)]);
+            }
+            let whole = split_at(&stream, &[]);
+            assert_eq!(
+                [whole.0.concat(), whole.1.clone()].concat(),
+                stream,
+                "seed {seed}"
+            );
+            let mut cuts: Vec<usize> = (0..rng.below(8))
+                .map(|_| rng.below(stream.len() + 1))
+                .collect();
+            cuts.sort_unstable();
+            assert_eq!(
+                split_at(&stream, &cuts),
+                whole,
+                "seed {seed}, cuts {cuts:?}"
+            );
+            let bytewise: Vec<usize> = (1..stream.len()).collect();
+            assert_eq!(
+                split_at(&stream, &bytewise),
+                whole,
+                "seed {seed}, byte by byte"
+            );
+        }
+    }
+
+    #[test]
+    fn a_crlf_cut_between_its_cr_and_lf_is_one_line_ending() {
+        // "a\r" | "\n\n": the LF completes the CRLF, the next LF is the empty line.
+        assert_eq!(
+            split_at(b"data: a\r\n\n", &[8]).0,
+            [b"data: a\r\n\n".to_vec()]
+        );
+        // An event ended by an empty CRLF line cut between its CR and LF: the event ends at
+        // the CR, and the LF is skipped as the end of that line, not taken for an empty one.
+        let mut splitter = Splitter::default();
+        assert_eq!(splitter.next_end(b"data: a\r\r"), Some(9));
+        assert_eq!(splitter.next_end(b"\ndata: b\n\n"), Some(10));
+    }
+
+    #[test]
+    fn classify_reads_cr_and_crlf_events() {
+        assert_eq!(classify(b"data: [DONE]\r\r"), Event::Done);
+        assert_eq!(classify(b"\ndata: [DONE]\n\n"), Event::Done);
+        let usage = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3}}\r\r";
+        assert!(matches!(
+            classify(usage),
+            Event::Usage {
+                usage_only: true,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -107,6 +107,8 @@ label_enum! {
         Status => "status",
         /// A stream ended without its final event.
         StreamCut => "stream_cut",
+        /// A stream event was larger than `upstream.max_sse_event_bytes`.
+        EventTooLarge => "event_too_large",
     }
 }
 
