@@ -20,6 +20,9 @@ pub struct Bootstrap {
     pub ratelimit: RateLimitConfig,
     /// The resources file, resolved against the config file's folder.
     pub resources_file: Option<PathBuf>,
+    /// `resources_watch`: reload when the resources file changes (including the symlink swap a
+    /// Kubernetes ConfigMap volume does), besides on SIGHUP.
+    pub resources_watch: bool,
     /// The config file this was loaded from, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -82,7 +85,10 @@ pub struct UpstreamConfig {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownConfig {
-    /// `shutdown.drain_timeout_secs`: how long in-flight work may run after SIGTERM.
+    /// `shutdown.readiness_grace_secs`: after SIGTERM, `/readyz` answers 503 at once but the
+    /// listeners keep accepting this long, so a load balancer can stop sending first.
+    pub readiness_grace: Duration,
+    /// `shutdown.drain_timeout_secs`: how long in-flight work may run once the listeners close.
     pub drain_timeout: Duration,
 }
 
@@ -269,6 +275,7 @@ impl Default for UpstreamConfig {
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self {
+            readiness_grace: Duration::ZERO,
             drain_timeout: Duration::from_secs(30),
         }
     }

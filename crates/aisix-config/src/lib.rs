@@ -15,9 +15,10 @@ pub use bootstrap::{
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
-pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
+pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use resources::{
-    ApiKey, Budget, BudgetPeriod, Cost, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind,
-    RateLimit, Resources, Secret, Usd, hash_key, load_resources, parse_resources,
+    ApiKey, Budget, BudgetPeriod, CollectionDiff, Cost, KeyHash, LoadedResources, Model,
+    ModelPattern, ProviderKey, ProviderKind, RateLimit, Resources, ResourcesDiff, Secret, Usd,
+    hash_key, load_resources, load_resources_file, parse_resources, sha256_hex,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

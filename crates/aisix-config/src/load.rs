@@ -171,8 +171,11 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     };
 
     let shutdown = ShutdownConfig {
+        readiness_grace: r
+            .bounded("shutdown.readiness_grace_secs", 0, u32::MAX.into())
+            .map_or(defaults.shutdown.readiness_grace, Duration::from_secs),
         drain_timeout: r
-            .u64_value("shutdown.drain_timeout_secs")
+            .bounded("shutdown.drain_timeout_secs", 0, u32::MAX.into())
             .map_or(defaults.shutdown.drain_timeout, Duration::from_secs),
     };
 
@@ -212,6 +215,17 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     let resources_file = r
         .string("resources_file")
         .map(|p| resolve(PathBuf::from(p)));
+    let resources_watch = r
+        .bool("resources_watch")
+        .unwrap_or(defaults.resources_watch);
+    if resources_watch && resources_file.is_none() {
+        let origin = r.origin_of("resources_watch");
+        r.error(
+            "resources_watch",
+            "needs resources_file: there is no file to watch",
+            origin,
+        );
+    }
 
     if observability.metrics.prometheus.enabled
         && observability.metrics.prometheus.addr == proxy.addr
@@ -233,6 +247,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         observability,
         ratelimit,
         resources_file,
+        resources_watch,
         config_file: r.file.map(Path::to_path_buf),
     }
 }
@@ -318,6 +333,44 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
         }),
         concurrency_ttl,
     }
+}
+
+/// Every leaf key of the bootstrap config (`proxy.addr`, `shutdown.drain_timeout_secs`, …), in
+/// sorted order: the keys a file or an `AISIX_*` variable may set. For documentation checks.
+pub fn bootstrap_keys() -> Vec<&'static str> {
+    // TLS keys are read only when `proxy.tls` is present, so give it one.
+    let cfg = Config::builder()
+        .set_override("proxy.tls.cert_file", "cert.pem")
+        .and_then(|b| b.set_override("proxy.tls.key_file", "key.pem"))
+        .and_then(|b| b.build());
+    let Ok(cfg) = cfg else {
+        return Vec::new();
+    };
+    let env_origin = BTreeMap::new();
+    let mut reader = Reader {
+        cfg: &cfg,
+        file: None,
+        env_origin: &env_origin,
+        known: BTreeSet::new(),
+        errors: ConfigErrors::default(),
+    };
+    let _ = read_bootstrap(&mut reader);
+    let known = reader.known;
+    known
+        .iter()
+        .copied()
+        .filter(|key| {
+            !known
+                .iter()
+                .any(|other| other.len() > key.len() && other.starts_with(&format!("{key}.")))
+        })
+        .collect()
+}
+
+/// The environment variable that sets `key`: `proxy.thread_per_core` ->
+/// `AISIX_PROXY__THREAD_PER_CORE`.
+pub fn env_var_for(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', "__"))
 }
 
 fn optional_secs(secs: u64) -> Option<Duration> {

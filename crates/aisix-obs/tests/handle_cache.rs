@@ -353,6 +353,14 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_ratelimit_backend_errors_total").increment(1);
     });
 
+    // The control thread's families are set through `Metrics`, never through the cache.
+    for metrics in [&cached, &plain] {
+        metrics.config_loaded(
+            "0123456789abcdef",
+            std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        );
+        metrics.config_reload(ReloadResult::Failure);
+    }
     let (cached_page, plain_page) = (cached.render(), plain.render());
     assert_eq!(sorted_lines(&cached_page), sorted_lines(&plain_page));
     // Every family made it onto the page, each described once.

@@ -31,14 +31,51 @@ pub fn load_resources(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Resources, ConfigErrors> {
-    match std::fs::read_to_string(path) {
-        Ok(yaml) => parse_resources(&yaml, path, env),
-        Err(e) => Err(ConfigErrors(vec![ConfigError::new(
+    load_resources_file(path, env).map(|loaded| loaded.resources)
+}
+
+/// A resources file as loaded, with the identity of its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedResources {
+    pub resources: Resources,
+    /// Lowercase hex SHA-256 of the file's bytes, as `sha256sum` prints it.
+    pub sha256: String,
+}
+
+/// [`load_resources`], also returning the SHA-256 of the bytes read, so a caller can tell which
+/// file is in force and whether a changed file changed anything.
+pub fn load_resources_file(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedResources, ConfigErrors> {
+    let unreadable = |reason: String| {
+        ConfigErrors(vec![ConfigError::new(
             "",
-            format!("cannot read resources file: {e}"),
+            reason,
             Origin::File(path.to_path_buf()),
-        )])),
-    }
+        )])
+    };
+    let bytes =
+        std::fs::read(path).map_err(|e| unreadable(format!("cannot read resources file: {e}")))?;
+    let yaml = std::str::from_utf8(&bytes)
+        .map_err(|_| unreadable("the resources file is not valid UTF-8".to_owned()))?;
+    let resources = parse_resources(yaml, path, env)?;
+    Ok(LoadedResources {
+        resources,
+        sha256: sha256_hex(&bytes),
+    })
+}
+
+/// Lowercase hex SHA-256 of `bytes`, as `sha256sum` prints it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
 }
 
 /// Validates resources given as YAML text; `origin` is the file named in errors.

@@ -2,6 +2,7 @@
 //! prices and budgets), read strictly with
 //! `${VAR}` interpolation and checked across entries. Serving them is the gateway's job.
 
+mod diff;
 mod interpolate;
 mod key;
 mod limits;
@@ -11,8 +12,9 @@ mod reader;
 mod rfc3339;
 mod types;
 
+pub use diff::{CollectionDiff, ResourcesDiff};
 pub use key::{KeyHash, hash_key};
 pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
-pub use load::{load_resources, parse_resources};
+pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};

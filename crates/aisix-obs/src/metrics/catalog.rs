@@ -26,6 +26,9 @@ pub enum FamilyId {
     SpendUsd,
     RateLimitRejections,
     RateLimitBackendErrors,
+    ConfigReloads,
+    ConfigLastReloadSuccess,
+    ConfigInfo,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -254,6 +257,33 @@ pub static RATELIMIT_BACKEND_ERRORS: Family<0> = Family {
     labels: [],
 };
 
+pub static CONFIG_RELOADS: Family<1> = Family {
+    id: FamilyId::ConfigReloads,
+    name: "aisix_config_reloads_total",
+    help: "Reloads of the resources file (SIGHUP or file watch), by result (success or failure).",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["result"],
+};
+
+pub static CONFIG_LAST_RELOAD_SUCCESS: Family<0> = Family {
+    id: FamilyId::ConfigLastReloadSuccess,
+    name: "aisix_config_last_reload_success_timestamp_seconds",
+    help: "Unix time of the last successful load of the resources file (startup included).",
+    kind: Kind::Gauge,
+    unit: Unit::Seconds,
+    labels: [],
+};
+
+pub static CONFIG_INFO: Family<1> = Family {
+    id: FamilyId::ConfigInfo,
+    name: "aisix_config_info",
+    help: "Always 1; hash is the first 16 hex digits of the SHA-256 of the resources file in force.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: ["hash"],
+};
+
 /// Not exported: names the handle-cache entry that holds every handle of a finished request
 /// (see `cache::RequestHandles`), keyed by the request's labels.
 pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
@@ -266,7 +296,7 @@ pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
 };
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 16] = [
+pub static CATALOG: [FamilyInfo; 19] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -283,6 +313,9 @@ pub static CATALOG: [FamilyInfo; 16] = [
     SPEND_USD_TOTAL.info(),
     RATELIMIT_REJECTIONS.info(),
     RATELIMIT_BACKEND_ERRORS.info(),
+    CONFIG_RELOADS.info(),
+    CONFIG_LAST_RELOAD_SUCCESS.info(),
+    CONFIG_INFO.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

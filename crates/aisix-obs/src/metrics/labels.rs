@@ -154,6 +154,16 @@ label_enum! {
     }
 }
 
+label_enum! {
+    /// How a reload of the resources file ended (`result` label of
+    /// `aisix_config_reloads_total`).
+    ReloadResult {
+        Success => "success",
+        /// The file had errors and was refused whole; the running resources stay.
+        Failure => "failure",
+    }
+}
+
 /// The `worker` label value of a thread that never called
 /// [`Metrics::register_worker`](super::Metrics::register_worker).
 pub const UNREGISTERED_WORKER: &str = "unregistered";
@@ -276,6 +286,7 @@ mod tests {
             .chain(Mode::ALL.iter().map(|v| v.as_str()))
             .chain(RateLimitScope::ALL.iter().map(|v| v.as_str()))
             .chain(RateLimitKind::ALL.iter().map(|v| v.as_str()))
+            .chain(ReloadResult::ALL.iter().map(|v| v.as_str()))
             .collect();
         for value in all {
             assert!(
