@@ -1,6 +1,6 @@
 //! Small HTTP clients for tests: a blocking probe, async one-shot requests over HTTP/1.1 or
 //! HTTP/2 (prior knowledge), and a keep-alive HTTP/1.1 connection; each returns status, headers
-//! and the whole body.
+//! and the whole body. For raw sockets: read one small response, see whether the peer closed.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -154,5 +154,47 @@ pub async fn collect(response: http::Response<Incoming>) -> Reply {
         status: parts.status,
         headers: parts.headers,
         body,
+    }
+}
+
+/// Reads one small response with a content-length body.
+pub fn read_response(stream: &mut TcpStream) -> String {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        let n = stream.read(&mut byte).unwrap();
+        assert_eq!(n, 1, "connection closed mid-head");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).unwrap();
+    head + &String::from_utf8_lossy(&body)
+}
+
+/// True if the peer closes the connection (read returns 0 or a reset) within `within`.
+pub fn closed_by_peer(stream: &mut TcpStream, within: Duration) -> bool {
+    stream.set_read_timeout(Some(within)).unwrap();
+    let mut buf = [0u8; 1024];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                return false;
+            }
+            Err(_) => return true,
+        }
     }
 }

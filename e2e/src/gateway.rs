@@ -186,6 +186,15 @@ impl GatewayConfig {
     }
 }
 
+/// One thread of a running gateway.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thread {
+    /// `comm`: `tpc-0`, `tokio-rt-worker`, `aisix`, …
+    pub name: String,
+    /// `Cpus_allowed_list` as the kernel prints it: `0-1`, `3`.
+    pub cpus_allowed: String,
+}
+
 /// A running (or exited) gateway process. Killed on drop if still running.
 pub struct Gateway {
     child: Child,
@@ -223,11 +232,14 @@ impl Gateway {
     }
 
     /// Starts a gateway and waits only until it logs its address (for TLS listeners, which a
-    /// plain-HTTP readiness probe cannot reach).
+    /// plain-HTTP readiness probe cannot reach) and, when enabled, its metrics address.
     pub fn start_listening(config: &GatewayConfig) -> Gateway {
         let mut gateway = Self::spawn(config);
         let addr = gateway.wait_for_addr();
         gateway.addr = Some(addr);
+        if config.metrics {
+            gateway.metrics_addr = Some(gateway.wait_for_log_addr("metrics listening"));
+        }
         gateway
     }
 
@@ -395,18 +407,37 @@ impl Gateway {
 
     /// The names of the process's threads, from `/proc/<pid>/task/*/comm`.
     pub fn thread_names(&self) -> Vec<String> {
-        let mut names = Vec::new();
+        let mut names: Vec<String> = self.threads().into_iter().map(|t| t.name).collect();
+        names.sort();
+        names
+    }
+
+    /// The process's threads: name and the CPUs each may run on, from
+    /// `/proc/<pid>/task/<tid>/{comm,status}`.
+    pub fn threads(&self) -> Vec<Thread> {
+        let mut threads = Vec::new();
         let tasks = format!("/proc/{}/task", self.pid());
         for entry in std::fs::read_dir(tasks)
             .expect("read /proc/<pid>/task")
             .flatten()
         {
-            if let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) {
-                names.push(comm.trim_end().to_owned());
-            }
+            let (Ok(comm), Ok(status)) = (
+                std::fs::read_to_string(entry.path().join("comm")),
+                std::fs::read_to_string(entry.path().join("status")),
+            ) else {
+                continue; // the thread ended meanwhile
+            };
+            let cpus = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_owned())
+                .unwrap_or_default();
+            threads.push(Thread {
+                name: comm.trim_end().to_owned(),
+                cpus_allowed: cpus,
+            });
         }
-        names.sort();
-        names
+        threads
     }
 
     /// Sends a signal (`libc::SIGTERM`, ...) to the process.

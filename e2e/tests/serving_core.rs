@@ -2,12 +2,12 @@
 //! supervision, timeouts, HTTP/2 and TLS, in both serving modes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
 use aisix_e2e::both_modes;
-use aisix_e2e::client;
+use aisix_e2e::client::{self, closed_by_peer, read_response};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 
 fn tpc_threads(names: &[String]) -> Vec<String> {
@@ -75,48 +75,6 @@ both_modes! {
             stream.write_all(b"GET /livez HTTP/1.1\r\nhost: x\r\n\r\n").unwrap();
             let response = read_response(&mut stream);
             assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-        }
-    }
-}
-
-/// Reads one small response with a content-length body.
-fn read_response(stream: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        let n = stream.read(&mut byte).unwrap();
-        assert_eq!(n, 1, "connection closed mid-head");
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8(buf).unwrap();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            l.to_ascii_lowercase()
-                .strip_prefix("content-length:")
-                .map(|v| v.trim().parse().unwrap())
-        })
-        .unwrap_or(0);
-    let mut body = vec![0u8; length];
-    stream.read_exact(&mut body).unwrap();
-    head + &String::from_utf8_lossy(&body)
-}
-
-/// True if the peer closes the connection (read returns 0 or a reset) within `within`.
-fn closed_by_peer(stream: &mut TcpStream, within: Duration) -> bool {
-    stream.set_read_timeout(Some(within)).unwrap();
-    let mut buf = [0u8; 1024];
-    loop {
-        match stream.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e)
-                if e.kind() == std::io::ErrorKind::WouldBlock
-                    || e.kind() == std::io::ErrorKind::TimedOut =>
-            {
-                return false;
-            }
-            Err(_) => return true,
         }
     }
 }
