@@ -1,5 +1,6 @@
 //! One accepted connection: HTTP/1.1 keep-alive or HTTP/2 through hyper-util's auto builder,
-//! a watchdog for the header-read deadline and the idle timeout, and a graceful close on drain.
+//! a watchdog for the header-read deadline and the idle timeout, a bounded life (requests and
+//! age: HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY), and a graceful close on drain.
 //!
 //! hyper's own h1 header timer also arms between keep-alive requests, which would make the
 //! header deadline double as the idle limit; the watchdog keeps the two apart instead. It costs
@@ -7,6 +8,7 @@
 
 use std::future::Future;
 use std::io;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::Relaxed};
@@ -14,12 +16,14 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::header::{CONNECTION, HeaderValue};
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
@@ -29,16 +33,23 @@ pub(crate) struct ConnSettings {
     pub header_read_timeout: Duration,
     pub idle_timeout: Option<Duration>,
     pub count_connections: bool,
+    /// The request that reaches this count is the connection's last.
+    pub max_requests: Option<NonZeroU64>,
+    /// A connection open this long closes gracefully.
+    pub max_age: Option<Duration>,
+    /// hyper's `max_buf_size` for HTTP/1 (at least 8 KiB: hyper's initial read buffer).
+    pub http1_max_buf_size: usize,
 }
 
 /// The HTTP server builder for one worker.
-pub(crate) fn http_builder() -> auto::Builder<TokioExecutor> {
+pub(crate) fn http_builder(settings: &ConnSettings) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .keep_alive(true)
         .timer(TokioTimer::new())
-        .header_read_timeout(None);
+        .header_read_timeout(None)
+        .max_buf_size(settings.http1_max_buf_size);
     builder
         .http2()
         .timer(TokioTimer::new())
@@ -59,6 +70,11 @@ struct ConnState {
     /// Requests whose response has not finished.
     active: AtomicU32,
     http2: AtomicBool,
+    /// The connection reached its age or request bound: HTTP/1.1 responses say
+    /// `Connection: close` from now on.
+    retiring: AtomicBool,
+    /// Wakes [`serve`] to send GOAWAY when an HTTP/2 request reaches the request bound.
+    retire: Notify,
 }
 
 /// Serves one connection until it closes, the watchdog closes it, or the drain token fires
@@ -89,6 +105,7 @@ pub(crate) async fn serve<I, S, B>(
     let service = TrackedService {
         inner: service,
         state: state.clone(),
+        max_requests: settings.max_requests,
         hooks,
     };
     let conn = builder.serve_connection(io, service);
@@ -97,9 +114,21 @@ pub(crate) async fn serve<I, S, B>(
     let mut watchdog = Watchdog::new(settings);
     let mut ticks = tokio::time::interval_at(Instant::now() + watchdog.period, watchdog.period);
     ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    // One timer per connection, only when an age bound is set.
+    let max_age = settings.max_age;
+    let aged = async move {
+        match max_age {
+            Some(age) => tokio::time::sleep(age).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(aged);
+    // Set once hyper was asked to close gracefully (GOAWAY, or no more keep-alive).
+    let mut closing = false;
     let mut draining = false;
+    let mut retiring = false;
     loop {
-        tokio::select! {
+        let reason = tokio::select! {
             result = conn.as_mut() => {
                 if let Err(error) = result {
                     tracing::debug!(%error, "connection ended with an error");
@@ -108,16 +137,27 @@ pub(crate) async fn serve<I, S, B>(
             }
             () = drain.cancelled(), if !draining => {
                 draining = true;
-                conn.as_mut().graceful_shutdown();
+                "draining"
+            }
+            () = &mut aged, if !retiring => {
+                retiring = true;
+                state.retiring.store(true, Relaxed);
+                "max_connection_age"
+            }
+            () = state.retire.notified(), if !retiring => {
+                retiring = true;
+                "max_requests_per_connection"
             }
             now = ticks.tick() => match watchdog.check(&state, now) {
-                Verdict::Keep => {}
-                Verdict::Close(reason) => {
-                    tracing::debug!(reason, "closing connection");
-                    conn.as_mut().graceful_shutdown();
-                }
+                Verdict::Keep => continue,
+                Verdict::Close(reason) => reason,
                 Verdict::Force => return,
             }
+        };
+        if !closing {
+            closing = true;
+            tracing::debug!(reason, "closing connection");
+            conn.as_mut().graceful_shutdown();
         }
     }
 }
@@ -288,6 +328,7 @@ impl Drop for ActiveGuard {
 struct TrackedService<S> {
     inner: S,
     state: Arc<ConnState>,
+    max_requests: Option<NonZeroU64>,
     #[cfg_attr(
         not(feature = "test-hooks"),
         allow(dead_code, reason = "holds nothing without test hooks")
@@ -305,10 +346,16 @@ where
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let state = &self.state;
-        state.started.fetch_add(1, Relaxed);
+        let started = state.started.fetch_add(1, Relaxed) + 1;
         state.active.fetch_add(1, Relaxed);
-        if request.version() == http::Version::HTTP_2 {
+        let last = self.max_requests.is_some_and(|max| started >= max.get());
+        let http2 = request.version() == http::Version::HTTP_2;
+        if http2 {
             state.http2.store(true, Relaxed);
+            if last {
+                // GOAWAY: streams already open finish, no new ones start.
+                state.retire.notify_one();
+            }
         }
         #[cfg(feature = "test-hooks")]
         if request.uri().path() == CRASH_WORKER_PATH
@@ -323,6 +370,7 @@ where
         TrackedFuture {
             inner: self.inner.call(request),
             guard: Some(ActiveGuard(state.clone())),
+            http1_last: !http2 && last,
         }
     }
 }
@@ -332,6 +380,8 @@ pin_project_lite::pin_project! {
         #[pin]
         inner: F,
         guard: Option<ActiveGuard>,
+        // An HTTP/1 request that reached the request bound: its response closes the connection.
+        http1_last: bool,
     }
 }
 
@@ -343,8 +393,17 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
-        let response = ready!(this.inner.poll(cx))?;
+        let mut response = ready!(this.inner.poll(cx))?;
         let guard = this.guard.take();
+        let retiring = guard
+            .as_ref()
+            .is_some_and(|guard| guard.0.retiring.load(Relaxed) && !guard.0.http2.load(Relaxed));
+        if *this.http1_last || retiring {
+            // hyper ends the connection after a response that says so.
+            response
+                .headers_mut()
+                .insert(CONNECTION, HeaderValue::from_static("close"));
+        }
         Poll::Ready(Ok(response.map(|inner| TrackedBody { inner, guard })))
     }
 }

@@ -9,6 +9,8 @@ compile_error!(
     "the `test-hooks` feature is for debug test builds only; a release build must not contain the worker-crash hook"
 );
 
+mod affinity;
+mod balance;
 mod conn;
 mod listen;
 mod liveness;

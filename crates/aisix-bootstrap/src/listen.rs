@@ -123,6 +123,8 @@ mod tests {
             workers_source: WorkersSource::Configured,
             addr,
             backlog: 16,
+            pin_workers: false,
+            balance: aisix_config::Balance::ReusePort,
         }
     }
 

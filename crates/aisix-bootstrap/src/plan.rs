@@ -4,7 +4,7 @@ use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 
-use aisix_config::ProxyConfig;
+use aisix_config::{Balance, ProxyConfig};
 
 /// How requests are served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,10 @@ pub struct ServingPlan {
     pub workers_source: WorkersSource,
     pub addr: SocketAddr,
     pub backlog: u32,
+    /// Pin `tpc-N` to the N-th allowed CPU (thread-per-core only).
+    pub pin_workers: bool,
+    /// How connections are spread over `tpc-N` workers (thread-per-core only).
+    pub balance: Balance,
 }
 
 impl ServingPlan {
@@ -68,6 +72,8 @@ impl ServingPlan {
             workers_source,
             addr: proxy.addr,
             backlog: proxy.backlog,
+            pin_workers: proxy.pin_workers,
+            balance: proxy.balance,
         }
     }
 
@@ -77,6 +83,27 @@ impl ServingPlan {
             Mode::ThreadPerCore => format!("tpc-{id}"),
             Mode::Shared => format!("shared-{id}"),
         }
+    }
+
+    /// Settings that have no effect in this plan's mode, each with why, for a startup warning:
+    /// the shared runtime has one listener and moves work between its threads itself.
+    pub fn ignored_settings(&self) -> Vec<(&'static str, &'static str)> {
+        let mut ignored = Vec::new();
+        if self.mode == Mode::Shared {
+            if self.pin_workers {
+                ignored.push((
+                    "proxy.pin_workers",
+                    "the shared runtime moves tasks between its threads; only thread-per-core workers are pinned",
+                ));
+            }
+            if self.balance == Balance::Handoff {
+                ignored.push((
+                    "proxy.balance",
+                    "the shared runtime has one listener and work-stealing threads; handoff applies to thread-per-core workers",
+                ));
+            }
+        }
+        ignored
     }
 }
 
@@ -108,5 +135,30 @@ mod tests {
         assert_eq!(plan.workers, std::thread::available_parallelism().unwrap());
         assert_eq!(plan.workers_source, WorkersSource::AvailableParallelism);
         assert_eq!(plan.mode, Mode::Shared);
+    }
+
+    #[test]
+    fn pinning_and_handoff_are_reported_as_ignored_in_the_shared_runtime_only() {
+        let proxy = ProxyConfig {
+            pin_workers: true,
+            balance: Balance::Handoff,
+            ..ProxyConfig::default()
+        };
+        let shared = ServingPlan::resolve(&ProxyConfig {
+            thread_per_core: false,
+            ..proxy.clone()
+        });
+        let keys: Vec<_> = shared.ignored_settings().iter().map(|(k, _)| *k).collect();
+        assert_eq!(keys, ["proxy.pin_workers", "proxy.balance"]);
+        let tpc = ServingPlan::resolve(&ProxyConfig {
+            thread_per_core: true,
+            ..proxy
+        });
+        assert!(tpc.ignored_settings().is_empty());
+        assert!(
+            ServingPlan::resolve(&ProxyConfig::default())
+                .ignored_settings()
+                .is_empty()
+        );
     }
 }

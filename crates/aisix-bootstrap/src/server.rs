@@ -4,14 +4,17 @@
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aisix_config::Bootstrap;
+use aisix_config::{Balance, Bootstrap};
 use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use crate::affinity;
+use crate::balance::Balancer;
 use crate::conn::ConnSettings;
 use crate::listen::BoundListeners;
 use crate::liveness::{Heartbeat, Liveness};
@@ -30,6 +33,12 @@ pub struct ServeSettings {
     pub drain_timeout: Duration,
     /// Count open connections per worker in `aisix_worker_connections_open`.
     pub count_connections: bool,
+    /// The request that reaches this count is its connection's last.
+    pub max_requests_per_connection: Option<NonZeroU64>,
+    /// A connection open this long closes gracefully.
+    pub max_connection_age: Option<Duration>,
+    /// hyper's HTTP/1 `max_buf_size`.
+    pub http1_max_buf_size: usize,
 }
 
 impl ServeSettings {
@@ -40,6 +49,9 @@ impl ServeSettings {
             readiness_grace: config.shutdown.readiness_grace,
             drain_timeout: config.shutdown.drain_timeout,
             count_connections: config.observability.metrics.prometheus.enabled,
+            max_requests_per_connection: config.downstream.max_requests_per_connection,
+            max_connection_age: config.downstream.max_connection_age,
+            http1_max_buf_size: config.downstream.http1_max_buf_size,
         }
     }
 
@@ -48,6 +60,9 @@ impl ServeSettings {
             header_read_timeout: self.header_read_timeout,
             idle_timeout: self.idle_timeout,
             count_connections: self.count_connections,
+            max_requests: self.max_requests_per_connection,
+            max_age: self.max_connection_age,
+            http1_max_buf_size: self.http1_max_buf_size,
         }
     }
 }
@@ -119,6 +134,8 @@ impl Server {
 
         match plan.mode {
             Mode::ThreadPerCore => {
+                let cpus = pinned_cpus(plan);
+                let mut balancers = balancers(plan);
                 for (id, listener) in listeners.listeners.into_iter().enumerate() {
                     let ctx = WorkerContext {
                         id,
@@ -136,6 +153,8 @@ impl Server {
                         heartbeat: liveness.heartbeat(id),
                         factory: factory.clone(),
                         addr,
+                        cpu: cpus.as_ref().and_then(|cpus| cpus.get(id).copied()),
+                        balancer: balancers.next(),
                     };
                     worker::spawn_tpc(worker, exit_tx.clone()).map_err(|source| {
                         StartError::Worker {
@@ -147,6 +166,9 @@ impl Server {
                 }
             }
             Mode::Shared => {
+                for (key, why) in plan.ignored_settings() {
+                    tracing::warn!(key, why, "setting ignored in the shared runtime");
+                }
                 let workers = SharedWorkers {
                     drain: drain_rx,
                     heartbeat: liveness.heartbeat(0),
@@ -266,6 +288,55 @@ impl Server {
     }
 }
 
+/// The CPU of each `tpc-N` thread when `proxy.pin_workers` is on, logged as one mapping line.
+/// A mask that cannot be read leaves the workers unpinned, with a warning: pinning is a
+/// performance setting, not a reason to refuse to serve.
+fn pinned_cpus(plan: &ServingPlan) -> Option<Vec<usize>> {
+    if !plan.pin_workers {
+        return None;
+    }
+    let workers = plan.workers.get();
+    match affinity::worker_cpus(workers) {
+        Ok(cpus) => {
+            let names: Vec<String> = (0..workers).map(|id| plan.worker_name(id)).collect();
+            tracing::info!(
+                mapping = %affinity::describe(&names, &cpus),
+                "pinning each worker to one CPU of the process's allowed set"
+            );
+            let mut distinct = cpus.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() < workers {
+                tracing::warn!(
+                    workers,
+                    cpus = distinct.len(),
+                    "more workers than allowed CPUs: some CPUs run two workers"
+                );
+            }
+            Some(cpus)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "proxy.pin_workers: cannot read the CPUs this process may use; workers run unpinned");
+            None
+        }
+    }
+}
+
+/// Each worker's balancer when `proxy.balance` is `handoff` (and there is someone to hand to).
+fn balancers(plan: &ServingPlan) -> std::vec::IntoIter<Balancer> {
+    let workers = plan.workers.get();
+    let balancers = if plan.balance == Balance::Handoff && workers > 1 {
+        tracing::info!(
+            balance = plan.balance.as_str(),
+            "a worker with clearly more connections than the least-loaded one hands new ones over"
+        );
+        Balancer::for_workers(workers)
+    } else {
+        Vec::new()
+    };
+    balancers.into_iter()
+}
+
 /// What the shared runtime's accept task is handed besides its listener.
 struct SharedWorkers {
     drain: crate::shutdown::DrainReceiver,
@@ -327,7 +398,7 @@ fn start_shared<F: ServiceFactory>(
     let shared = Shared::new(settings.conn(), tls);
     runtime.spawn(heartbeat.run());
     let accept = runtime.spawn(async move {
-        worker::accept_loop::<F>(listener, service, shared, drain, "shared").await
+        worker::accept_loop::<F>(listener, service, shared, drain, None, "shared").await
     });
     runtime.spawn(async move {
         let outcome = match accept.await {

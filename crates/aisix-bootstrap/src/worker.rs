@@ -1,5 +1,5 @@
 //! Workers: the accept loop shared by both modes, the `tpc-N` threads that each run it on their
-//! own current-thread runtime, and exit reporting for supervision.
+//! own current-thread runtime (pinned to a CPU when asked), and exit reporting for supervision.
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,6 +16,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::affinity;
+use crate::balance::{Balancer, Handed, Placed, Slot};
 use crate::conn::{self, ConnHooks, ConnSettings};
 use crate::liveness::Heartbeat;
 use crate::service::{ServiceFactory, WorkerContext};
@@ -42,7 +44,7 @@ impl Shared {
     pub(crate) fn new(settings: ConnSettings, tls: Option<RustlsConfig>) -> Self {
         let handshake_timeout = settings.header_read_timeout;
         Self {
-            builder: conn::http_builder(),
+            builder: conn::http_builder(&settings),
             settings,
             tls: tls.map(|config| RustlsAcceptor::new(config).handshake_timeout(handshake_timeout)),
             hooks: ConnHooks::default(),
@@ -51,12 +53,15 @@ impl Shared {
 }
 
 /// Accepts until the drain starts, then waits for this worker's connections to finish or for
-/// the drain deadline, whichever comes first.
+/// the drain deadline, whichever comes first. With a balancer (`proxy.balance: handoff`), a
+/// connection accepted while this worker is clearly busier goes to the least-loaded worker,
+/// and connections handed over by the others are served here.
 pub(crate) async fn accept_loop<F: ServiceFactory>(
     listener: TcpListener,
     service: F::Service,
     shared: Shared,
     mut drain: DrainReceiver,
+    mut balancer: Option<Balancer>,
     worker: &str,
 ) -> io::Result<()> {
     #[cfg(feature = "test-hooks")]
@@ -69,6 +74,19 @@ pub(crate) async fn accept_loop<F: ServiceFactory>(
     let shared = Arc::new(shared);
     let tracker = TaskTracker::new();
     let closing = CancellationToken::new();
+    let serve = |stream: TcpStream, slot: Option<Slot>| {
+        tracker.spawn(connection::<F>(
+            stream,
+            slot,
+            service.clone(),
+            shared.clone(),
+            closing.clone(),
+        ));
+    };
+    let take = |handed: Handed| match TcpStream::from_std(handed.stream) {
+        Ok(stream) => serve(stream, Some(handed.slot)),
+        Err(error) => tracing::debug!(worker, %error, "cannot take a handed-over socket"),
+    };
 
     let deadline = loop {
         #[cfg(feature = "test-hooks")]
@@ -79,18 +97,24 @@ pub(crate) async fn accept_loop<F: ServiceFactory>(
             biased;
             deadline = drain_started(&mut drain) => break deadline,
             () = crashed => crash_for_test(worker),
+            handed = next_handed(&mut balancer) => take(handed),
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    let service = service.clone();
-                    let shared = shared.clone();
-                    let closing = closing.clone();
-                    tracker.spawn(connection::<F>(stream, service, shared, closing));
-                }
+                Ok((stream, _peer)) => match balancer.as_ref() {
+                    None => serve(stream, None),
+                    Some(balancer) => match balancer.place(stream) {
+                        Placed::Here(stream, slot) => serve(stream, Some(slot)),
+                        Placed::Handed => {}
+                    },
+                },
                 Err(error) => on_accept_error(error, worker).await?,
             },
         }
     };
     drop(listener);
+    // Sockets handed over just before the drain are served (and closed) like this worker's own.
+    if let Some(balancer) = balancer.as_mut() {
+        balancer.close().into_iter().for_each(take);
+    }
     closing.cancel();
     tracker.close();
     if let Some(deadline) = deadline
@@ -107,8 +131,18 @@ pub(crate) async fn accept_loop<F: ServiceFactory>(
     Ok(())
 }
 
+/// The next socket handed to this worker; never, without a balancer.
+async fn next_handed(balancer: &mut Option<Balancer>) -> Handed {
+    match balancer {
+        Some(balancer) => balancer.next_handed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Serves one connection; `_slot` keeps it in its worker's count for the handoff until it ends.
 async fn connection<F: ServiceFactory>(
     stream: TcpStream,
+    _slot: Option<Slot>,
     service: F::Service,
     shared: Arc<Shared>,
     closing: CancellationToken,
@@ -199,6 +233,10 @@ pub(crate) struct TpcWorker<F> {
     pub heartbeat: Heartbeat,
     pub factory: Arc<F>,
     pub addr: SocketAddr,
+    /// The CPU this thread pins itself to (`proxy.pin_workers`).
+    pub cpu: Option<usize>,
+    /// This worker's side of the handoff (`proxy.balance: handoff`).
+    pub balancer: Option<Balancer>,
 }
 
 /// Starts one `tpc-N` thread: its own current-thread runtime, its own listener, its own service.
@@ -224,6 +262,14 @@ pub(crate) fn spawn_tpc<F: ServiceFactory>(
 }
 
 fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
+    // Pinned before the runtime exists, so everything it allocates is first touched there.
+    let cpu = worker.cpu.filter(|&cpu| match affinity::pin_current_thread(cpu) {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(worker = %worker.ctx.name, cpu, %error, "cannot pin the worker to its CPU; it runs unpinned");
+            false
+        }
+    });
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -236,13 +282,20 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
             heartbeat,
             factory,
             addr,
+            cpu: _,
+            balancer,
         } = worker;
         let listener = TcpListener::from_std(listener)?;
         tokio::spawn(heartbeat.run());
         factory.thread_started(&ctx);
         let service = factory.make_service(&ctx);
-        tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting");
-        accept_loop::<F>(listener, service, shared, drain, &ctx.name).await
+        match cpu {
+            Some(cpu) => {
+                tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, cpu, "worker accepting")
+            }
+            None => tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting"),
+        }
+        accept_loop::<F>(listener, service, shared, drain, balancer, &ctx.name).await
     })
 }
 

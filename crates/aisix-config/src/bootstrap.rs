@@ -2,7 +2,7 @@
 //! logging). Defaults here are the production defaults; the README lists each one.
 
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -41,6 +41,32 @@ pub struct ProxyConfig {
     pub request_body_limit_bytes: u64,
     /// `proxy.tls`: serve HTTPS on `addr` when set.
     pub tls: Option<TlsConfig>,
+    /// `proxy.pin_workers`: pin `tpc-N` to the N-th CPU the process may run on
+    /// (thread-per-core only).
+    pub pin_workers: bool,
+    /// `proxy.balance`: how new connections are spread over thread-per-core workers.
+    pub balance: Balance,
+}
+
+/// `proxy.balance`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Balance {
+    /// Each worker serves what its own `SO_REUSEPORT` listener accepts: the kernel's hash of
+    /// the connection's addresses decides.
+    ReusePort,
+    /// A worker that accepts a connection while it serves clearly more connections than the
+    /// least-loaded worker hands the socket to that worker.
+    Handoff,
+}
+
+impl Balance {
+    /// The value as written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Balance::ReusePort => "reuseport",
+            Balance::Handoff => "handoff",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +90,22 @@ pub struct DownstreamConfig {
     /// `downstream.sse_keepalive_interval_secs`: an SSE comment is sent when the upstream is
     /// silent this long; `None` (0) disables it.
     pub sse_keepalive_interval: Option<Duration>,
+    /// `downstream.max_requests_per_connection`: the request that reaches this count is the
+    /// connection's last (HTTP/1.1 `Connection: close`, HTTP/2 GOAWAY); `None` (0) unlimited.
+    pub max_requests_per_connection: Option<NonZeroU64>,
+    /// `downstream.max_connection_age_secs`: a connection open this long is closed gracefully
+    /// (in-flight requests finish); `None` (0) unlimited.
+    pub max_connection_age: Option<Duration>,
+    /// `downstream.http1_max_buf_size_bytes`: the most an HTTP/1 connection buffers (its read
+    /// buffer, and queued writes); also the largest request head accepted.
+    pub http1_max_buf_size: usize,
+}
+
+impl DownstreamConfig {
+    /// hyper's own default for `http1_max_buf_size` (8 KiB + 400 KiB).
+    pub const DEFAULT_HTTP1_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
+    /// hyper refuses anything smaller than its initial read buffer.
+    pub const MIN_HTTP1_MAX_BUF_SIZE: usize = 8192;
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,6 +287,8 @@ impl Default for ProxyConfig {
             backlog: 4096,
             request_body_limit_bytes: 32 * 1024 * 1024,
             tls: None,
+            pin_workers: false,
+            balance: Balance::ReusePort,
         }
     }
 }
@@ -256,6 +300,9 @@ impl Default for DownstreamConfig {
             request_body_timeout: Duration::from_secs(30),
             idle_timeout: Some(Duration::from_secs(75)),
             sse_keepalive_interval: Some(Duration::from_secs(15)),
+            max_requests_per_connection: None,
+            max_connection_age: None,
+            http1_max_buf_size: Self::DEFAULT_HTTP1_MAX_BUF_SIZE,
         }
     }
 }

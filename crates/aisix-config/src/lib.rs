@@ -10,7 +10,7 @@ mod suggest;
 mod timeouts;
 
 pub use bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };

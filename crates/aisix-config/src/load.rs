@@ -4,14 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
 use crate::bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     ShutdownConfig, TlsConfig, UpstreamConfig,
 };
@@ -120,6 +120,8 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 .bounded("proxy.request_body_limit_bytes", 1, u64::MAX)
                 .unwrap_or(d.request_body_limit_bytes),
             tls,
+            pin_workers: r.bool("proxy.pin_workers").unwrap_or(d.pin_workers),
+            balance: read_balance(r).unwrap_or(d.balance),
         }
     };
 
@@ -138,6 +140,19 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             sse_keepalive_interval: r
                 .u64_value("downstream.sse_keepalive_interval_secs")
                 .map_or(d.sse_keepalive_interval, optional_secs),
+            max_requests_per_connection: r
+                .u64_value("downstream.max_requests_per_connection")
+                .map_or(d.max_requests_per_connection, NonZeroU64::new),
+            max_connection_age: r
+                .bounded("downstream.max_connection_age_secs", 0, u32::MAX.into())
+                .map_or(d.max_connection_age, optional_secs),
+            http1_max_buf_size: r
+                .bounded(
+                    "downstream.http1_max_buf_size_bytes",
+                    DownstreamConfig::MIN_HTTP1_MAX_BUF_SIZE as u64,
+                    u32::MAX.into(),
+                )
+                .map_or(d.http1_max_buf_size, |n| n as usize),
         }
     };
 
@@ -249,6 +264,23 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         resources_file,
         resources_watch,
         config_file: r.file.map(Path::to_path_buf),
+    }
+}
+
+fn read_balance(r: &mut Reader<'_>) -> Option<Balance> {
+    let value = r.string("proxy.balance")?;
+    match value.as_str() {
+        "reuseport" => Some(Balance::ReusePort),
+        "handoff" => Some(Balance::Handoff),
+        other => {
+            let origin = r.origin_of("proxy.balance");
+            r.error(
+                "proxy.balance",
+                format!("expected reuseport or handoff, got {other:?}"),
+                origin,
+            );
+            None
+        }
     }
 }
 

@@ -2,11 +2,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers may fail loudly
 
 use std::io::Write;
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use aisix_config::{Bootstrap, ConfigErrors, Origin, load_bootstrap};
+use aisix_config::{Balance, Bootstrap, ConfigErrors, Origin, load_bootstrap};
 
 fn write_config(yaml: &str) -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -329,6 +329,71 @@ fn out_of_range_phase_deadlines_name_their_key() {
     ] {
         assert!(
             messages.iter().any(|m| m.contains(key)),
+            "{key}: {messages:?}"
+        );
+    }
+}
+
+#[test]
+fn serving_core_knobs_default_to_todays_behaviour() {
+    let config = load("", &[]).unwrap();
+    assert!(!config.proxy.pin_workers);
+    assert_eq!(config.proxy.balance, Balance::ReusePort);
+    assert_eq!(config.downstream.max_requests_per_connection, None);
+    assert_eq!(config.downstream.max_connection_age, None);
+    assert_eq!(config.downstream.http1_max_buf_size, 8192 + 4096 * 100);
+}
+
+#[test]
+fn serving_core_knobs_are_read_from_file_and_environment() {
+    let config = load(
+        "proxy:\n  pin_workers: true\n  balance: handoff\n\
+         downstream:\n  max_requests_per_connection: 100\n  max_connection_age_secs: 0\n",
+        &[
+            ("AISIX_DOWNSTREAM__MAX_CONNECTION_AGE_SECS", "600"),
+            ("AISIX_DOWNSTREAM__HTTP1_MAX_BUF_SIZE_BYTES", "65536"),
+        ],
+    )
+    .unwrap();
+    assert!(config.proxy.pin_workers);
+    assert_eq!(config.proxy.balance, Balance::Handoff);
+    assert_eq!(
+        config.downstream.max_requests_per_connection,
+        NonZeroU64::new(100)
+    );
+    assert_eq!(
+        config.downstream.max_connection_age,
+        Some(Duration::from_secs(600))
+    );
+    assert_eq!(config.downstream.http1_max_buf_size, 65536);
+
+    let unlimited = load(
+        "downstream:\n  max_requests_per_connection: 0\n  max_connection_age_secs: 0\n",
+        &[("AISIX_PROXY__BALANCE", "reuseport")],
+    )
+    .unwrap();
+    assert_eq!(unlimited.downstream.max_requests_per_connection, None);
+    assert_eq!(unlimited.downstream.max_connection_age, None);
+    assert_eq!(unlimited.proxy.balance, Balance::ReusePort);
+}
+
+#[test]
+fn bad_serving_core_knobs_are_refused_naming_their_key() {
+    let errors = load(
+        "proxy:\n  balance: round_robin\n  pin_workers: sometimes\n\
+         downstream:\n  http1_max_buf_size_bytes: 4096\n  max_requests_per_connection: -1\n",
+        &[],
+    )
+    .unwrap_err();
+    let messages = messages(&errors);
+    for (key, why) in [
+        ("proxy.balance", "expected reuseport or handoff"),
+        ("proxy.pin_workers", "expected true or false"),
+        ("downstream.http1_max_buf_size_bytes", "at least 8192"),
+        ("downstream.max_requests_per_connection", "non-negative"),
+    ] {
+        assert!(
+            messages.iter().any(|m| m.contains(key) && m.contains(why)),
             "{key}: {messages:?}"
         );
     }
