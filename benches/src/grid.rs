@@ -271,6 +271,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         ttft: args.ttft,
         frames: args.frames.max(1),
         gap: args.gap,
+        burst: false,
     };
     let mock = Mock::start(&mock_args, args.mock_cpus.as_ref(), &work.join("mock.log"))?;
     let rig = Rig {

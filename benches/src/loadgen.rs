@@ -516,6 +516,7 @@ mod tests {
             ttft: Duration::from_millis(2),
             frames,
             gap: Duration::from_millis(1),
+            burst: false,
         }
         .start()
         .unwrap()

@@ -36,6 +36,10 @@ pub struct MockArgs {
     /// Streaming: delay between content frames.
     #[arg(long, default_value = "10ms", value_parser = humantime::parse_duration)]
     pub gap: Duration,
+    /// Streaming: send each whole stream as one write after the TTFT (no gaps), as an upstream
+    /// that buffers its answer does.
+    #[arg(long)]
+    pub burst: bool,
 }
 
 impl MockArgs {
@@ -48,6 +52,7 @@ impl MockArgs {
                 ttft: self.ttft,
                 frames: self.frames,
                 gap: self.gap,
+                burst: self.burst,
             })
             .start()
             .with_context(|| format!("start the mock on {}", self.addr))
@@ -110,6 +115,7 @@ impl Mock {
             .arg(format!("--ttft={}us", args.ttft.as_micros()))
             .arg(format!("--frames={}", args.frames))
             .arg(format!("--gap={}us", args.gap.as_micros()))
+            .args(args.burst.then_some("--burst"))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?);

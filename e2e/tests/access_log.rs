@@ -37,7 +37,7 @@ both_modes! {
     async fn a_burst_of_requests_logs_every_line_and_drops_none(mode: Mode) {
         // The mock's fast path: precomputed answers, nothing recorded, so the burst costs the
         // test process little.
-        let pacing = Pacing { ttft: Duration::ZERO, frames: 1, gap: Duration::ZERO };
+        let pacing = Pacing { ttft: Duration::ZERO, frames: 1, gap: Duration::ZERO, burst: false };
         let mock = MockProvider::builder().fast(pacing).start().unwrap();
         let gateway = Gateway::start(
             &GatewayConfig::new(mode)

@@ -16,6 +16,7 @@ const PACING: Pacing = Pacing {
     ttft: Duration::from_millis(1),
     frames: 3,
     gap: Duration::from_millis(1),
+    burst: false,
 };
 
 fn fast_mock(workers: usize) -> MockProvider {
@@ -127,4 +128,66 @@ async fn several_workers_serve_one_port() {
     }
     assert_eq!(mock.connections_accepted(), 12);
     assert_eq!(mock.request_count(), 12);
+}
+
+/// The chunks of a raw chunked HTTP/1.1 response (the terminating empty chunk left out): how
+/// the mock cut its body into writes.
+fn chunks(raw: &[u8]) -> Vec<Vec<u8>> {
+    let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut rest = &raw[head_end..];
+    let mut chunks = Vec::new();
+    loop {
+        let line_end = rest.windows(2).position(|w| w == b"\r\n").unwrap();
+        let size =
+            usize::from_str_radix(std::str::from_utf8(&rest[..line_end]).unwrap(), 16).unwrap();
+        rest = &rest[line_end + 2..];
+        if size == 0 {
+            return chunks;
+        }
+        chunks.push(rest[..size].to_vec());
+        rest = &rest[size + 2..];
+    }
+}
+
+fn raw_stream(addr: SocketAddr) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let body = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true}}"#;
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    raw
+}
+
+#[test]
+fn a_burst_stream_comes_as_one_chunk_and_a_paced_one_as_one_chunk_per_frame() {
+    let marker = std::str::from_utf8(CONTENT_MARKER).unwrap();
+    let burst = MockProvider::builder()
+        .fast(Pacing {
+            frames: 24,
+            burst: true,
+            ..PACING
+        })
+        .start()
+        .unwrap();
+    let burst_chunks = chunks(&raw_stream(burst.addr()));
+    assert_eq!(burst_chunks.len(), 1);
+    let whole = String::from_utf8(burst_chunks[0].clone()).unwrap();
+    assert_eq!(whole.matches(marker).count(), 24);
+    assert!(whole.contains(r#""completion_tokens":24"#), "{whole}");
+    assert!(whole.ends_with("data: [DONE]\n\n"));
+
+    let paced = fast_mock(1);
+    let paced_chunks = chunks(&raw_stream(paced.addr()));
+    assert_eq!(paced_chunks.len(), PACING.frames);
+    assert!(
+        paced_chunks
+            .iter()
+            .all(|chunk| String::from_utf8_lossy(chunk).matches(marker).count() == 1)
+    );
 }

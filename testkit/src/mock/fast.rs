@@ -1,6 +1,7 @@
-//! The fast path, for benchmarks: OpenAI chat completions computed once at start. A request's
-//! body is only byte-searched for `"stream": true` and `"include_usage": true` (no JSON parse),
-//! and nothing is recorded, so the mock stays far cheaper than the gateway in front of it.
+//! The fast path, for benchmarks: OpenAI chat completions computed once at start, paced or sent
+//! in one burst. A request's body is only byte-searched for `"stream": true` and
+//! `"include_usage": true` (no JSON parse), and nothing is recorded, so the mock stays far
+//! cheaper than the gateway in front of it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +25,9 @@ pub struct Pacing {
     pub frames: usize,
     /// Delay between content frames.
     pub gap: Duration,
+    /// Send the whole stream (every frame, the finish chunk, usage and `[DONE]`) as one chunk
+    /// after `ttft`, as a provider does that buffers its answer; `gap` is then unused.
+    pub burst: bool,
 }
 
 /// The precomputed answers.
@@ -35,6 +39,9 @@ pub(crate) struct Answers {
     /// one write, as a provider sends the end of a stream.
     tail: Bytes,
     tail_with_usage: Bytes,
+    /// The whole stream in one chunk, with and without the usage chunk (burst pacing).
+    whole: Bytes,
+    whole_with_usage: Bytes,
     pacing: Pacing,
 }
 
@@ -54,15 +61,19 @@ impl Answers {
             pacing.frames + 9
         );
         let done = "data: [DONE]\n\n";
+        let frames = pacing.frames.max(1);
+        let leading = content.repeat(frames - 1);
         Answers {
             completion: Bytes::from_static(
                 br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the aisix bench mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"total_tokens":17}}"#,
             ),
             tail: Bytes::from(format!("{content}{finish}{done}")),
             tail_with_usage: Bytes::from(format!("{content}{finish}{usage}{done}")),
+            whole: Bytes::from(format!("{leading}{content}{finish}{done}")),
+            whole_with_usage: Bytes::from(format!("{leading}{content}{finish}{usage}{done}")),
             content: Bytes::from(content),
             pacing: Pacing {
-                frames: pacing.frames.max(1),
+                frames,
                 ..*pacing
             },
         }
@@ -87,13 +98,34 @@ impl Answers {
         if !json_flag_is_true(body, b"\"stream\"") {
             return json(Frames::one(self.completion.clone()), worker);
         }
-        let last = if json_flag_is_true(body, b"\"include_usage\"") {
-            self.tail_with_usage.clone()
+        let usage = json_flag_is_true(body, b"\"include_usage\"");
+        let Pacing {
+            ttft,
+            frames,
+            gap,
+            burst,
+        } = self.pacing;
+        let frames = if burst {
+            let whole = if usage {
+                &self.whole_with_usage
+            } else {
+                &self.whole
+            };
+            Frames::Paced(Paced::new(1, ttft, gap, Bytes::new(), whole.clone()))
         } else {
-            self.tail.clone()
+            let last = if usage {
+                &self.tail_with_usage
+            } else {
+                &self.tail
+            };
+            Frames::Paced(Paced::new(
+                frames,
+                ttft,
+                gap,
+                self.content.clone(),
+                last.clone(),
+            ))
         };
-        let Pacing { ttft, frames, gap } = self.pacing;
-        let frames = Frames::Paced(Paced::new(frames, ttft, gap, self.content.clone(), last));
         let mut response = Response::new(MockBody::new(frames, Finish::Complete, None, worker));
         let headers = response.headers_mut();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
