@@ -8,6 +8,7 @@
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 #   - redis-server (Debian package `redis-server`): the shared rate-limit store.
+#   - wrk and strace: the benchmark harness's second load generator and system-call counts.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +20,8 @@ command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 # Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
 # conditions).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)

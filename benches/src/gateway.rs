@@ -116,17 +116,31 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
-/// `aisix_access_log_dropped_total` from the gateway's `/metrics` (0 while the page has no such
-/// sample: nothing was ever dropped).
-pub fn dropped_log_lines(metrics: SocketAddr) -> Result<u64> {
+/// What the harness reads from the gateway's `/metrics` at each window edge.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MetricsReading {
+    /// `aisix_access_log_dropped_total` (0 while the page has no such sample: nothing was ever
+    /// dropped).
+    pub dropped_log_lines: u64,
+    /// `aisix_worker_requests_total` by `worker` label, sorted by label.
+    pub worker_requests: Vec<(String, u64)>,
+}
+
+/// Reads the gateway's `/metrics` page.
+pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
     let (status, page) = loadgen::fetch(metrics, "/metrics", Duration::from_secs(5))?;
     if status != 200 {
         bail!("/metrics answered {status}");
     }
-    counter(&String::from_utf8_lossy(&page), DROPPED_LOG_LINES)
+    let page = String::from_utf8_lossy(&page);
+    Ok(MetricsReading {
+        dropped_log_lines: counter(&page, DROPPED_LOG_LINES)?,
+        worker_requests: by_label(&page, WORKER_REQUESTS, "worker")?,
+    })
 }
 
 const DROPPED_LOG_LINES: &str = "aisix_access_log_dropped_total";
+const WORKER_REQUESTS: &str = "aisix_worker_requests_total";
 
 /// The value of an unlabelled counter on a Prometheus text page; 0 when absent.
 fn counter(page: &str, name: &str) -> Result<u64> {
@@ -136,6 +150,27 @@ fn counter(page: &str, name: &str) -> Result<u64> {
     }) else {
         return Ok(0);
     };
+    parse_value(name, value)
+}
+
+/// The samples of `name` with a single label `label`, by label value (sorted).
+fn by_label(page: &str, name: &str, label: &str) -> Result<Vec<(String, u64)>> {
+    let prefix = format!("{name}{{{label}=\"");
+    let mut values = Vec::new();
+    for line in page.lines() {
+        let Some(rest) = line.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some((value_label, value)) = rest.split_once("\"} ") else {
+            bail!("{name}: unexpected sample {line:?}");
+        };
+        values.push((value_label.to_owned(), parse_value(name, value)?));
+    }
+    values.sort();
+    Ok(values)
+}
+
+fn parse_value(name: &str, value: &str) -> Result<u64> {
     let value: f64 = value
         .trim()
         .parse()
@@ -151,32 +186,143 @@ pub struct GatewaySpec {
     /// Prometheus listener and access log on (the default) or both off.
     pub observability: bool,
     pub cpus: Option<CpuList>,
+    /// `proxy.balance: handoff` (else `reuseport`).
+    pub handoff: bool,
+    /// `proxy.pin_workers`.
+    pub pin_workers: bool,
+    /// What the resources file holds besides the `bench` model.
+    pub features: Features,
     /// Extra environment (`--gateway-env`), applied after the harness's own is cleared.
     pub env: Vec<(String, String)>,
 }
 
+/// Optional parts of the generated resources (and, for Redis, of the config).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Features {
+    /// A rate limit on the bench API key, high enough never to refuse, counted in memory or in
+    /// a Redis server.
+    pub limits: Option<Limits>,
+    /// `bench-group`: a failover group whose healthy primary is `bench` (model groups, issue 9).
+    pub group: bool,
+    /// `bench-claude` on an `anthropic` provider key pointing at the mock (issue 10).
+    pub anthropic: bool,
+}
+
+/// Where the limiter counts.
+#[cfg_attr(
+    not(test),
+    expect(dead_code, reason = "the limiter legs are wired in the next commit")
+)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limits {
+    Memory,
+    Redis(SocketAddr),
+}
+
+/// The upstreams the generated resources point at.
+#[derive(Debug, Clone, Copy)]
+pub struct Upstreams {
+    /// The paced mock: `bench` (and the group's and the Anthropic models).
+    pub mock: SocketAddr,
+    /// The bursty mock: `bench-burst`.
+    pub burst: Option<SocketAddr>,
+}
+
+/// The model on the bursty mock.
+pub const BURST_MODEL: &str = "bench-burst";
+/// The failover group over `bench` (primary) and `bench-backup`.
+pub const GROUP_MODEL: &str = "bench-group";
+/// The model on the `anthropic` provider key.
+pub const ANTHROPIC_MODEL: &str = "bench-claude";
+
 impl GatewaySpec {
+    /// The thread-per-core or shared gateway the grid measures, with nothing optional on.
+    pub fn new(
+        mode: Mode,
+        workers: usize,
+        cpus: Option<CpuList>,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        Self {
+            mode,
+            workers,
+            observability: true,
+            cpus,
+            handoff: false,
+            pin_workers: false,
+            features: Features::default(),
+            env,
+        }
+    }
+
     fn config(&self, addr: SocketAddr, metrics_addr: SocketAddr) -> String {
+        let ratelimit = match self.features.limits {
+            Some(Limits::Redis(redis)) => {
+                format!("ratelimit:\n  backend: redis\n  redis: {{url: \"redis://{redis}\"}}\n")
+            }
+            _ => String::new(),
+        };
         format!(
             "# Generated by aisix-bench.\n\
-             proxy:\n  addr: {addr}\n  thread_per_core: {tpc}\n  workers: {workers}\n\
+             proxy:\n  addr: {addr}\n  thread_per_core: {tpc}\n  workers: {workers}\n  balance: {balance}\n  pin_workers: {pin}\n\
              observability:\n  log_level: warn\n  access_log: {obs}\n  metrics:\n    prometheus: {{enabled: {obs}, addr: \"{metrics_addr}\"}}\n\
              upstream:\n  pool_max_idle_per_host: 1024\n\
+             {ratelimit}\
              resources_file: resources.yaml\n",
             tpc = self.mode == Mode::ThreadPerCore,
             workers = self.workers,
+            balance = if self.handoff { "handoff" } else { "reuseport" },
+            pin = self.pin_workers,
             obs = self.observability,
         )
     }
 }
 
-fn resources(mock: SocketAddr) -> String {
+fn resources(upstreams: &Upstreams, features: &Features) -> String {
+    let mock = upstreams.mock;
+    let mut keys =
+        format!("  - {{display_name: mock, provider: openai, api_base: \"http://{mock}/v1\"}}\n");
+    let mut models = String::from(
+        "  - {display_name: bench, provider: openai, model_name: mock-model, provider_key: mock}\n",
+    );
+    if let Some(burst) = upstreams.burst {
+        keys.push_str(&format!(
+            "  - {{display_name: mock-burst, provider: openai, api_base: \"http://{burst}/v1\"}}\n"
+        ));
+        models.push_str(&format!(
+            "  - {{display_name: {BURST_MODEL}, provider: openai, model_name: mock-model, provider_key: mock-burst}}\n"
+        ));
+    }
+    if features.group {
+        models.push_str(&format!(
+            "  - {{display_name: bench-backup, provider: openai, model_name: mock-model, provider_key: mock}}\n\
+             \x20 - display_name: {GROUP_MODEL}\n\
+             \x20   routing:\n\
+             \x20     strategy: failover\n\
+             \x20     targets:\n\
+             \x20       - {{model: bench, priority: 1}}\n\
+             \x20       - {{model: bench-backup, priority: 0}}\n"
+        ));
+    }
+    if features.anthropic {
+        keys.push_str(&format!(
+            "  - {{display_name: mock-anthropic, provider: anthropic, api_base: \"http://{mock}\"}}\n"
+        ));
+        models.push_str(&format!(
+            "  - {{display_name: {ANTHROPIC_MODEL}, provider: anthropic, model_name: mock-claude, provider_key: mock-anthropic}}\n"
+        ));
+    }
+    let limit = if features.limits.is_some() {
+        ", rate_limit: {rpm: 4000000000, tpm: 4000000000000, concurrency: 1000000}"
+    } else {
+        ""
+    };
     format!(
         "# Generated by aisix-bench.\n\
          _format_version: \"1\"\n\
-         provider_keys:\n  - {{display_name: mock, provider: openai, api_base: \"http://{mock}/v1\"}}\n\
-         models:\n  - {{display_name: bench, provider: openai, model_name: mock-model, provider_key: mock}}\n\
-         api_keys:\n  - {{display_name: bench, key_env: BENCH_KEY, allowed_models: [\"*\"]}}\n"
+         provider_keys:\n{keys}\
+         models:\n{models}\
+         api_keys:\n  - {{display_name: bench, key_env: BENCH_KEY, allowed_models: [\"*\"]{limit}}}\n"
     )
 }
 
@@ -192,13 +338,21 @@ pub struct Gateway {
 impl Gateway {
     /// Writes `<dir>/config.yaml` and `<dir>/resources.yaml`, starts `bin` with them and waits
     /// until `/readyz` answers 200 and one chat completion goes through.
-    pub fn start(bin: &Path, spec: &GatewaySpec, mock: SocketAddr, dir: &Path) -> Result<Gateway> {
+    pub fn start(
+        bin: &Path,
+        spec: &GatewaySpec,
+        upstreams: &Upstreams,
+        dir: &Path,
+    ) -> Result<Gateway> {
         std::fs::create_dir_all(dir)?;
         let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
         let config = dir.join("config.yaml");
         std::fs::write(&config, spec.config(addr, metrics_addr))?;
-        std::fs::write(dir.join("resources.yaml"), resources(mock))?;
+        std::fs::write(
+            dir.join("resources.yaml"),
+            resources(upstreams, &spec.features),
+        )?;
         let log = dir.join("aisix.log");
 
         let mut command = Command::new(bin);
@@ -309,14 +463,23 @@ mod tests {
     }
 
     #[test]
-    fn generated_config_passes_the_gateways_strict_loader() {
-        let spec = GatewaySpec {
-            mode: Mode::Shared,
-            workers: 3,
-            observability: false,
-            cpus: None,
-            env: Vec::new(),
-        };
+    fn requests_per_worker_are_read_by_label() {
+        let page = "# TYPE aisix_worker_requests_total counter\n\
+                    aisix_worker_requests_total{worker=\"tpc-1\"} 7\n\
+                    aisix_worker_requests_total{worker=\"tpc-0\"} 12\n\
+                    aisix_worker_requests_total_other{worker=\"tpc-0\"} 1\n";
+        assert_eq!(
+            by_label(page, WORKER_REQUESTS, "worker").unwrap(),
+            [("tpc-0".to_owned(), 12), ("tpc-1".to_owned(), 7)]
+        );
+        assert!(by_label("", WORKER_REQUESTS, "worker").unwrap().is_empty());
+    }
+
+    /// Loads a generated config and its resources through the gateway's own strict loaders.
+    fn load(
+        spec: &GatewaySpec,
+        upstreams: &Upstreams,
+    ) -> (aisix_config::Bootstrap, aisix_config::Resources) {
         let dir = tempfile::tempdir().unwrap();
         let config = dir.path().join("config.yaml");
         std::fs::write(
@@ -329,21 +492,69 @@ mod tests {
         .unwrap();
         std::fs::write(
             dir.path().join("resources.yaml"),
-            resources("127.0.0.1:9".parse().unwrap()),
+            resources(upstreams, &spec.features),
         )
         .unwrap();
-
         let bootstrap = aisix_config::load_bootstrap(Some(&config), Vec::new()).unwrap();
+        let resources_file = bootstrap.resources_file.clone().unwrap();
+        let env = |name: &str| (name == "BENCH_KEY").then(|| BENCH_KEY.to_owned());
+        let resources = aisix_config::load_resources(&resources_file, &env).unwrap();
+        (bootstrap, resources)
+    }
+
+    #[test]
+    fn generated_config_passes_the_gateways_strict_loader() {
+        let mut spec = GatewaySpec::new(Mode::Shared, 3, None, Vec::new());
+        spec.observability = false;
+        let upstreams = Upstreams {
+            mock: "127.0.0.1:9".parse().unwrap(),
+            burst: None,
+        };
+        let (bootstrap, resources) = load(&spec, &upstreams);
         assert!(!bootstrap.proxy.thread_per_core);
         assert_eq!(bootstrap.proxy.workers.map(usize::from), Some(3));
+        assert_eq!(bootstrap.proxy.balance, aisix_config::Balance::ReusePort);
+        assert!(!bootstrap.proxy.pin_workers);
         assert!(!bootstrap.observability.access_log);
         assert!(!bootstrap.observability.metrics.prometheus.enabled);
         assert_eq!(bootstrap.upstream.pool_max_idle_per_host, 1024);
-
-        let resources_file = bootstrap.resources_file.unwrap();
-        let env = |name: &str| (name == "BENCH_KEY").then(|| BENCH_KEY.to_owned());
-        let resources = aisix_config::load_resources(&resources_file, &env).unwrap();
         assert_eq!(resources.models.len(), 1);
         assert_eq!(resources.api_keys.len(), 1);
+        assert!(resources.api_keys[0].rate_limit.is_empty());
+    }
+
+    /// The knobs and features this branch's gateway knows. The group (issue 9) and Anthropic
+    /// (issue 10) resources are written in the shape those issues specify and are only
+    /// loadable by a gateway that has them, so they are not checked here.
+    #[test]
+    fn generated_knobs_burst_model_and_limits_pass_the_strict_loader() {
+        let mut spec = GatewaySpec::new(Mode::ThreadPerCore, 2, None, Vec::new());
+        spec.handoff = true;
+        spec.pin_workers = true;
+        let upstreams = Upstreams {
+            mock: "127.0.0.1:9".parse().unwrap(),
+            burst: Some("127.0.0.1:10".parse().unwrap()),
+        };
+        for limits in [
+            Limits::Memory,
+            Limits::Redis("127.0.0.1:6390".parse().unwrap()),
+        ] {
+            spec.features.limits = Some(limits);
+            let (bootstrap, resources) = load(&spec, &upstreams);
+            assert_eq!(bootstrap.proxy.balance, aisix_config::Balance::Handoff);
+            assert!(bootstrap.proxy.pin_workers);
+            assert!(
+                resources
+                    .models
+                    .iter()
+                    .any(|m| m.display_name == BURST_MODEL)
+            );
+            assert!(!resources.api_keys[0].rate_limit.is_empty());
+            let redis = matches!(
+                bootstrap.ratelimit.backend,
+                aisix_config::RateLimitBackend::Redis(_)
+            );
+            assert_eq!(redis, matches!(limits, Limits::Redis(_)));
+        }
     }
 }

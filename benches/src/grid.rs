@@ -12,13 +12,14 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::args::{self, CommaList};
-use crate::gateway::{self, BENCH_KEY, Gateway, GatewaySpec, Mode};
+use crate::gateway::{self, BENCH_KEY, Gateway, GatewaySpec, Mode, Upstreams};
 use crate::loadgen::{self, Workload};
 use crate::measure::{Rig, Subject, Timing};
 use crate::mock::{Mock, MockArgs};
 use crate::nginx::Nginx;
 use crate::process::{self, CpuList};
-use crate::report::{self, Results};
+use crate::report::{self, Results, WindowRow};
+use crate::wrk::Wrk;
 
 /// The chat completion every unary request sends.
 pub const UNARY_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}]}"#;
@@ -27,6 +28,8 @@ const STREAM_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","conten
 /// What the rig floor sends to the mock directly: the model name the gateway would send.
 const DIRECT_UNARY_BODY: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}]}"#;
+/// The OpenAI chat endpoint, on the gateway and on the mock.
+const CHAT: &str = "/v1/chat/completions";
 const DIRECT_STREAM_BODY: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -104,6 +107,16 @@ pub struct GridArgs {
     /// Skip the metrics-and-access-log-off leg.
     #[arg(long)]
     pub no_obs_off: bool,
+    /// Load generators for the non-streaming grid, reported side by side: `own` (this
+    /// harness's) and `wrk` (Debian's wrk; noted and skipped when not installed).
+    #[arg(long, default_value = "own,wrk")]
+    pub loadgen: CommaList<Loadgen>,
+    /// Open-loop arrival rates, in percent of each gateway leg's measured saturation (its best
+    /// closed-loop req/s); `--no-open-loop` skips them.
+    #[arg(long, default_value = "50,70,90")]
+    pub open_loop: CommaList<u32>,
+    #[arg(long)]
+    pub no_open_loop: bool,
     /// A prebuilt aisix binary [default: cargo build --release -p aisix-server].
     #[arg(long)]
     pub aisix_bin: Option<PathBuf>,
@@ -117,6 +130,25 @@ pub struct GridArgs {
     /// Results folder; each run writes <out>/<UTC timestamp>/ [default: <workspace>/bench-results].
     #[arg(long)]
     pub out: Option<PathBuf>,
+}
+
+/// A load generator for the non-streaming grid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loadgen {
+    Own,
+    Wrk,
+}
+
+impl std::str::FromStr for Loadgen {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "own" => Ok(Loadgen::Own),
+            "wrk" => Ok(Loadgen::Wrk),
+            _ => Err(format!("{s:?} is not a load generator (own or wrk)")),
+        }
+    }
 }
 
 impl GridArgs {
@@ -133,6 +165,7 @@ impl GridArgs {
         self.syscall_concurrency = 8;
         self.syscall_window = Duration::from_millis(500);
         self.obs_off_concurrency = CommaList(vec![8]);
+        self.open_loop = CommaList(vec![50]);
     }
 }
 
@@ -258,6 +291,11 @@ pub fn run(mut args: GridArgs) -> Result<()> {
     } else {
         args.nginx_bin.clone().or_else(|| process::which("nginx"))
     };
+    let wrk_bin = if args.loadgen.0.contains(&Loadgen::Wrk) {
+        process::which("wrk")
+    } else {
+        None
+    };
     let strace_bin = if args.no_strace {
         None
     } else {
@@ -300,9 +338,21 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             reps: 1,
         },
         strace: strace_bin.as_deref(),
+        wrk: wrk_bin.as_deref().map(|bin| Wrk {
+            bin,
+            threads: placement.load_threads,
+            cpus: args.load_cpus.as_ref(),
+            timeout: args.timeout,
+            work: &work,
+        }),
         work: &work,
         mock_workers: placement.mock_workers,
     };
+    if wrk_bin.is_none() && args.loadgen.0.contains(&Loadgen::Wrk) {
+        results
+            .notes
+            .push("wrk is not installed: the grid ran with the own load generator only.".into());
+    }
     if strace_bin.is_none() && !args.no_strace {
         results
             .notes
@@ -324,13 +374,12 @@ pub fn run(mut args: GridArgs) -> Result<()> {
 
     attempt(&mut results, report::DIRECT, &mut |r| legs.direct(r))?;
     for &mode in &args.modes.0 {
-        let spec = GatewaySpec {
+        let spec = GatewaySpec::new(
             mode,
             workers,
-            observability: true,
-            cpus: args.gateway_cpus.clone(),
-            env: args.gateway_env.clone(),
-        };
+            args.gateway_cpus.clone(),
+            args.gateway_env.clone(),
+        );
         let leg = format!("aisix-{mode}");
         attempt(&mut results, &leg, &mut |r| {
             legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
@@ -339,13 +388,13 @@ pub fn run(mut args: GridArgs) -> Result<()> {
     if !args.no_obs_off
         && let Some(&mode) = args.modes.0.first()
     {
-        let spec = GatewaySpec {
+        let mut spec = GatewaySpec::new(
             mode,
             workers,
-            observability: false,
-            cpus: args.gateway_cpus.clone(),
-            env: args.gateway_env.clone(),
-        };
+            args.gateway_cpus.clone(),
+            args.gateway_env.clone(),
+        );
+        spec.observability = false;
         let leg = format!("aisix-{mode}-obs-off");
         results.obs_pair = Some((leg.clone(), format!("aisix-{mode}")));
         attempt(&mut results, &leg, &mut |r| {
@@ -392,6 +441,7 @@ struct Legs<'a> {
     timing: Timing,
     stream_timing: Timing,
     strace: Option<&'a Path>,
+    wrk: Option<Wrk<'a>>,
     work: &'a Path,
     mock_workers: usize,
 }
@@ -407,19 +457,19 @@ impl Legs<'_> {
             addr: mock.addr,
             metrics: None,
         };
-        let unary = loadgen::post_request(
-            mock.addr,
-            "/v1/chat/completions",
-            BENCH_KEY,
-            DIRECT_UNARY_BODY,
-        );
         let stream = loadgen::post_request(
             mock.addr,
             "/v1/chat/completions",
             BENCH_KEY,
             DIRECT_STREAM_BODY,
         );
-        self.grid(&subject, &unary, &self.args.concurrency.0, results)?;
+        self.grid(
+            &subject,
+            CHAT,
+            DIRECT_UNARY_BODY,
+            &self.args.concurrency.0,
+            results,
+        )?;
         self.streams(&subject, &stream, results)
     }
 
@@ -432,7 +482,11 @@ impl Legs<'_> {
         full: bool,
         results: &mut Results,
     ) -> Result<()> {
-        let mut gateway = Gateway::start(bin, spec, self.rig.mock.addr, &self.work.join(leg))?;
+        let upstreams = Upstreams {
+            mock: self.rig.mock.addr,
+            burst: None,
+        };
+        let mut gateway = Gateway::start(bin, spec, &upstreams, &self.work.join(leg))?;
         eprintln!(
             "[bench] {leg}: aisix pid {} on {}",
             gateway.pid(),
@@ -445,13 +499,13 @@ impl Legs<'_> {
             addr: gateway.addr,
             metrics: gateway.metrics_addr,
         };
-        let unary =
-            loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, UNARY_BODY);
-        let stream =
-            loadgen::post_request(gateway.addr, "/v1/chat/completions", BENCH_KEY, STREAM_BODY);
-        self.grid(&subject, &unary, concurrency, results)?;
+        let unary = loadgen::post_request(gateway.addr, CHAT, BENCH_KEY, UNARY_BODY);
+        let stream = loadgen::post_request(gateway.addr, CHAT, BENCH_KEY, STREAM_BODY);
+        self.grid(&subject, CHAT, UNARY_BODY, concurrency, results)?;
         gateway.ensure_running()?;
         if full {
+            self.open_loop(&subject, &unary, results)?;
+            gateway.ensure_running()?;
             self.syscalls(&subject, &unary, results)?;
             self.streams(&subject, &stream, results)?;
             gateway.ensure_running()?;
@@ -489,7 +543,13 @@ impl Legs<'_> {
             BENCH_KEY,
             DIRECT_STREAM_BODY,
         );
-        self.grid(&buffered, &unary, &self.args.concurrency.0, results)?;
+        self.grid(
+            &buffered,
+            CHAT,
+            DIRECT_UNARY_BODY,
+            &self.args.concurrency.0,
+            results,
+        )?;
         nginx.ensure_running()?;
         self.syscalls(&buffered, &unary, results)?;
         self.streams(&subject(nginx.sse_addr), &stream, results)?;
@@ -498,35 +558,93 @@ impl Legs<'_> {
         Ok(())
     }
 
+    /// The non-streaming grid: `body` POSTed to `path` at each concurrency, with each load
+    /// generator asked for.
     fn grid(
         &self,
         subject: &Subject,
-        request: &Arc<[u8]>,
+        path: &str,
+        body: &str,
         concurrency: &[usize],
         results: &mut Results,
     ) -> Result<()> {
+        let request = loadgen::post_request(subject.addr, path, BENCH_KEY, body);
         for &c in concurrency {
-            let rows = self
-                .rig
-                .unary(subject, request, c, &self.timing, &mut results.notes)?;
-            for row in &rows {
-                eprintln!(
-                    "[bench] {} c={} rep {}/{}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms, {:.1} µs CPU/req, {} failed, load CPU {:.0}%",
-                    row.leg,
+            let mut rows = Vec::new();
+            if self.args.loadgen.0.contains(&Loadgen::Own) {
+                rows.extend(self.rig.unary(
+                    subject,
+                    &request,
                     c,
-                    row.rep,
-                    self.timing.reps,
-                    row.rps,
-                    row.p50_us / 1e3,
-                    row.p99_us / 1e3,
-                    row.cpu_us_per_req,
-                    row.failures,
-                    row.load_cpu_share * 100.0
-                );
+                    &self.timing,
+                    &mut results.notes,
+                )?);
             }
+            if let Some(wrk) = &self.wrk {
+                rows.extend(wrk.unary(self.rig, subject, path, body, c, &self.timing)?);
+            }
+            self.progress(&rows);
             results.windows.extend(rows);
         }
         Ok(())
+    }
+
+    /// Open-loop windows at each `--open-loop` share of the leg's best closed-loop req/s, over
+    /// as many pooled connections as the largest grid point.
+    fn open_loop(
+        &self,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        results: &mut Results,
+    ) -> Result<()> {
+        if self.args.no_open_loop {
+            return Ok(());
+        }
+        let saturation = results.saturation(&subject.leg);
+        if saturation <= 0.0 {
+            results.notes.push(format!(
+                "{}: no valid closed-loop point, so no open-loop leg",
+                subject.leg
+            ));
+            return Ok(());
+        }
+        let connections = self.args.concurrency.0.iter().copied().max().unwrap_or(1);
+        for &percent in &self.args.open_loop.0 {
+            let rate = saturation * f64::from(percent) / 100.0;
+            let leg = Subject {
+                leg: report::open_loop_leg(&subject.leg, percent),
+                ..subject.clone()
+            };
+            let rows = self.rig.open_loop(
+                &leg,
+                request,
+                connections,
+                rate,
+                &self.timing,
+                &mut results.notes,
+            )?;
+            self.progress(&rows);
+            results.windows.extend(rows);
+        }
+        Ok(())
+    }
+
+    fn progress(&self, rows: &[WindowRow]) {
+        for row in rows {
+            eprintln!(
+                "[bench] {} c={} rep {}/{}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms, {:.1} µs CPU/req, {} failed, load CPU {:.0}%",
+                row.leg,
+                row.concurrency,
+                row.rep,
+                self.timing.reps,
+                row.rps,
+                row.p50_us / 1e3,
+                row.p99_us / 1e3,
+                row.cpu_us_per_req,
+                row.failures,
+                row.load_cpu_share * 100.0
+            );
+        }
     }
 
     fn syscalls(

@@ -1,9 +1,10 @@
-//! The closed-loop load generator: N keep-alive HTTP/1.1 connections over raw TCP, each sending
-//! its next precomputed request as soon as the previous response has been read in full. One
-//! current-thread runtime per load thread, pinned to the load CPUs. Results stay on the thread
-//! that produced them, bucketed by the phase (warm-up or window) in which each request
-//! completed, and are merged when the run stops: nothing is shared per request but one atomic
-//! load of the phase.
+//! The load generator: N keep-alive HTTP/1.1 connections over raw TCP. Closed loop (here): each
+//! connection sends its next precomputed request as soon as the previous response has been read
+//! in full. Open loop ([`crate::openloop`]): requests go out at a fixed rate on a pool of
+//! connections. One current-thread runtime per load thread, pinned to the load CPUs. Results
+//! stay on the thread that produced them, bucketed by the phase (warm-up or window) in which
+//! each request completed, and are merged when the run stops: nothing is shared per request but
+//! one atomic load of the phase.
 
 use std::cell::RefCell;
 use std::io::{Read, Write};
@@ -24,7 +25,7 @@ use crate::process::CpuList;
 
 /// The phase before the first window; windows are 1, 2, ….
 pub const WARMUP: usize = 0;
-const STOP: usize = usize::MAX;
+pub(crate) const STOP: usize = usize::MAX;
 const ERRORS_KEPT: usize = 5;
 
 /// What each request is and what counts as a good answer.
@@ -48,6 +49,9 @@ pub struct LoadSpec {
     pub cpus: Option<CpuList>,
     /// Longest wait for a whole response (a whole stream).
     pub timeout: Duration,
+    /// Open loop: requests per second in all, sent on schedule over `connections` pooled
+    /// connections. `None`: closed loop.
+    pub rate: Option<f64>,
 }
 
 /// What happened in one phase.
@@ -68,10 +72,13 @@ pub struct PhaseRecord {
     pub dropped: u64,
     /// Streams with a silence longer than the stall threshold.
     pub stalled: u64,
+    /// Open loop: requests sent more than a millisecond after their scheduled time (every
+    /// pooled connection was busy, or the generator fell behind).
+    pub late: u64,
 }
 
 impl PhaseRecord {
-    fn fail(&mut self, reason: String) {
+    pub(crate) fn fail(&mut self, reason: String) {
         self.failures += 1;
         if self.errors.len() < ERRORS_KEPT {
             self.errors.push(reason);
@@ -91,6 +98,7 @@ impl PhaseRecord {
         self.gap_ns.append(&mut other.gap_ns);
         self.dropped += other.dropped;
         self.stalled += other.stalled;
+        self.late += other.late;
     }
 
     /// Every request that ended in this phase, good or not.
@@ -119,10 +127,11 @@ impl LoadRun {
                 spec.connections / threads + usize::from(t < spec.connections % threads);
             let spec = spec.clone();
             let phase = phase.clone();
+            let rate = spec.rate.map(|rate| rate / threads as f64);
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("load-{t}"))
-                    .spawn(move || load_thread(&spec, connections, &phase))?,
+                    .spawn(move || load_thread(&spec, connections, rate, &phase))?,
             );
         }
         Ok(LoadRun {
@@ -156,11 +165,14 @@ impl LoadRun {
     }
 }
 
-type Records = Rc<RefCell<Vec<PhaseRecord>>>;
+pub(crate) type Records = Rc<RefCell<Vec<PhaseRecord>>>;
 
+/// One load thread: `connections` connections, closed loop or, with `rate` (this thread's
+/// share), open loop.
 fn load_thread(
     spec: &Arc<LoadSpec>,
     connections: usize,
+    rate: Option<f64>,
     phase: &Arc<AtomicUsize>,
 ) -> Result<Vec<PhaseRecord>> {
     if let Some(cpus) = &spec.cpus {
@@ -172,6 +184,10 @@ fn load_thread(
     let records: Records = Rc::default();
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
+        if let Some(rate) = rate {
+            crate::openloop::run(spec, connections, rate, phase, &records).await;
+            return;
+        }
         let tasks: Vec<_> = (0..connections)
             .map(|_| {
                 tokio::task::spawn_local(connection(spec.clone(), phase.clone(), records.clone()))
@@ -184,7 +200,7 @@ fn load_thread(
     Ok(records.take())
 }
 
-fn in_phase(records: &Records, phase: usize, f: impl FnOnce(&mut PhaseRecord)) {
+pub(crate) fn in_phase(records: &Records, phase: usize, f: impl FnOnce(&mut PhaseRecord)) {
     let mut records = records.borrow_mut();
     if records.len() <= phase {
         records.resize_with(phase + 1, PhaseRecord::default);
@@ -236,43 +252,67 @@ impl StreamProgress {
 }
 
 async fn connection(spec: Arc<LoadSpec>, phase: Arc<AtomicUsize>, records: Records) {
-    let mut conn: Option<TcpStream> = None;
-    let mut buffers = Buffers::default();
-    loop {
-        if phase.load(Ordering::Relaxed) == STOP {
+    let mut conn = Conn::default();
+    while phase.load(Ordering::Relaxed) != STOP {
+        let started = Instant::now();
+        if conn
+            .request(&spec, started, &phase, &records)
+            .await
+            .is_none()
+        {
             return;
         }
-        let stream = match conn.as_mut() {
+    }
+}
+
+/// A load connection: the socket (opened on first use, again after a close) and its buffers.
+#[derive(Default)]
+pub(crate) struct Conn {
+    stream: Option<TcpStream>,
+    buffers: Buffers,
+}
+
+impl Conn {
+    /// One request, timed from `started` (when it was sent, or in an open loop when it was
+    /// scheduled), recorded in the phase it completes in. `None` once the run has stopped.
+    pub(crate) async fn request(
+        &mut self,
+        spec: &LoadSpec,
+        started: Instant,
+        phase: &AtomicUsize,
+        records: &Records,
+    ) -> Option<()> {
+        let stream = match self.stream.as_mut() {
             Some(stream) => stream,
             None => match TcpStream::connect(spec.target).await {
                 Ok(stream) => {
                     let _ = stream.set_nodelay(true);
-                    conn.insert(stream)
+                    self.stream.insert(stream)
                 }
                 Err(e) => {
                     let p = phase.load(Ordering::Relaxed);
-                    if p != STOP {
-                        in_phase(&records, p, |r| r.fail(format!("connect: {e}")));
+                    if p == STOP {
+                        return None;
                     }
+                    in_phase(records, p, |r| r.fail(format!("connect: {e}")));
                     tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
+                    return Some(());
                 }
             },
         };
+        let buffers = &mut self.buffers;
         buffers.gaps.clear();
         buffers.sse.reset();
-        let started = Instant::now();
         let result =
-            tokio::time::timeout(spec.timeout, exchange(stream, &spec, &mut buffers, started))
-                .await;
+            tokio::time::timeout(spec.timeout, exchange(stream, spec, buffers, started)).await;
         let elapsed = started.elapsed().as_nanos() as u64;
         let p = phase.load(Ordering::Relaxed);
         if p == STOP {
-            return;
+            return None;
         }
         let keep = match result {
             Ok(Ok(answer)) => {
-                in_phase(&records, p, |r| {
+                in_phase(records, p, |r| {
                     record(
                         r,
                         &spec.workload,
@@ -284,20 +324,21 @@ async fn connection(spec: Arc<LoadSpec>, phase: Arc<AtomicUsize>, records: Recor
                 !answer.close
             }
             Ok(Err(reason)) => {
-                in_phase(&records, p, |r| r.fail(reason));
+                in_phase(records, p, |r| r.fail(reason));
                 false
             }
             Err(_) => {
-                in_phase(&records, p, |r| {
+                in_phase(records, p, |r| {
                     r.fail(format!("no complete answer within {:?}", spec.timeout))
                 });
                 false
             }
         };
         if !keep {
-            conn = None;
+            self.stream = None;
             buffers.read.clear();
         }
+        Some(())
     }
 }
 
@@ -537,6 +578,7 @@ mod tests {
             threads: 2,
             cpus: None,
             timeout: Duration::from_secs(5),
+            rate: None,
         }
     }
 

@@ -10,10 +10,12 @@ mod logfile;
 mod measure;
 mod mock;
 mod nginx;
+mod openloop;
 mod process;
 mod procstat;
 mod report;
 mod strace;
+mod wrk;
 
 use clap::{Parser, Subcommand};
 

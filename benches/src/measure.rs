@@ -1,7 +1,8 @@
 //! One measured leg at one load point: start the load, warm up, then fixed windows with a reading
 //! of `/proc` (process under test, mock, load generator), of the mock's counters and, for a
-//! gateway with metrics on, of its dropped access-log lines at every edge. Each window becomes one row; the load generator's phase clock decides which window a
-//! request belongs to (the one in which it completed).
+//! gateway with metrics on, of its `/metrics` (dropped access-log lines, requests per worker) at
+//! every edge. Each window becomes one row; the load generator's phase clock decides which
+//! window a request belongs to (the one in which it completed).
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
-use crate::gateway;
+use crate::gateway::{self, MetricsReading};
 use crate::loadgen::{LoadRun, LoadSpec, PhaseRecord, WARMUP, Workload};
 use crate::mock::{Mock, MockStats};
 use crate::process::{self, CpuList};
@@ -30,6 +31,7 @@ pub struct Rig<'a> {
 }
 
 /// The process(es) under test and where to send load.
+#[derive(Debug, Clone)]
 pub struct Subject {
     pub leg: String,
     pub workers: usize,
@@ -47,7 +49,7 @@ pub struct Timing {
 }
 
 /// A reading at a window edge.
-struct Edge {
+pub(crate) struct Edge {
     at: Instant,
     target: Sample,
     load: Sample,
@@ -55,24 +57,34 @@ struct Edge {
     mock_stats: MockStats,
     /// TIME_WAIT sockets with the mock's port on either end.
     time_wait: HashSet<String>,
-    /// `aisix_access_log_dropped_total`, for a gateway with metrics on.
-    log_dropped: Option<u64>,
+    /// The gateway's `/metrics`, for a gateway with metrics on.
+    metrics: Option<MetricsReading>,
 }
 
-fn edge(rig: &Rig<'_>, subject: &Subject) -> Result<Edge> {
+impl Edge {
+    /// Requests the mock answered between `earlier` and this edge.
+    pub(crate) fn mock_requests_since(&self, earlier: &Edge) -> u64 {
+        self.mock_stats
+            .requests
+            .saturating_sub(earlier.mock_stats.requests)
+    }
+}
+
+/// A reading at a window edge; `load` is the load generator's process (this one, or wrk).
+pub(crate) fn edge(rig: &Rig<'_>, subject: &Subject, load: u32) -> Result<Edge> {
     let target =
         procstat::sample(&subject.pids).with_context(|| format!("{} is gone", subject.leg))?;
     let at = Instant::now();
     Ok(Edge {
         at,
         target,
-        load: procstat::sample(&[std::process::id()])?,
+        load: procstat::sample(&[load])?,
         mock: procstat::sample(&[rig.mock.pid()])?,
         mock_stats: rig.mock.stats()?,
         time_wait: procstat::tcp_towards(rig.mock.addr.port()).time_wait,
-        log_dropped: subject
+        metrics: subject
             .metrics
-            .map(gateway::dropped_log_lines)
+            .map(gateway::read_metrics)
             .transpose()
             .with_context(|| format!("{}: read its metrics", subject.leg))?,
     })
@@ -89,9 +101,12 @@ struct Delta {
     new_conns: u64,
     mock_requests: u64,
     log_dropped: Option<u64>,
+    /// Requests each worker received (by `worker` label).
+    worker_requests: Vec<(String, u64)>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
+    let (before, after) = (a.metrics.as_ref(), b.metrics.as_ref());
     let tick = procstat::us_per_tick();
     let cpu = |x: &Sample, y: &Sample| y.cpu_ticks.saturating_sub(x.cpu_ticks) as f64 * tick;
     Delta {
@@ -103,15 +118,42 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
         ctx_switches: b.target.ctx_switches.saturating_sub(a.target.ctx_switches) as f64,
         new_conns: b.mock_stats.accepted.saturating_sub(a.mock_stats.accepted),
         mock_requests: b.mock_stats.requests.saturating_sub(a.mock_stats.requests),
-        log_dropped: b
-            .log_dropped
-            .zip(a.log_dropped)
-            .map(|(b, a)| b.saturating_sub(a)),
+        log_dropped: after
+            .zip(before)
+            .map(|(b, a)| b.dropped_log_lines.saturating_sub(a.dropped_log_lines)),
+        worker_requests: after.zip(before).map_or_else(Vec::new, |(b, a)| {
+            b.worker_requests
+                .iter()
+                .map(|(worker, n)| {
+                    let earlier = a
+                        .worker_requests
+                        .iter()
+                        .find(|(w, _)| w == worker)
+                        .map_or(0, |(_, n)| *n);
+                    (worker.clone(), n.saturating_sub(earlier))
+                })
+                .collect()
+        }),
     }
 }
 
+/// What the load generator saw in one window of closed-loop load.
+pub(crate) struct Served {
+    /// Good answers.
+    pub ok: u64,
+    pub failures: u64,
+    /// Every request that ended in the window (the divisor of the per-request figures).
+    pub attempts: u64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    pub max_us: f64,
+    /// Open loop: requests sent late (every pooled connection busy).
+    pub late: u64,
+    pub errors: Vec<String>,
+}
+
 /// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], q: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[u64], q: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
@@ -135,6 +177,7 @@ impl Rig<'_> {
             threads: self.load_threads,
             cpus: self.load_cpus.clone(),
             timeout: self.timeout,
+            rate: None,
         }
     }
 
@@ -156,12 +199,13 @@ impl Rig<'_> {
         let edges = (|| {
             process::sleep(warmup)?;
             let mut edges = Vec::with_capacity(windows.len() + 1);
+            let me = std::process::id();
             for (i, window) in windows.iter().enumerate() {
-                edges.push(edge(self, subject)?);
+                edges.push(edge(self, subject, me)?);
                 run.set_phase(i + 1);
                 process::sleep(*window)?;
             }
-            edges.push(edge(self, subject)?);
+            edges.push(edge(self, subject, me)?);
             run.set_phase(windows.len() + 1);
             Ok::<_, anyhow::Error>(edges)
         })();
@@ -180,46 +224,106 @@ impl Rig<'_> {
         timing: &Timing,
         notes: &mut Vec<String>,
     ) -> Result<Vec<WindowRow>> {
-        let spec = self.spec(subject, request, Workload::Unary, concurrency);
+        self.unary_at(subject, request, concurrency, None, timing, notes)
+    }
+
+    /// The open-loop point: `rate` requests per second sent on schedule over a pool of
+    /// `connections`, latency counted from each request's scheduled send.
+    pub fn open_loop(
+        &self,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        connections: usize,
+        rate: f64,
+        timing: &Timing,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<WindowRow>> {
+        self.unary_at(subject, request, connections, Some(rate), timing, notes)
+    }
+
+    fn unary_at(
+        &self,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        concurrency: usize,
+        rate: Option<f64>,
+        timing: &Timing,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<WindowRow>> {
+        let spec = LoadSpec {
+            rate,
+            ..self.spec(subject, request, Workload::Unary, concurrency)
+        };
         let windows = vec![timing.window; timing.reps];
         let (edges, mut records) = self.windows(subject, &spec, timing.warmup, &windows)?;
         warmup_note(&records[WARMUP], &subject.leg, concurrency, notes);
         let mut rows = Vec::new();
         for rep in 1..=timing.reps {
             let record = &mut records[rep];
-            let d = delta(&edges[rep - 1], &edges[rep], record.attempts());
             record.latency_ns.sort_unstable();
             let lat = &record.latency_ns;
-            let b = &edges[rep];
-            rows.push(WindowRow {
-                leg: subject.leg.clone(),
-                workers: subject.workers,
-                concurrency,
-                rep,
-                seconds: d.seconds,
-                requests: record.ok,
+            let served = Served {
+                ok: record.ok,
                 failures: record.failures,
-                rps: record.ok as f64 / d.seconds,
+                attempts: record.attempts(),
                 p50_us: percentile(lat, 0.50) / 1e3,
                 p99_us: percentile(lat, 0.99) / 1e3,
                 max_us: lat.last().map_or(f64::NAN, |&v| v as f64 / 1e3),
-                cpu_us_per_req: d.target_cpu_us / d.attempts,
-                cpu_cores: d.target_cpu_us / (d.seconds * 1e6),
-                ctx_per_req: d.ctx_switches / d.attempts,
-                rss_mib: b.target.rss_kib as f64 / 1024.0,
-                hwm_mib: b.target.hwm_kib as f64 / 1024.0,
-                new_upstream_conns: d.new_conns,
-                time_wait: b.time_wait.len(),
-                new_time_wait: b.time_wait.difference(&edges[rep - 1].time_wait).count(),
-                mock_requests: d.mock_requests,
-                mock_cpu_us_per_req: d.mock_cpu_us / d.attempts,
-                load_cpu_us_per_req: d.load_cpu_us / d.attempts,
-                load_cpu_share: self.load_share(&d),
-                log_dropped: d.log_dropped,
+                late: record.late,
                 errors: std::mem::take(&mut record.errors),
-            });
+            };
+            rows.push(self.window_row(
+                subject,
+                concurrency,
+                rep,
+                &edges[rep - 1],
+                &edges[rep],
+                served,
+            ));
         }
         Ok(rows)
+    }
+
+    /// One closed-loop window's row from its edges and what the load generator saw.
+    pub(crate) fn window_row(
+        &self,
+        subject: &Subject,
+        concurrency: usize,
+        rep: usize,
+        a: &Edge,
+        b: &Edge,
+        served: Served,
+    ) -> WindowRow {
+        let d = delta(a, b, served.attempts);
+        WindowRow {
+            leg: subject.leg.clone(),
+            workers: subject.workers,
+            concurrency,
+            rep,
+            seconds: d.seconds,
+            requests: served.ok,
+            failures: served.failures,
+            rps: served.ok as f64 / d.seconds,
+            p50_us: served.p50_us,
+            p99_us: served.p99_us,
+            max_us: served.max_us,
+            cpu_us_per_req: d.target_cpu_us / d.attempts,
+            cpu_cores: d.target_cpu_us / (d.seconds * 1e6),
+            ctx_per_req: d.ctx_switches / d.attempts,
+            rss_mib: b.target.rss_kib as f64 / 1024.0,
+            hwm_mib: b.target.hwm_kib as f64 / 1024.0,
+            new_upstream_conns: d.new_conns,
+            time_wait: b.time_wait.len(),
+            new_time_wait: b.time_wait.difference(&a.time_wait).count(),
+            mock_requests: d.mock_requests,
+            mock_cpu_us_per_req: d.mock_cpu_us / d.attempts,
+            load_cpu_us_per_req: d.load_cpu_us / d.attempts,
+            load_cpu_share: self.load_share(&d),
+            log_dropped: d.log_dropped,
+            worker_requests: d.worker_requests,
+            late: served.late,
+            errors: served.errors,
+        }
     }
 
     /// The streaming point: `streams` connections each streaming one answer after another,

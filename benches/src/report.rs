@@ -58,6 +58,11 @@ pub struct WindowRow {
     /// Access-log lines the gateway dropped during the window (`None`: not a gateway with
     /// metrics on). Any drop makes the window invalid: the log was not keeping up.
     pub log_dropped: Option<u64>,
+    /// Requests each worker received during the window (`aisix_worker_requests_total` by
+    /// `worker`; empty without metrics).
+    pub worker_requests: Vec<(String, u64)>,
+    /// Open loop: requests that left more than a millisecond after their scheduled time.
+    pub late: u64,
     pub errors: Vec<String>,
 }
 
@@ -81,7 +86,10 @@ impl WindowRow {
             "mock_cpu_us_per_req": round(self.mock_cpu_us_per_req, 2),
             "load_cpu_us_per_req": round(self.load_cpu_us_per_req, 2),
             "load_cpu_share": round(self.load_cpu_share, 3),
-            "access_log_dropped": self.log_dropped, "errors": self.errors,
+            "access_log_dropped": self.log_dropped,
+            "worker_requests": self.worker_requests.iter().map(|(w, n)| json!({"worker": w, "requests": n})).collect::<Vec<_>>(),
+            "late": self.late,
+            "errors": self.errors,
         })
     }
 }
@@ -198,6 +206,8 @@ struct Point {
     mock_cpu_us_per_req: f64,
     load_cpu_share: f64,
     failures: u64,
+    /// Open loop: requests sent late over the windows.
+    late: u64,
     /// Access-log lines dropped over the windows (`None`: not read for this leg).
     log_dropped: Option<u64>,
 }
@@ -220,7 +230,28 @@ fn round(value: f64, digits: i32) -> f64 {
     (value * scale).round() / scale
 }
 
+/// The leg name of an open-loop run at `percent` of `leg`'s saturation.
+pub fn open_loop_leg(leg: &str, percent: u32) -> String {
+    format!("{leg}{OPEN_LOOP}{percent}%")
+}
+
+/// What marks an open-loop leg's name.
+const OPEN_LOOP: &str = " open-loop ";
+
+fn is_open_loop(leg: &str) -> bool {
+    leg.contains(OPEN_LOOP)
+}
+
 impl Results {
+    /// The best median req/s of `leg`'s valid closed-loop points (0 when it has none).
+    pub fn saturation(&self, leg: &str) -> f64 {
+        self.points()
+            .iter()
+            .filter(|p| p.leg == leg && p.valid)
+            .map(|p| p.rps)
+            .fold(0.0, f64::max)
+    }
+
     fn points(&self) -> Vec<Point> {
         let mut keys: Vec<(String, usize)> = Vec::new();
         for row in &self.windows {
@@ -259,6 +290,7 @@ impl Results {
                     mock_cpu_us_per_req: m(|r| r.mock_cpu_us_per_req),
                     load_cpu_share: m(|r| r.load_cpu_share),
                     failures: rows.iter().map(|r| r.failures).sum(),
+                    late: rows.iter().map(|r| r.late).sum(),
                     log_dropped: rows
                         .iter()
                         .filter_map(|r| r.log_dropped)
@@ -313,11 +345,15 @@ impl Results {
                 out.push(("tpc/shared rps".into(), c, p.rps / shared.rps));
             }
         }
-        for p in points
-            .iter()
-            .filter(|p| p.leg.starts_with("aisix-") && !p.leg.ends_with("-obs-off"))
-        {
-            if let Some(nginx) = find(NGINX, p.concurrency) {
+        for p in points.iter().filter(|p| {
+            p.leg.starts_with("aisix-") && !p.leg.contains("-obs-off") && !is_open_loop(&p.leg)
+        }) {
+            // Each load generator's figures are compared with nginx under the same one.
+            let nginx = match p.leg.strip_suffix(crate::wrk::SUFFIX) {
+                Some(_) => format!("{NGINX}{}", crate::wrk::SUFFIX),
+                None => NGINX.to_owned(),
+            };
+            if let Some(nginx) = find(&nginx, p.concurrency) {
                 out.push((
                     format!("{}/nginx cpu_us_per_req", p.leg),
                     p.concurrency,
@@ -358,7 +394,7 @@ impl Results {
              | leg | conc | req/s | ±% | p50 ms | p99 ms | CPU µs/req | CPU cores | ctxsw/req | peak RSS MiB | new upstream conns | new TIME_WAIT (total) | mock µs/req | load CPU % | log lines dropped | ok |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
         );
-        for p in &points {
+        for p in points.iter().filter(|p| !is_open_loop(&p.leg)) {
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} ({}) | {:.1} | {:.0}{} | {} | {} |",
@@ -393,6 +429,37 @@ impl Results {
              log lines dropped: the gateway's `aisix_access_log_dropped_total` over the windows (– : not a gateway with metrics on); \
              any drop makes a window invalid."
         );
+
+        let open: Vec<&Point> = points.iter().filter(|p| is_open_loop(&p.leg)).collect();
+        if !open.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## Open loop (fixed arrival rate; latency from each request's scheduled send)\n\n\
+                 | leg | pool conns | req/s | p50 ms | p99 ms | late sends | CPU µs/req | log lines dropped | ok |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---:|:-:|"
+            );
+            for p in open {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.0} | {:.3} | {:.3} | {} | {:.1} | {} | {} |",
+                    p.leg,
+                    p.concurrency,
+                    p.rps,
+                    p.p50_us / 1e3,
+                    p.p99_us / 1e3,
+                    p.late,
+                    p.cpu_us_per_req,
+                    count_or_dash(p.log_dropped),
+                    verdict(p),
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\nThe rate is a share of the leg's best closed-loop req/s. A late send left more than 1 ms \
+                 after its scheduled time (every pooled connection was busy); its latency still counts \
+                 from the scheduled time, so queueing shows (no coordinated omission)."
+            );
+        }
 
         let ratios = self.ratios();
         if !ratios.is_empty() {
