@@ -11,12 +11,13 @@ mod timeouts;
 
 pub use bootstrap::{
     Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
-    ShutdownConfig, TlsConfig, UpstreamConfig,
+    Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
 pub use resources::{
-    ApiKey, KeyHash, Model, ModelPattern, ProviderKey, ProviderKind, Resources, Secret, hash_key,
-    load_resources, parse_resources,
+    ApiKey, GroupTarget, KeyHash, Model, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
+    Resources, Routing, Secret, Strategy, WhenAllUnavailable, hash_key, load_resources,
+    parse_resources,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};
