@@ -26,6 +26,8 @@ pub enum BodyError {
 pub struct Inspected {
     pub model: String,
     pub stream: bool,
+    /// `n`: how many choices the answer has (1 when absent).
+    pub choices: u32,
     /// Byte range of the `model` value (the quoted string) in the body.
     model_span: (usize, usize),
     /// Byte range of the `stream_options` value, if present and not null.
@@ -48,6 +50,8 @@ struct Probe<'a> {
     stream: Option<&'a RawValue>,
     #[serde(borrow)]
     stream_options: Option<&'a RawValue>,
+    #[serde(borrow)]
+    n: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -84,6 +88,14 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         Some(_) => return Err(BodyError::InvalidField("stream", "a boolean")),
     };
 
+    let choices = match probe.n.map(RawValue::get) {
+        None | Some("null") => 1,
+        Some(n) => match n.parse::<u32>() {
+            Ok(n) if n >= 1 => n,
+            _ => return Err(BodyError::InvalidField("n", "a positive integer")),
+        },
+    };
+
     let stream_options = match probe.stream_options {
         Some(raw) if raw.get() != "null" => {
             let options: StreamOptionsProbe = serde_json::from_str(raw.get())
@@ -99,6 +111,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     Ok(Inspected {
         model: model.into_owned(),
         stream,
+        choices,
         model_span: span_of(body, model_raw.get()),
         stream_options,
         object_start,
@@ -303,6 +316,12 @@ mod tests {
             inspect(br#"{"model":"m","stream":"yes"}"#),
             Err(BodyError::InvalidField("stream", "a boolean"))
         );
+        assert_eq!(
+            inspect(br#"{"model":"m","n":0}"#),
+            Err(BodyError::InvalidField("n", "a positive integer"))
+        );
+        assert_eq!(inspect(br#"{"model":"m","n":3}"#).unwrap().choices, 3);
+        assert_eq!(inspect(br#"{"model":"m"}"#).unwrap().choices, 1);
     }
 
     #[test]

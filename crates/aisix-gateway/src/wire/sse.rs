@@ -99,9 +99,14 @@ struct ChunkProbe {
 
 /// Classifies one complete event.
 pub fn classify(event: &[u8]) -> Event {
-    let Some(data) = data_payload(event) else {
-        return Event::Other;
-    };
+    match data_payload(event) {
+        Some(data) => classify_data(data),
+        None => Event::Other,
+    }
+}
+
+/// Classifies an event by its `data` payload.
+pub fn classify_data(data: &[u8]) -> Event {
     if data.trim_ascii() == b"[DONE]" {
         return Event::Done;
     }
@@ -122,7 +127,7 @@ pub fn classify(event: &[u8]) -> Event {
 
 /// The payload of the event's `data:` line. OpenAI sends one data line per event; an event
 /// with several is not a chunk the gateway needs to read.
-fn data_payload(event: &[u8]) -> Option<&[u8]> {
+pub fn data_payload(event: &[u8]) -> Option<&[u8]> {
     let mut payload = None;
     for line in lines(event) {
         if let Some(rest) = line.strip_prefix(b"data:") {
@@ -133,6 +138,14 @@ fn data_payload(event: &[u8]) -> Option<&[u8]> {
         }
     }
     payload
+}
+
+/// Whether the event says `event: error`, as servers do to report a failure mid-stream.
+pub fn is_error_event(event: &[u8]) -> bool {
+    lines(event).any(|line| {
+        line.strip_prefix(b"event:")
+            .is_some_and(|name| name.trim_ascii() == b"error")
+    })
 }
 
 /// The lines of an event, without their LF, CRLF or CR endings.
@@ -337,6 +350,13 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn error_events_are_recognised_by_their_type() {
+        assert!(is_error_event(b"event: error\ndata: {}\n\n"));
+        assert!(is_error_event(b"id: 1\r\nevent:error\r\n\r\n"));
+        assert!(!is_error_event(b"data: {\"event\": \"error\"}\n\n"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 
 use super::cache::{self, METADATA};
 use super::catalog::{
-    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, Kind, REQUESTS_IN_FLIGHT,
+    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, Kind, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
     WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::histogram::Histograms;
@@ -143,6 +143,10 @@ impl Metrics {
         recorder
             .register_counter(&cache::key_of(&ACCESS_LOG_DROPPED, &[]), &METADATA)
             .increment(0);
+        // No direct model cools down until one does: 0 from the first scrape.
+        recorder
+            .register_gauge(&cache::key_of(&TARGETS_COOLING, &[]), &METADATA)
+            .increment(0.0);
         Ok(Self { recorder })
     }
 
