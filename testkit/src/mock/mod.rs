@@ -204,6 +204,25 @@ impl MockProvider {
         self.state.script(|script| script.queue.push_back(reply));
     }
 
+    /// Queues a reply for one request to `path` (such as `/v1/chat/completions`); replies for
+    /// a path are used first in, first out, before the common queue.
+    pub fn enqueue_for(&self, path: &str, reply: Reply) {
+        self.state.script(|script| {
+            script
+                .by_path
+                .entry(path.to_owned())
+                .or_default()
+                .push_back(reply)
+        });
+    }
+
+    /// Scripts the reply of the request with ordinal `n` (1 for the first the mock receives),
+    /// whatever else is scripted.
+    pub fn reply_at(&self, n: usize, reply: Reply) {
+        self.state
+            .script(|script| script.by_ordinal.insert(n, reply));
+    }
+
     /// Replies still queued (not yet used by a request).
     pub fn queued(&self) -> usize {
         self.state.script(|script| script.queue.len())

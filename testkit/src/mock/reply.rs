@@ -44,6 +44,10 @@ pub(crate) enum Content {
     Sse(Vec<Frame>),
     /// Close the connection without a response (on HTTP/2: reset the stream).
     NoResponse,
+    /// Reset the TCP connection (RST, no FIN) without a response.
+    Reset,
+    /// Never answer: the request waits until the peer gives up.
+    Silence,
 }
 
 /// How a response body ends once its last frame is sent.
@@ -104,6 +108,30 @@ impl Reply {
     /// Close the connection without sending any response (on HTTP/2: reset the stream).
     pub fn close() -> Reply {
         Reply::new(StatusCode::OK, Content::NoResponse)
+    }
+
+    /// Reset the connection before any response: the socket is closed with `SO_LINGER` 0, so
+    /// the peer reads a TCP RST, as from a crashed or overloaded server (HTTP/1.1 only; on
+    /// HTTP/2 the stream is reset).
+    pub fn reset() -> Reply {
+        Reply::new(StatusCode::OK, Content::Reset)
+    }
+
+    /// Never answer: no head, no close, until the peer goes away (counted in
+    /// [`MockProvider::requests_abandoned`](super::MockProvider::requests_abandoned)).
+    pub fn silence() -> Reply {
+        Reply::new(StatusCode::OK, Content::Silence)
+    }
+
+    /// A chat completion stream of these content pieces, as OpenAI sends it: a role chunk, one
+    /// chunk per piece, a finish chunk (`stop`), the usage chunk (prompt tokens as given,
+    /// completion tokens one per piece), then `data: [DONE]` unless the ending says otherwise.
+    pub fn chat_stream(model: &str, pieces: &[&str], prompt_tokens: u64) -> Reply {
+        let mut frames = vec![Frame::chat_role(model)];
+        frames.extend(pieces.iter().map(|piece| Frame::chat_delta(model, piece)));
+        frames.push(Frame::chat_finish(model, "stop"));
+        frames.push(Frame::chat_usage(model, prompt_tokens, pieces.len() as u64));
+        Reply::sse(frames)
     }
 
     /// Replace the body with this JSON value and set `content-type: application/json`.
@@ -213,6 +241,45 @@ impl Frame {
 
     /// A `chat.completion.chunk` whose only choice carries this content delta.
     pub fn chat_delta(model: &str, content: &str) -> Frame {
+        Frame::chat_chunk(model, json!({"content": content}), Value::Null)
+    }
+
+    /// The first chunk of a chat stream: the assistant's role and empty content.
+    pub fn chat_role(model: &str) -> Frame {
+        Frame::chat_chunk(
+            model,
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )
+    }
+
+    /// A chat chunk that finishes its only choice with `reason` (`stop`, `length`, ...).
+    pub fn chat_finish(model: &str, reason: &str) -> Frame {
+        Frame::chat_chunk(model, json!({}), json!(reason))
+    }
+
+    /// The usage-only last chunk of a chat stream.
+    pub fn chat_usage(model: &str, prompt_tokens: u64, completion_tokens: u64) -> Frame {
+        Frame::json(json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion.chunk",
+            "created": openai::CREATED,
+            "model": model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }))
+    }
+
+    /// An event whose data is a JSON object cut off in the middle.
+    pub fn malformed() -> Frame {
+        Frame::raw("data: {\"id\":\"chatcmpl-mock\",\"choices\":[{\"delta\":{\"cont\n\n")
+    }
+
+    fn chat_chunk(model: &str, delta: Value, finish_reason: Value) -> Frame {
         Frame::json(json!({
             "id": "chatcmpl-mock",
             "object": "chat.completion.chunk",
@@ -220,9 +287,9 @@ impl Frame {
             "model": model,
             "choices": [{
                 "index": 0,
-                "delta": {"content": content},
+                "delta": delta,
                 "logprobs": null,
-                "finish_reason": null,
+                "finish_reason": finish_reason,
             }],
         }))
     }
