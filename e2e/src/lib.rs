@@ -7,6 +7,7 @@ pub mod gateway;
 /// The scriptable mock provider, from the workspace's one mock library.
 pub use aisix_testkit::mock;
 pub mod prom;
+pub mod routing;
 pub mod sdk;
 pub mod third_party;
 pub mod tinyproxy;

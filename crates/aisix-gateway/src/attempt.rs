@@ -135,6 +135,8 @@ impl Attempts {
     /// The attempt loop: the first answer of the plan's direct models, or the error to return.
     pub(crate) async fn run(&mut self, record: &mut Record) -> Result<Served, GatewayError> {
         record.group = self.plan.group().map(|g| g.name.clone());
+        // Until a direct model is called, the request is counted against the name it used.
+        record.model = Some(self.plan.name().clone());
         let mut last_error = None;
         let mut cooling_until: Option<u64> = None;
         let mut ignore_cooling = false;

@@ -255,9 +255,18 @@ impl TargetState {
     }
 }
 
+impl TargetState {
+    /// A reload replaced (or removed) this model while it was cooling: it leaves the gauge
+    /// now, though workers may hold it until their next request.
+    fn retire(&self) {
+        if self.counted.swap(false, Relaxed) {
+            emit::targets_cooling(false);
+        }
+    }
+}
+
 impl Drop for TargetState {
     fn drop(&mut self) {
-        // A model removed (or changed) by a reload while cooling leaves the gauge.
         if *self.counted.get_mut() {
             emit::targets_cooling(false);
         }
@@ -321,6 +330,16 @@ impl States {
                     |(_, state)| state.clone(),
                 );
             targets.insert(model.display_name.clone(), (hash, state));
+        }
+        if let Some(previous) = previous {
+            for (name, (_, state)) in &previous.targets {
+                let kept = targets
+                    .get(name)
+                    .is_some_and(|(_, now)| Arc::ptr_eq(now, state));
+                if !kept {
+                    state.retire();
+                }
+            }
         }
         let mut groups = HashMap::with_capacity(resources.groups.len());
         for group in &resources.groups {
