@@ -127,6 +127,12 @@ impl Record {
     /// it.
     pub(crate) fn stream_failed(&mut self, error: &GatewayError) {
         self.failed(error);
+        self.answer_broke(error);
+    }
+
+    /// The call answering a stream broke off with `error` (the request may still go on, with a
+    /// continuation).
+    pub(crate) fn answer_broke(&mut self, error: &GatewayError) {
         let meaning = error.meaning();
         if let Some(attempt) = self.attempts.last_mut() {
             attempt.error = Some(meaning.code);

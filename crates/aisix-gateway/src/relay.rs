@@ -90,6 +90,7 @@ impl State {
             && let Some(text) = events.map().text().map(str::to_owned)
         {
             tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
+            record.answer_broke(&error);
             let carried = events.map().carried();
             return (
                 State::Continuing(Box::pin(rest.continuation(record, text, carried, error))),
