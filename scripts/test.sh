@@ -3,9 +3,11 @@
 # gcc, make and Python 3 that come with it). Installs what the tests need, then runs them:
 #   - promtool (Debian package `prometheus`): checks the /metrics page;
 #   - taskset (util-linux): starts the gateway under a one-CPU affinity mask;
+#   - systemd-analyze (systemd), unshare (util-linux), mount: the operations tests;
 #   - the official `openai` Python SDK, in a virtual environment under target/e2e-venv;
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
+#   - redis-server (Debian package `redis-server`): the shared rate-limit store.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +18,12 @@ command -v taskset >/dev/null 2>&1 || missing+=(util-linux)
 command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+# Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
+# conditions).
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+command -v unshare >/dev/null 2>&1 || missing+=(util-linux)
+command -v mount >/dev/null 2>&1 || missing+=(mount)
 if ((${#missing[@]})); then
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
@@ -29,7 +37,10 @@ bash scripts/setup-python.sh
 
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.
 cargo build --locked --workspace --all-targets
-cargo test --locked --workspace
+# The release binary a user runs, built once (fat LTO is slow); release_build.rs and container.rs
+# test this one.
+cargo build --locked --release -p aisix-server
+E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).

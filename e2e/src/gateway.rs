@@ -22,7 +22,8 @@ impl Mode {
 }
 
 /// Builds the `aisix` binary once per test process (through cargo, so it is never stale) and
-/// returns its path. `AISIX_E2E_BIN` points at a prebuilt binary instead.
+/// returns its path. `AISIX_E2E_BIN` points at a prebuilt binary instead. Debug test builds get
+/// the `test-hooks` feature (the worker-crash hook); a release build refuses that feature.
 pub fn binary() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
@@ -30,23 +31,57 @@ pub fn binary() -> &'static Path {
             return PathBuf::from(path);
         }
         let release = !cfg!(debug_assertions);
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--quiet", "-p", "aisix-server", "--bin", "aisix"])
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        if release {
-            cargo.arg("--release");
-        }
-        let status = cargo.status().expect("run cargo to build aisix");
-        assert!(status.success(), "building aisix failed");
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> -> target/<profile>/aisix
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test binary lives in target/<profile>/deps");
-        profile_dir.join(format!("aisix{}", std::env::consts::EXE_SUFFIX))
+        build(if release {
+            Profile::Release
+        } else {
+            Profile::DebugWithTestHooks
+        })
     })
+}
+
+/// The release binary a user runs (`cargo build --release`), built once per test process.
+/// `E2E_AISIX_RELEASE_BIN` points at one already built (scripts/test.sh builds it first, so a
+/// CI run links the slow fat-LTO binary once).
+pub fn release_binary() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| match std::env::var_os("E2E_AISIX_RELEASE_BIN") {
+        Some(path) => PathBuf::from(path),
+        None => build(Profile::Release),
+    })
+}
+
+enum Profile {
+    Release,
+    DebugWithTestHooks,
+}
+
+fn build(profile: Profile) -> PathBuf {
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--quiet", "-p", "aisix-server", "--bin", "aisix"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    let profile_name = match profile {
+        Profile::Release => {
+            cargo.arg("--release");
+            "release"
+        }
+        Profile::DebugWithTestHooks => {
+            cargo.args(["--features", "test-hooks"]);
+            "debug"
+        }
+    };
+    let status = cargo.status().expect("run cargo to build aisix");
+    assert!(status.success(), "building aisix ({profile_name}) failed");
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile-name>/aisix
+    let target_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("test binary lives in target/<profile>/deps");
+    target_dir
+        .join(profile_name)
+        .join(format!("aisix{}", std::env::consts::EXE_SUFFIX))
 }
 
 /// What to start a gateway with. Sections are YAML text appended to the generated config.
@@ -66,6 +101,8 @@ pub struct GatewayConfig {
     pub env: Vec<(String, String)>,
     /// Run under `taskset -c <cpus>`.
     pub taskset: Option<String>,
+    /// Run this binary instead of [`binary`] (e.g. [`release_binary`]).
+    pub binary: Option<PathBuf>,
 }
 
 impl GatewayConfig {
@@ -79,7 +116,13 @@ impl GatewayConfig {
             metrics: false,
             env: Vec::new(),
             taskset: None,
+            binary: None,
         }
+    }
+
+    pub fn binary(mut self, path: &Path) -> Self {
+        self.binary = Some(path.to_path_buf());
+        self
     }
 
     pub fn workers(mut self, workers: Option<usize>) -> Self {
@@ -170,6 +213,15 @@ impl Gateway {
         gateway
     }
 
+    /// Starts `command` like [`Gateway::spawn_command`] and waits until it serves `/readyz`.
+    pub fn start_command(command: Command, dir: tempfile::TempDir) -> Gateway {
+        let mut gateway = Self::spawn_command(command, dir);
+        let addr = gateway.wait_for_addr();
+        gateway.addr = Some(addr);
+        gateway.wait_ready();
+        gateway
+    }
+
     /// Starts a gateway and waits only until it logs its address (for TLS listeners, which a
     /// plain-HTTP readiness probe cannot reach).
     pub fn start_listening(config: &GatewayConfig) -> Gateway {
@@ -187,7 +239,14 @@ impl Gateway {
         if let Some(resources) = &config.resources {
             std::fs::write(dir.path().join("resources.yaml"), resources).expect("write resources");
         }
-        Self::spawn_with(&config_path, &config.env, config.taskset.as_deref(), dir)
+        let bin = config.binary.as_deref().unwrap_or_else(|| binary());
+        Self::spawn_binary(
+            bin,
+            &config_path,
+            &config.env,
+            config.taskset.as_deref(),
+            dir,
+        )
     }
 
     /// Spawns `aisix --config <path>` with the given extra environment.
@@ -197,24 +256,45 @@ impl Gateway {
         taskset: Option<&str>,
         dir: tempfile::TempDir,
     ) -> Gateway {
+        Self::spawn_binary(binary(), config_path, env, taskset, dir)
+    }
+
+    /// Spawns `<bin> --config <path>` with the given extra environment.
+    pub fn spawn_binary(
+        bin: &Path,
+        config_path: &Path,
+        env: &[(String, String)],
+        taskset: Option<&str>,
+        dir: tempfile::TempDir,
+    ) -> Gateway {
         let mut command = match taskset {
             Some(cpus) => {
                 let mut c = Command::new("taskset");
-                c.args(["-c", cpus]).arg(binary());
+                c.args(["-c", cpus]).arg(bin);
                 c
             }
-            None => Command::new(binary()),
+            None => Command::new(bin),
         };
         command.arg("--config").arg(config_path);
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+        Self::spawn_command(command, dir)
+    }
+
+    /// Spawns `command` (which runs aisix, perhaps through a wrapper such as `unshare`) and
+    /// collects its output, like every other spawn.
+    pub fn spawn_command(mut command: Command, dir: tempfile::TempDir) -> Gateway {
         // The test's own environment must not leak configuration (or a proxy for the loopback
-        // providers) into the gateway; a test that wants a proxy sets it in `env`.
+        // providers) into the gateway: only the variables the command sets itself reach it, and
+        // a test that wants a proxy sets it there.
+        let set: Vec<std::ffi::OsString> =
+            command.get_envs().map(|(key, _)| key.to_owned()).collect();
         for (key, _) in std::env::vars() {
             let proxy = key.to_ascii_lowercase().ends_with("_proxy");
-            if key.starts_with("AISIX_") || key == "RUST_LOG" || proxy {
+            let leaks = key.starts_with("AISIX_") || key == "RUST_LOG" || proxy;
+            if leaks && !set.iter().any(|s| *s == *key) {
                 command.env_remove(key);
             }
         }
-        command.envs(env.iter().map(|(k, v)| (k, v)));
         command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

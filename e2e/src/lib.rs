@@ -7,10 +7,12 @@ pub mod gateway;
 /// The scriptable mock provider, from the workspace's one mock library.
 pub use aisix_testkit::mock;
 pub mod prom;
+pub mod resources;
 pub mod routing;
 pub mod sdk;
 pub mod third_party;
 pub mod tinyproxy;
+pub mod tls;
 
 /// Declares one end-to-end test per serving mode: `name::thread_per_core` and `name::shared`,
 /// so a CI leg can run one mode with `cargo test -p aisix-e2e -- ::shared`.

@@ -4,7 +4,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_e2e::both_modes;
@@ -267,17 +266,6 @@ both_modes! {
     }
 }
 
-#[cfg(not(debug_assertions))]
-both_modes! {
-    async fn release_builds_have_no_crash_hook(mode: Mode) {
-        let mut gateway = Gateway::start(&GatewayConfig::new(mode));
-        let reply = client::get(gateway.addr(), "/__aisix/test/crash-worker").await;
-        assert_eq!(reply.status, 404);
-        assert!(gateway.try_exit().is_none());
-        assert_eq!(client::get(gateway.addr(), "/livez").await.status, 200);
-    }
-}
-
 both_modes! {
     async fn a_connection_that_sends_no_head_is_closed_after_the_header_timeout(mode: Mode) {
         let gateway = Gateway::start(
@@ -318,33 +306,7 @@ both_modes! {
     }
 }
 
-fn self_signed(dir: &std::path::Path) -> (String, std::path::PathBuf, std::path::PathBuf) {
-    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
-    let cert_pem = certified.cert.pem();
-    let cert = dir.join("cert.pem");
-    let key = dir.join("key.pem");
-    std::fs::write(&cert, &cert_pem).unwrap();
-    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
-    (cert_pem, cert, key)
-}
-
-fn tls_client(cert_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject;
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_slice(cert_pem.as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    tokio_rustls::TlsConnector::from(Arc::new(config))
-}
+use aisix_e2e::tls::{client as tls_client, self_signed};
 
 both_modes! {
     async fn tls_listener_serves_https_over_http1_and_h2(mode: Mode) {

@@ -122,15 +122,23 @@ pub(crate) async fn serve<I, S, B>(
     }
 }
 
-/// Test-only hooks a connection can trigger; empty in release builds.
+/// Test-only hooks a connection can trigger; empty unless built with the `test-hooks` feature,
+/// which a release build refuses (see the crate root).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ConnHooks {
-    #[cfg(debug_assertions)]
+    #[cfg(feature = "test-hooks")]
     pub crash_worker: Option<Arc<tokio::sync::Notify>>,
 }
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "test-hooks")]
 pub(crate) const CRASH_WORKER_PATH: &str = "/__aisix/test/crash-worker";
+
+/// Blocks the serving thread, as a bug that wedges an event loop would, for [`STALL_FOR`].
+#[cfg(feature = "test-hooks")]
+pub(crate) const STALL_WORKER_PATH: &str = "/__aisix/test/stall-worker";
+
+#[cfg(feature = "test-hooks")]
+const STALL_FOR: std::time::Duration = std::time::Duration::from_secs(2);
 
 enum Verdict {
     Keep,
@@ -280,6 +288,10 @@ impl Drop for ActiveGuard {
 struct TrackedService<S> {
     inner: S,
     state: Arc<ConnState>,
+    #[cfg_attr(
+        not(feature = "test-hooks"),
+        allow(dead_code, reason = "holds nothing without test hooks")
+    )]
     hooks: ConnHooks,
 }
 
@@ -298,11 +310,15 @@ where
         if request.version() == http::Version::HTTP_2 {
             state.http2.store(true, Relaxed);
         }
-        #[cfg(debug_assertions)]
+        #[cfg(feature = "test-hooks")]
         if request.uri().path() == CRASH_WORKER_PATH
             && let Some(crash) = &self.hooks.crash_worker
         {
             crash.notify_one();
+        }
+        #[cfg(feature = "test-hooks")]
+        if request.uri().path() == STALL_WORKER_PATH {
+            std::thread::sleep(STALL_FOR);
         }
         TrackedFuture {
             inner: self.inner.call(request),

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::conn::ConnSettings;
 use crate::listen::BoundListeners;
+use crate::liveness::{Heartbeat, Liveness};
 use crate::plan::{Mode, ServingPlan};
 use crate::service::{ServiceFactory, WorkerContext};
 use crate::shutdown::{DrainSender, Readiness, drain_channel};
@@ -24,6 +25,8 @@ use crate::worker::{self, ExitSender, Shared, TpcWorker, WorkerExit};
 pub struct ServeSettings {
     pub header_read_timeout: Duration,
     pub idle_timeout: Option<Duration>,
+    /// After the stop signal: `/readyz` is 503 but the listeners still accept, this long.
+    pub readiness_grace: Duration,
     pub drain_timeout: Duration,
     /// Count open connections per worker in `aisix_worker_connections_open`.
     pub count_connections: bool,
@@ -34,6 +37,7 @@ impl ServeSettings {
         Self {
             header_read_timeout: config.downstream.header_read_timeout,
             idle_timeout: config.downstream.idle_timeout,
+            readiness_grace: config.shutdown.readiness_grace,
             drain_timeout: config.shutdown.drain_timeout,
             count_connections: config.observability.metrics.prometheus.enabled,
         }
@@ -65,6 +69,8 @@ pub enum Stopped {
     Drained,
     /// A worker exited on its own; the others were drained and the process must fail.
     WorkerFailed { worker: String, reason: String },
+    /// A second stop request came during the grace or the drain: stop at once, non-zero.
+    Aborted,
 }
 
 /// The running workers.
@@ -74,7 +80,9 @@ pub struct Server {
     drain: DrainSender,
     exits: mpsc::UnboundedReceiver<WorkerExit>,
     running: usize,
+    readiness_grace: Duration,
     drain_timeout: Duration,
+    liveness: Liveness,
     shared_runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -93,13 +101,19 @@ impl Server {
         let (drain, drain_rx) = drain_channel();
         let addr = listeners.addr;
         let workers = plan.workers.get();
+        let liveness = Liveness::new(match plan.mode {
+            Mode::ThreadPerCore => workers,
+            Mode::Shared => 1,
+        });
         let mut server = Self {
             addr,
             readiness: readiness.clone(),
             drain,
             exits,
             running: 0,
+            readiness_grace: settings.readiness_grace,
             drain_timeout: settings.drain_timeout,
+            liveness: liveness.clone(),
             shared_runtime: None,
         };
 
@@ -119,6 +133,7 @@ impl Server {
                         ctx,
                         shared: Shared::new(settings.conn(), tls.clone()),
                         drain: drain_rx.clone(),
+                        heartbeat: liveness.heartbeat(id),
                         factory: factory.clone(),
                         addr,
                     };
@@ -132,9 +147,13 @@ impl Server {
                 }
             }
             Mode::Shared => {
-                let runtime = start_shared(
-                    plan, listeners, tls, settings, readiness, factory, drain_rx, exit_tx,
-                )?;
+                let workers = SharedWorkers {
+                    drain: drain_rx,
+                    heartbeat: liveness.heartbeat(0),
+                    exits: exit_tx,
+                };
+                let runtime =
+                    start_shared(plan, listeners, tls, settings, readiness, factory, workers)?;
                 server.shared_runtime = Some(runtime);
                 server.running = 1;
             }
@@ -147,24 +166,41 @@ impl Server {
         self.addr
     }
 
-    /// Serves until `stop` resolves or a worker exits, then drains every worker together:
-    /// `/readyz` turns 503, every listener closes, open connections finish their current
-    /// request, and whatever is still running at `shutdown.drain_timeout_secs` is cut.
-    pub async fn run(mut self, stop: impl Future<Output = ()>) -> Stopped {
-        let failure = tokio::select! {
-            () = stop => None,
-            exit = self.exits.recv() => exit.map(|exit| {
-                self.running -= 1;
-                let reason = match exit.outcome {
-                    Ok(()) => "exited without a shutdown signal".to_owned(),
-                    Err(reason) => reason,
-                };
-                tracing::error!(worker = %exit.worker, %reason, "worker exited unexpectedly; stopping every listener");
-                (exit.worker, reason)
-            }),
-        };
+    /// The workers' liveness, for a supervisor's watchdog.
+    pub fn liveness(&self) -> Liveness {
+        self.liveness.clone()
+    }
 
+    /// Serves until `stop` resolves or a worker exits, then stops in two phases. The grace:
+    /// `/readyz` answers 503 at once while the listeners keep accepting for
+    /// `shutdown.readiness_grace_secs` (skipped when a worker failed), so load balancers stop
+    /// sending first. The drain: every listener closes, open connections finish their current
+    /// request, and whatever still runs at `shutdown.drain_timeout_secs` is cut. `abort`
+    /// resolving during either phase ends serving at once with [`Stopped::Aborted`].
+    pub async fn run(
+        mut self,
+        stop: impl Future<Output = ()>,
+        abort: impl Future<Output = ()>,
+    ) -> Stopped {
+        let mut failure = tokio::select! {
+            () = stop => None,
+            exit = self.exits.recv() => exit.map(|exit| self.worker_exited(exit)),
+        };
         self.readiness.set_draining();
+        tokio::pin!(abort);
+
+        if failure.is_none() && !self.readiness_grace.is_zero() {
+            tracing::info!(
+                readiness_grace_secs = self.readiness_grace.as_secs(),
+                "readiness grace: /readyz answers 503, listeners still accept"
+            );
+            tokio::select! {
+                () = tokio::time::sleep(self.readiness_grace) => {}
+                exit = self.exits.recv() => failure = exit.map(|exit| self.worker_exited(exit)),
+                () = &mut abort => return self.abort(),
+            }
+        }
+
         let deadline = Instant::now() + self.drain_timeout;
         self.drain.send_replace(Some(deadline));
         tracing::info!(
@@ -175,7 +211,11 @@ impl Server {
         // Workers stop by the deadline; the slack covers their last bookkeeping.
         let give_up = deadline + Duration::from_secs(2);
         while self.running > 0 {
-            match tokio::time::timeout_at(give_up, self.exits.recv()).await {
+            let exit = tokio::select! {
+                exit = tokio::time::timeout_at(give_up, self.exits.recv()) => exit,
+                () = &mut abort => return self.abort(),
+            };
+            match exit {
                 Ok(Some(exit)) => {
                     self.running -= 1;
                     if let Err(reason) = exit.outcome {
@@ -203,9 +243,36 @@ impl Server {
             Some((worker, reason)) => Stopped::WorkerFailed { worker, reason },
         }
     }
+
+    fn worker_exited(&mut self, exit: WorkerExit) -> (String, String) {
+        self.running -= 1;
+        let reason = match exit.outcome {
+            Ok(()) => "exited without a shutdown signal".to_owned(),
+            Err(reason) => reason,
+        };
+        tracing::error!(worker = %exit.worker, %reason, "worker exited unexpectedly; stopping every listener");
+        (exit.worker, reason)
+    }
+
+    fn abort(mut self) -> Stopped {
+        tracing::warn!(
+            workers = self.running,
+            "second stop signal: exiting now without finishing in-flight requests"
+        );
+        if let Some(runtime) = self.shared_runtime.take() {
+            runtime.shutdown_background();
+        }
+        Stopped::Aborted
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the shared runtime's accept task is handed besides its listener.
+struct SharedWorkers {
+    drain: crate::shutdown::DrainReceiver,
+    heartbeat: Heartbeat,
+    exits: ExitSender,
+}
+
 fn start_shared<F: ServiceFactory>(
     plan: &ServingPlan,
     mut listeners: BoundListeners,
@@ -213,9 +280,13 @@ fn start_shared<F: ServiceFactory>(
     settings: &ServeSettings,
     readiness: Readiness,
     factory: Arc<F>,
-    drain: crate::shutdown::DrainReceiver,
-    exits: ExitSender,
+    workers: SharedWorkers,
 ) -> Result<tokio::runtime::Runtime, StartError> {
+    let SharedWorkers {
+        drain,
+        heartbeat,
+        exits,
+    } = workers;
     let name = "shared".to_owned();
     let worker_error = |source| StartError::Worker {
         worker: name.clone(),
@@ -254,6 +325,7 @@ fn start_shared<F: ServiceFactory>(
         tracing::info!(mode = %Mode::Shared, worker = id, addr = %listeners.addr, "worker accepting (one shared listener)");
     }
     let shared = Shared::new(settings.conn(), tls);
+    runtime.spawn(heartbeat.run());
     let accept = runtime.spawn(async move {
         worker::accept_loop::<F>(listener, service, shared, drain, "shared").await
     });

@@ -1,5 +1,6 @@
 //! TLS for the proxy listener: one rustls `ServerConfig`, loaded once before any port is bound
-//! and cloned into every worker, so all workers share one session-resumption state.
+//! and cloned into every worker, so all workers share one session-resumption state. A reload
+//! swaps the pair for every worker at once: new connections get it, open ones keep theirs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,6 +23,13 @@ pub enum TlsError {
 
 /// Reads the certificate chain and key and builds the server config (ALPN h2, http/1.1).
 pub fn load_tls(config: &TlsConfig) -> Result<RustlsConfig, TlsError> {
+    tls_server_config(config).map(RustlsConfig::from_config)
+}
+
+/// The server config [`load_tls`] wraps. A reload builds one and hands it to
+/// `RustlsConfig::reload_from_config`, which every worker's acceptor reads on each new
+/// connection.
+pub fn tls_server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, TlsError> {
     let certs = read_certs(&config.cert_file)?;
     let key = read_key(&config.key_file)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
@@ -39,7 +47,7 @@ pub fn load_tls(config: &TlsConfig) -> Result<RustlsConfig, TlsError> {
     // Stateless tickets resume sessions on any worker without a shared cache lookup.
     server.ticketer = rustls::crypto::ring::Ticketer::new()
         .map_err(|e| TlsError::Config(format!("cannot create session ticketer: {e}")))?;
-    Ok(RustlsConfig::from_config(Arc::new(server)))
+    Ok(Arc::new(server))
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {

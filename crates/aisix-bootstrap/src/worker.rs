@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::conn::{self, ConnHooks, ConnSettings};
+use crate::liveness::Heartbeat;
 use crate::service::{ServiceFactory, WorkerContext};
 use crate::shutdown::{DrainReceiver, drain_started};
 
@@ -54,24 +55,25 @@ impl Shared {
 pub(crate) async fn accept_loop<F: ServiceFactory>(
     listener: TcpListener,
     service: F::Service,
-    mut shared: Shared,
+    shared: Shared,
     mut drain: DrainReceiver,
     worker: &str,
 ) -> io::Result<()> {
-    #[cfg(debug_assertions)]
-    let crash = {
+    #[cfg(feature = "test-hooks")]
+    let (shared, crash) = {
+        let mut shared = shared;
         let notify = Arc::new(tokio::sync::Notify::new());
         shared.hooks.crash_worker = Some(notify.clone());
-        notify
+        (shared, notify)
     };
     let shared = Arc::new(shared);
     let tracker = TaskTracker::new();
     let closing = CancellationToken::new();
 
     let deadline = loop {
-        #[cfg(debug_assertions)]
+        #[cfg(feature = "test-hooks")]
         let crashed = crash.notified();
-        #[cfg(not(debug_assertions))]
+        #[cfg(not(feature = "test-hooks"))]
         let crashed = std::future::pending::<()>();
         tokio::select! {
             biased;
@@ -179,13 +181,13 @@ fn is_resource_exhaustion(error: &io::Error) -> bool {
     }
 }
 
-#[cfg(debug_assertions)]
+#[cfg(feature = "test-hooks")]
 #[allow(clippy::panic)] // the point of the hook: a worker dying the way a bug would kill it
 fn crash_for_test(worker: &str) -> ! {
     panic!("test hook: worker {worker} was asked to crash");
 }
 
-#[cfg(not(debug_assertions))]
+#[cfg(not(feature = "test-hooks"))]
 fn crash_for_test(_worker: &str) {}
 
 /// Everything a `tpc-N` thread needs, moved into it.
@@ -194,6 +196,7 @@ pub(crate) struct TpcWorker<F> {
     pub ctx: WorkerContext,
     pub shared: Shared,
     pub drain: DrainReceiver,
+    pub heartbeat: Heartbeat,
     pub factory: Arc<F>,
     pub addr: SocketAddr,
 }
@@ -230,10 +233,12 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
             ctx,
             shared,
             drain,
+            heartbeat,
             factory,
             addr,
         } = worker;
         let listener = TcpListener::from_std(listener)?;
+        tokio::spawn(heartbeat.run());
         factory.thread_started(&ctx);
         let service = factory.make_service(&ctx);
         tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting");

@@ -6,6 +6,7 @@ use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::resources::Secret;
 use crate::timeouts::UpstreamTimeouts;
 
 /// Everything `config.yaml` and the `AISIX_*` variables can set.
@@ -16,8 +17,12 @@ pub struct Bootstrap {
     pub upstream: UpstreamConfig,
     pub shutdown: ShutdownConfig,
     pub observability: ObservabilityConfig,
+    pub ratelimit: RateLimitConfig,
     /// The resources file, resolved against the config file's folder.
     pub resources_file: Option<PathBuf>,
+    /// `resources_watch`: reload when the resources file changes (including the symlink swap a
+    /// Kubernetes ConfigMap volume does), besides on SIGHUP.
+    pub resources_watch: bool,
     /// The config file this was loaded from, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -111,7 +116,10 @@ impl Default for Resilience {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShutdownConfig {
-    /// `shutdown.drain_timeout_secs`: how long in-flight work may run after SIGTERM.
+    /// `shutdown.readiness_grace_secs`: after SIGTERM, `/readyz` answers 503 at once but the
+    /// listeners keep accepting this long, so a load balancer can stop sending first.
+    pub readiness_grace: Duration,
+    /// `shutdown.drain_timeout_secs`: how long in-flight work may run once the listeners close.
     pub drain_timeout: Duration,
 }
 
@@ -137,6 +145,126 @@ pub struct PrometheusConfig {
     pub addr: SocketAddr,
     /// `observability.metrics.prometheus.path`.
     pub path: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitConfig {
+    /// `ratelimit.backend`: where rate-limit counters and spend live.
+    pub backend: RateLimitBackend,
+    /// `ratelimit.concurrency_ttl_secs`: a concurrency slot held in Redis longer than this is
+    /// taken back (its holder crashed or lost Redis). Redis backend only.
+    pub concurrency_ttl: Duration,
+}
+
+/// `ratelimit.backend` with the settings of the chosen backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateLimitBackend {
+    /// In this process: every worker shares one set of counters; lost on restart.
+    Memory,
+    /// In a Redis server shared by every replica.
+    Redis(RedisConfig),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// `ratelimit.redis.url`: `redis://[[user]:password@]host[:port][/db]`.
+    pub url: RedisUrl,
+    /// `ratelimit.redis.on_error`: what a request gets while Redis cannot be reached.
+    pub on_error: OnRedisError,
+    /// `ratelimit.redis.timeout_ms`: the longest one Redis call may take before the request
+    /// goes on as `on_error` says.
+    pub timeout: Duration,
+}
+
+/// `ratelimit.redis.on_error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnRedisError {
+    /// Count on this process's own counters until Redis is back.
+    Allow,
+    /// Refuse rate-limited requests until Redis is back.
+    Deny,
+}
+
+/// A Redis URL. `Debug` shows it with its password as `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisUrl {
+    url: Secret,
+    redacted: String,
+}
+
+impl RedisUrl {
+    /// Checks `text` as a `redis://` URL; the error says what is wrong without echoing it.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let Some(scheme_end) = text.find("://") else {
+            return Err("expected redis://[[user]:password@]host[:port][/db]".to_owned());
+        };
+        match text[..scheme_end].to_ascii_lowercase().as_str() {
+            "redis" => {}
+            "rediss" => return Err("TLS (rediss://) is not supported; use redis://".to_owned()),
+            _ => return Err("must start with redis://".to_owned()),
+        }
+        let rest = &text[scheme_end + 3..];
+        let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+        if !db.is_empty() && !db.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(
+                "the database after the host must be a number (redis://host:6379/0)".to_owned(),
+            );
+        }
+        let (userinfo, host_port) = match authority.rsplit_once('@') {
+            Some((userinfo, host_port)) => (Some(userinfo), host_port),
+            None => (None, authority),
+        };
+        let (host, port) = match host_port.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((host, after)) => (host, after.strip_prefix(':')),
+                None => ("", None),
+            },
+            None => match host_port.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (host_port, None),
+            },
+        };
+        if host.is_empty() || host.contains(['?', '#', ' ']) {
+            return Err("must name a host (redis://127.0.0.1:6379)".to_owned());
+        }
+        if let Some(port) = port
+            && (port.is_empty()
+                || !port.bytes().all(|b| b.is_ascii_digit())
+                || port.parse::<u16>().is_err())
+        {
+            return Err("has an invalid port".to_owned());
+        }
+        let redacted = match userinfo.and_then(|u| u.split_once(':')) {
+            Some((user, _password)) => {
+                format!(
+                    "{}://{user}:***@{}",
+                    &text[..scheme_end],
+                    &rest[authority.len() - host_port.len()..]
+                )
+            }
+            None => text.to_owned(),
+        };
+        Ok(Self {
+            url: Secret::new(text),
+            redacted,
+        })
+    }
+
+    /// The URL, password included, for the one place that connects.
+    pub fn expose(&self) -> &str {
+        self.url.expose()
+    }
+
+    /// The URL with its password as `***`, for logs.
+    pub fn redacted(&self) -> &str {
+        &self.redacted
+    }
+}
+
+impl std::fmt::Debug for RedisUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.redacted, f)
+    }
 }
 
 impl Default for ProxyConfig {
@@ -179,7 +307,22 @@ impl Default for UpstreamConfig {
 impl Default for ShutdownConfig {
     fn default() -> Self {
         Self {
+            readiness_grace: Duration::ZERO,
             drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl RateLimitConfig {
+    /// `ratelimit.redis.timeout_ms` when unset.
+    pub const DEFAULT_REDIS_TIMEOUT: Duration = Duration::from_millis(200);
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        Self {
+            backend: RateLimitBackend::Memory,
+            concurrency_ttl: Duration::from_secs(300),
         }
     }
 }

@@ -10,14 +10,16 @@ mod suggest;
 mod timeouts;
 
 pub use bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
-pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, load_bootstrap};
+pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use resources::{
-    ApiKey, GroupTarget, KeyHash, Model, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
-    Resources, Routing, Secret, Strategy, WhenAllUnavailable, hash_key, load_resources,
-    parse_resources,
+    ApiKey, Budget, BudgetPeriod, CollectionDiff, Cost, GroupTarget, KeyHash, LoadedResources,
+    Model, ModelGroup, ModelPattern, ProviderKey, ProviderKind, RateLimit, Resources,
+    ResourcesDiff, Routing, Secret, Strategy, Usd, WhenAllUnavailable, hash_key, load_resources,
+    load_resources_file, parse_resources, sha256_hex,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

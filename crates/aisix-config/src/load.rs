@@ -11,7 +11,8 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
 use crate::bootstrap::{
-    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, PrometheusConfig, ProxyConfig,
+    Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -182,8 +183,11 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     };
 
     let shutdown = ShutdownConfig {
+        readiness_grace: r
+            .bounded("shutdown.readiness_grace_secs", 0, u32::MAX.into())
+            .map_or(defaults.shutdown.readiness_grace, Duration::from_secs),
         drain_timeout: r
-            .u64_value("shutdown.drain_timeout_secs")
+            .bounded("shutdown.drain_timeout_secs", 0, u32::MAX.into())
             .map_or(defaults.shutdown.drain_timeout, Duration::from_secs),
     };
 
@@ -218,9 +222,22 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         }
     };
 
+    let ratelimit = read_ratelimit(r);
+
     let resources_file = r
         .string("resources_file")
         .map(|p| resolve(PathBuf::from(p)));
+    let resources_watch = r
+        .bool("resources_watch")
+        .unwrap_or(defaults.resources_watch);
+    if resources_watch && resources_file.is_none() {
+        let origin = r.origin_of("resources_watch");
+        r.error(
+            "resources_watch",
+            "needs resources_file: there is no file to watch",
+            origin,
+        );
+    }
 
     if observability.metrics.prometheus.enabled
         && observability.metrics.prometheus.addr == proxy.addr
@@ -240,9 +257,132 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         upstream,
         shutdown,
         observability,
+        ratelimit,
         resources_file,
+        resources_watch,
         config_file: r.file.map(Path::to_path_buf),
     }
+}
+
+fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
+    let defaults = RateLimitConfig::default();
+    let concurrency_ttl = r
+        .bounded("ratelimit.concurrency_ttl_secs", 1, u32::MAX.into())
+        .map_or(defaults.concurrency_ttl, Duration::from_secs);
+    let redis_given = r.table_present("ratelimit.redis");
+    let url = r.string("ratelimit.redis.url");
+    let on_error = r.string("ratelimit.redis.on_error");
+    let timeout = r.bounded("ratelimit.redis.timeout_ms", 1, 60_000).map_or(
+        RateLimitConfig::DEFAULT_REDIS_TIMEOUT,
+        Duration::from_millis,
+    );
+    let backend = r.string("ratelimit.backend");
+    let redis = match backend.as_deref() {
+        None | Some("memory") => {
+            if redis_given {
+                let origin = r.origin_of("ratelimit.redis");
+                r.error(
+                    "ratelimit.redis",
+                    "is set but ratelimit.backend is memory (set backend: redis to use it)",
+                    origin,
+                );
+            }
+            false
+        }
+        Some("redis") => true,
+        Some(other) => {
+            let origin = r.origin_of("ratelimit.backend");
+            r.error(
+                "ratelimit.backend",
+                format!("expected memory or redis, got {other:?}"),
+                origin,
+            );
+            false
+        }
+    };
+    if !redis {
+        return RateLimitConfig {
+            backend: RateLimitBackend::Memory,
+            concurrency_ttl,
+        };
+    }
+    let on_error = match on_error.as_deref() {
+        None | Some("allow") => OnRedisError::Allow,
+        Some("deny") => OnRedisError::Deny,
+        Some(other) => {
+            let origin = r.origin_of("ratelimit.redis.on_error");
+            r.error(
+                "ratelimit.redis.on_error",
+                format!("expected allow or deny, got {other:?}"),
+                origin,
+            );
+            OnRedisError::Allow
+        }
+    };
+    let origin = r.origin_of("ratelimit.redis.url");
+    let url = match url.map(|url| RedisUrl::parse(&url)) {
+        Some(Ok(url)) => Some(url),
+        Some(Err(message)) => {
+            r.error("ratelimit.redis.url", message, origin);
+            None
+        }
+        None => {
+            r.error(
+                "ratelimit.redis.url",
+                "is required when ratelimit.backend is redis",
+                origin,
+            );
+            None
+        }
+    };
+    RateLimitConfig {
+        backend: url.map_or(RateLimitBackend::Memory, |url| {
+            RateLimitBackend::Redis(RedisConfig {
+                url,
+                on_error,
+                timeout,
+            })
+        }),
+        concurrency_ttl,
+    }
+}
+
+/// Every leaf key of the bootstrap config (`proxy.addr`, `shutdown.drain_timeout_secs`, …), in
+/// sorted order: the keys a file or an `AISIX_*` variable may set. For documentation checks.
+pub fn bootstrap_keys() -> Vec<&'static str> {
+    // TLS keys are read only when `proxy.tls` is present, so give it one.
+    let cfg = Config::builder()
+        .set_override("proxy.tls.cert_file", "cert.pem")
+        .and_then(|b| b.set_override("proxy.tls.key_file", "key.pem"))
+        .and_then(|b| b.build());
+    let Ok(cfg) = cfg else {
+        return Vec::new();
+    };
+    let env_origin = BTreeMap::new();
+    let mut reader = Reader {
+        cfg: &cfg,
+        file: None,
+        env_origin: &env_origin,
+        known: BTreeSet::new(),
+        errors: ConfigErrors::default(),
+    };
+    let _ = read_bootstrap(&mut reader);
+    let known = reader.known;
+    known
+        .iter()
+        .copied()
+        .filter(|key| {
+            !known
+                .iter()
+                .any(|other| other.len() > key.len() && other.starts_with(&format!("{key}.")))
+        })
+        .collect()
+}
+
+/// The environment variable that sets `key`: `proxy.thread_per_core` ->
+/// `AISIX_PROXY__THREAD_PER_CORE`.
+pub fn env_var_for(key: &str) -> String {
+    format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', "__"))
 }
 
 fn optional_secs(secs: u64) -> Option<Duration> {

@@ -226,6 +226,64 @@ fn metrics_listener_must_not_share_the_proxy_address() {
 }
 
 #[test]
+fn readiness_grace_defaults_to_zero_and_is_read_from_file_and_environment() {
+    assert_eq!(
+        load("", &[]).unwrap().shutdown.readiness_grace,
+        Duration::ZERO
+    );
+    let config = load("shutdown:\n  readiness_grace_secs: 5\n", &[]).unwrap();
+    assert_eq!(config.shutdown.readiness_grace, Duration::from_secs(5));
+    let config = load("", &[("AISIX_SHUTDOWN__READINESS_GRACE_SECS", "7")]).unwrap();
+    assert_eq!(config.shutdown.readiness_grace, Duration::from_secs(7));
+}
+
+#[test]
+fn a_drain_timeout_too_large_to_schedule_is_refused_by_name() {
+    let errors = load("shutdown:\n  drain_timeout_secs: 99999999999\n", &[]).unwrap_err();
+    assert!(
+        messages(&errors)[0].starts_with("shutdown.drain_timeout_secs: must be at most"),
+        "{errors}"
+    );
+}
+
+#[test]
+fn resources_watch_needs_a_resources_file() {
+    let errors = load("resources_watch: true\n", &[]).unwrap_err();
+    assert!(
+        messages(&errors)[0].starts_with("resources_watch: needs resources_file"),
+        "{errors}"
+    );
+    let config = load("resources_file: r.yaml\nresources_watch: true\n", &[]).unwrap();
+    assert!(config.resources_watch);
+    assert!(!load("", &[]).unwrap().resources_watch);
+    let config = load(
+        "resources_file: r.yaml\n",
+        &[("AISIX_RESOURCES_WATCH", "true")],
+    )
+    .unwrap();
+    assert!(config.resources_watch);
+}
+
+#[test]
+fn bootstrap_keys_lists_every_leaf_key_and_its_environment_form() {
+    let keys = aisix_config::bootstrap_keys();
+    for key in [
+        "proxy.addr",
+        "proxy.tls.cert_file",
+        "shutdown.readiness_grace_secs",
+        "resources_watch",
+        "observability.metrics.prometheus.path",
+    ] {
+        assert!(keys.contains(&key), "{key} missing from {keys:?}");
+    }
+    assert!(!keys.contains(&"proxy.tls"), "tables are not leaf keys");
+    assert_eq!(
+        aisix_config::env_var_for("proxy.thread_per_core"),
+        "AISIX_PROXY__THREAD_PER_CORE"
+    );
+}
+
+#[test]
 fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment() {
     let config = load(
         "downstream:\n  request_body_timeout_secs: 4\n\

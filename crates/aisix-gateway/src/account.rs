@@ -1,7 +1,7 @@
 //! What one request did, recorded exactly once: when its response is complete, when its stream
 //! ends or fails, or when the client goes away. The [`Record`] is its own drop guard, so every
-//! ending is covered: dropping it settles the request's limit reservation and emits its
-//! metrics and its access-log line.
+//! ending is covered: dropping it settles the request's limit reservation with its usage and
+//! emits its metrics and its access-log line.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,11 @@ use aisix_obs::metrics::labels::{Endpoint as EndpointLabel, Outcome, StatusClass
 use http::{HeaderValue, Method, Uri};
 use tokio::time::Instant;
 
+use aisix_config::Cost;
+
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::Reservation;
+use crate::limit::estimate::Tokens;
+use crate::limit::{Charge, Reservation};
 use crate::wire::usage::Usage;
 
 /// The status recorded for a request whose client left before its response was ready.
@@ -61,8 +64,10 @@ pub(crate) struct Record {
     outcome: Outcome,
     /// The kind of the request's own failure (not its attempts').
     failure: Option<ErrorKind>,
-    /// Held until the request ends, then settled with its usage.
+    /// What the request holds against its limits, settled with its usage when it ends.
     pub reservation: Option<Reservation>,
+    /// The prices of the direct model that answered, for the settlement's spend.
+    pub cost: Option<Cost>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -102,6 +107,7 @@ impl Record {
             outcome: Outcome::ClientClosed,
             failure: None,
             reservation: None,
+            cost: None,
             sinks,
             _in_flight: in_flight,
         }
@@ -222,8 +228,16 @@ impl Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
-        if let Some(reservation) = self.reservation.take() {
-            reservation.settle(self.usage);
+        // Without a usage count the reservation is dropped unsettled: charged as reserved.
+        if let (Some(reservation), Some(usage)) = (self.reservation.take(), self.usage) {
+            let used = Tokens {
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+            };
+            reservation.settle(Charge {
+                tokens: used.total(),
+                spend: self.cost.map(|cost| used.cost(&cost)).unwrap_or_default(),
+            });
         }
         // A whole response is done when its head is (its body goes out with it); a stream
         // ends now.

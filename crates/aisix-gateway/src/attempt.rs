@@ -291,6 +291,7 @@ impl Attempts {
         // Named before the call: a client that leaves during it is counted against this model.
         record.model = Some(target.name.clone());
         record.provider = Some(target.provider.name.clone());
+        record.cost = target.cost;
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,

@@ -13,7 +13,7 @@ mod error;
 mod factory;
 mod health;
 mod inbound;
-mod limit;
+pub mod limit;
 mod models;
 mod provider;
 mod relay;

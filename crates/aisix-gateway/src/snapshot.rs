@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind, Resilience, Resources, Strategy,
-    TimeoutOverrides, WhenAllUnavailable,
+    Cost, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind, Resilience, Resources,
+    Strategy, TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -66,6 +66,8 @@ pub struct DirectRoute {
     pub upstream_model_json: Option<Bytes>,
     /// The model's own deadlines.
     pub timeouts: TimeoutOverrides,
+    /// Its prices, for the spend its answers settle.
+    pub cost: Option<Cost>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
     pub uris: Arc<EndpointUris>,
     pub provider: Arc<Provider>,
@@ -275,6 +277,7 @@ impl Snapshot {
                 upstream_model: model.model_name.clone(),
                 upstream_model_json,
                 timeouts: model.timeouts,
+                cost: model.cost,
                 uris,
                 provider: provider.clone(),
                 state,

@@ -133,6 +133,21 @@ fn body_rejected_hit_allocates_nothing() {
 }
 
 #[test]
+fn spend_hit_allocates_nothing() {
+    assert_hits_allocate_nothing("spend_usd_total", 1, || {
+        emit::spend(black_box("team-a"), black_box("gpt-4o"), 0.000_25);
+    });
+}
+
+#[test]
+fn ratelimit_emits_hit_allocate_nothing() {
+    assert_hits_allocate_nothing("ratelimit families", 2, || {
+        emit::ratelimit_rejection(RateLimitScope::Model, RateLimitKind::Concurrency);
+        emit::ratelimit_backend_error();
+    });
+}
+
+#[test]
 fn worker_connection_hit_allocates_nothing() {
     assert_hits_allocate_nothing("worker_connections_open", 1, || {
         drop(black_box(emit::worker_connection()))

@@ -309,3 +309,53 @@ fn request_started_counts_per_worker_and_endpoint_and_follows_the_recorder() {
         "{other}"
     );
 }
+
+#[test]
+fn spend_keeps_api_key_and_model_in_the_key_and_adds_fractions() {
+    let metrics = Metrics::build().unwrap();
+    local(&metrics, || {
+        emit::spend("a", "m1", 0.25);
+        emit::spend("b", "m1", 1.0);
+        emit::spend("a", "m2", 0.5);
+        emit::spend("a", "m1", 0.125);
+    });
+    let page = metrics.render();
+    let spend = series(&page, "aisix_spend_usd_total");
+    let expected: BTreeMap<_, _> = [
+        (labels(&[("api_key", "a"), ("model", "m1")]), 0.375),
+        (labels(&[("api_key", "b"), ("model", "m1")]), 1.0),
+        (labels(&[("api_key", "a"), ("model", "m2")]), 0.5),
+    ]
+    .into();
+    assert_eq!(spend, expected, "{page}");
+}
+
+#[test]
+fn ratelimit_rejections_keep_scope_and_kind_in_the_key() {
+    let metrics = Metrics::build().unwrap();
+    local(&metrics, || {
+        emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Rpm);
+        emit::ratelimit_rejection(RateLimitScope::Model, RateLimitKind::Rpm);
+        emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Budget);
+        emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Rpm);
+    });
+    let page = metrics.render();
+    let rejections = series(&page, "aisix_ratelimit_rejections_total");
+    let expected: BTreeMap<_, _> = [
+        (labels(&[("scope", "api_key"), ("kind", "rpm")]), 2.0),
+        (labels(&[("scope", "model"), ("kind", "rpm")]), 1.0),
+        (labels(&[("scope", "api_key"), ("kind", "budget")]), 1.0),
+    ]
+    .into();
+    assert_eq!(rejections, expected, "{page}");
+}
+
+#[test]
+fn ratelimit_backend_errors_read_zero_before_the_first_error() {
+    let metrics = Metrics::build().unwrap();
+    let before = series(&metrics.render(), "aisix_ratelimit_backend_errors_total");
+    assert_eq!(before, [(Labels::new(), 0.0)].into());
+    local(&metrics, emit::ratelimit_backend_error);
+    let after = series(&metrics.render(), "aisix_ratelimit_backend_errors_total");
+    assert_eq!(after, [(Labels::new(), 1.0)].into());
+}

@@ -315,6 +315,9 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::targets_cooling(true);
         emit::targets_cooling(true);
         emit::targets_cooling(false);
+        emit::spend("team-a", "gpt-4o", 0.5);
+        emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Tpm);
+        emit::ratelimit_backend_error();
         (conn, in_flight)
     });
 
@@ -362,8 +365,21 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_cooldowns_total", "target" => "primary").increment(1);
         ::metrics::counter!("aisix_cooldowns_total", "target" => "backup").increment(1);
         ::metrics::gauge!("aisix_targets_cooling").increment(1.0);
+        ::metrics::gauge!("aisix_spend_usd_total", "api_key" => "team-a", "model" => "gpt-4o")
+            .increment(0.5);
+        ::metrics::counter!("aisix_ratelimit_rejections_total", "scope" => "api_key", "kind" => "tpm")
+            .increment(1);
+        ::metrics::counter!("aisix_ratelimit_backend_errors_total").increment(1);
     });
 
+    // The control thread's families are set through `Metrics`, never through the cache.
+    for metrics in [&cached, &plain] {
+        metrics.config_loaded(
+            "0123456789abcdef",
+            std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        );
+        metrics.config_reload(ReloadResult::Failure);
+    }
     let (cached_page, plain_page) = (cached.render(), plain.render());
     assert_eq!(sorted_lines(&cached_page), sorted_lines(&plain_page));
     // Every family made it onto the page, each described once.

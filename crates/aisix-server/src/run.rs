@@ -9,8 +9,12 @@ use aisix_config::{Bootstrap, ConfigError, Origin, Resources};
 use aisix_gateway::GatewayFactory;
 use aisix_obs::metrics::Metrics;
 use aisix_obs::metrics::labels::Mode as MetricsMode;
+use tokio::sync::mpsc;
 
-use crate::control;
+use crate::control::reload::{self, Reloader};
+use crate::control::signals::{self, StopSignals};
+use crate::control::systemd::{self, Notifier};
+use crate::control::watch;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -20,13 +24,16 @@ pub enum RunError {
     Startup(String),
     #[error("worker {worker} exited unexpectedly: {reason}")]
     WorkerFailed { worker: String, reason: String },
+    #[error("stopped by a second signal before the drain finished")]
+    Aborted,
 }
+
+/// A checked configuration: the bootstrap config, the resources, and the resources file's hash.
+pub(crate) type Checked = (Bootstrap, Resources, String);
 
 /// Loads the bootstrap config and the resources file, and checks what can be checked offline.
 /// Every error, at once.
-pub(crate) fn load_and_check(
-    config: Option<&Path>,
-) -> Result<(Bootstrap, Resources), Vec<ConfigError>> {
+pub(crate) fn load_and_check(config: Option<&Path>) -> Result<Checked, Vec<ConfigError>> {
     let bootstrap = aisix_config::load_bootstrap(config, std::env::vars()).map_err(|e| e.0)?;
     let mut errors = Vec::new();
     if let Err(message) = aisix_obs::log::validate_filter(&bootstrap.observability.log_level) {
@@ -45,33 +52,24 @@ pub(crate) fn load_and_check(
             Origin::Unknown,
         ));
     }
-    let resources = match load_resources(&bootstrap) {
-        Ok(resources) => resources,
+    let (resources, hash) = match reload::load_initial(&bootstrap) {
+        Ok(loaded) => loaded,
         Err(mut resource_errors) => {
             errors.append(&mut resource_errors);
-            Resources::default()
+            (Resources::default(), String::new())
         }
     };
     if errors.is_empty() {
-        Ok((bootstrap, resources))
+        Ok((bootstrap, resources, hash))
     } else {
         Err(errors)
     }
 }
 
-/// The resources file named by the bootstrap config; none configured means no models.
-pub(crate) fn load_resources(bootstrap: &Bootstrap) -> Result<Resources, Vec<ConfigError>> {
-    match &bootstrap.resources_file {
-        Some(path) => {
-            aisix_config::load_resources(path, &|name| std::env::var(name).ok()).map_err(|e| e.0)
-        }
-        None => Ok(Resources::default()),
-    }
-}
-
 /// Runs the gateway until SIGTERM/SIGINT (then drains and returns `Ok`) or until a worker dies.
 pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
-    let (bootstrap, resources) = load_and_check(config).map_err(RunError::Config)?;
+    let (bootstrap, resources, resources_hash) =
+        load_and_check(config).map_err(RunError::Config)?;
     let _log =
         aisix_obs::log::init(&bootstrap.observability.log_level).map_err(RunError::Startup)?;
     let nofile = crate::limits::raise_nofile();
@@ -121,13 +119,15 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             },
             plan.workers.get(),
         );
+        metrics.config_loaded(&resources_hash, std::time::SystemTime::now());
         Some((metrics, listener))
     } else {
         None
     };
+    let (metrics, metrics_listener) = metrics.unzip();
 
     let factory = Arc::new(
-        GatewayFactory::new(&bootstrap, resources, metrics.as_ref().map(|(m, _)| *m))
+        GatewayFactory::new(&bootstrap, resources.clone(), metrics)
             .map_err(|e| RunError::Startup(e.to_string()))?,
     );
     let listeners = aisix_bootstrap::bind(&plan).map_err(|e| RunError::Startup(e.to_string()))?;
@@ -147,21 +147,58 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         .map_err(|e| RunError::Startup(format!("cannot start the control runtime: {e}")))?;
     let readiness = Readiness::new();
     let settings = ServeSettings::from_config(&bootstrap);
-    let server = Server::start(&plan, listeners, tls, &settings, readiness, factory.clone())
-        .map_err(|e| RunError::Startup(e.to_string()))?;
+    let server = Server::start(
+        &plan,
+        listeners,
+        tls.clone(),
+        &settings,
+        readiness.clone(),
+        factory.clone(),
+    )
+    .map_err(|e| RunError::Startup(e.to_string()))?;
     tracing::info!(addr = %server.local_addr(), tls = bootstrap.proxy.tls.is_some(), "listening");
 
+    let notifier = Notifier::from_env();
     let stopped = control.block_on(async {
-        if let Some((metrics, listener)) = metrics {
+        let stop_signals = StopSignals::install();
+        if let (Some(metrics), Some(listener)) = (metrics, metrics_listener) {
             tokio::spawn(crate::metrics::serve(
                 listener,
                 prometheus.path.clone(),
                 metrics,
             ));
         }
-        tokio::spawn(control::reload_on_sighup(bootstrap.clone(), factory));
-        server.run(control::stop_signal()).await
-    });
+        let (triggers, requests) = mpsc::channel(8);
+        tokio::spawn(signals::forward_hangups(triggers.clone()));
+        let _watch = match (&bootstrap.resources_file, bootstrap.resources_watch) {
+            (Some(file), true) => Some(watch::start(file, triggers).map_err(RunError::Startup)?),
+            _ => None,
+        };
+        let reloader = Reloader {
+            bootstrap: bootstrap.clone(),
+            factory,
+            tls,
+            metrics,
+            notifier: notifier.clone(),
+            current: resources,
+            last_seen: None,
+        };
+        tokio::spawn(reloader.run(requests));
+        if let Some(interval) = systemd::watchdog_interval() {
+            tokio::spawn(systemd::watchdog(
+                notifier.clone(),
+                server.liveness(),
+                readiness,
+                interval,
+            ));
+        }
+        notifier.ready();
+        let stop = async {
+            stop_signals.nth(1).await;
+            notifier.stopping();
+        };
+        Ok(server.run(stop, stop_signals.nth(2)).await)
+    })?;
     // Every request has been recorded by now; flush the last access-log lines.
     if let Some(writer) = access_log {
         writer.stop();
@@ -169,5 +206,6 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     match stopped {
         Stopped::Drained => Ok(()),
         Stopped::WorkerFailed { worker, reason } => Err(RunError::WorkerFailed { worker, reason }),
+        Stopped::Aborted => Err(RunError::Aborted),
     }
 }

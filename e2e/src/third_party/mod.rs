@@ -1,9 +1,13 @@
-//! Servers this project did not write, run as providers for the conformance matrix: nginx as a
-//! reverse proxy ([`nginx`]) and ASGI servers (uvicorn, hypercorn) serving a small OpenAI-like
-//! app ([`asgi`]). Each is a child process with its files in a temp dir, stopped by PID on drop.
+//! Servers this project did not write: nginx as a reverse proxy ([`nginx`]) and ASGI servers
+//! (uvicorn, hypercorn) serving a small OpenAI-like app ([`asgi`]) as providers for the
+//! conformance matrix; nginx as a load balancer in front of gateways ([`balancer`]); and Redis
+//! ([`redis`]) as the shared rate-limit store. Each is a child process with its files in a temp
+//! dir, stopped by PID on drop.
 
 pub mod asgi;
+pub mod balancer;
 pub mod nginx;
+pub mod redis;
 
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;
@@ -121,6 +125,21 @@ impl ServerProcess {
         }
     }
 
+    /// Freezes the server (`SIGSTOP`): its sockets stay open and its peers get no answer, as
+    /// from a hung host.
+    pub fn pause(&self) {
+        if let Ok(pid) = i32::try_from(self.pid()) {
+            self.signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    /// Lets a paused server run again (`SIGCONT`).
+    pub fn resume(&self) {
+        if let Ok(pid) = i32::try_from(self.pid()) {
+            self.signal(pid, libc::SIGCONT);
+        }
+    }
+
     fn signal(&self, target: i32, signal: i32) {
         // SAFETY: kill(2) has no memory-safety preconditions; `target` is our child's PID or
         // the process group it leads.
@@ -136,6 +155,8 @@ impl Drop for ServerProcess {
         let Ok(pid) = i32::try_from(self.pid()) else {
             return;
         };
+        // A paused server would not act on SIGTERM.
+        self.signal(pid, libc::SIGCONT);
         self.signal(pid, libc::SIGTERM);
         let deadline = Instant::now() + STOP_TIMEOUT;
         while self.try_exit().is_none() && Instant::now() < deadline {

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use serde_yaml::Value;
 
+use super::limits::RateLimit;
 use super::load::given;
 use super::reader::{Fields, Report, bool, index_path, integer, list, non_empty_string, string};
 use crate::timeouts::TimeoutOverrides;
@@ -25,6 +26,8 @@ pub struct ModelGroup {
     /// The group's own deadlines (ms at entry level, as on direct models); for a request to the
     /// group they win over each target's.
     pub timeouts: TimeoutOverrides,
+    /// `rate_limit`: limits on every request to the group, whatever the key.
+    pub rate_limit: RateLimit,
     pub routing: Routing,
 }
 
@@ -104,6 +107,7 @@ pub enum WhenAllUnavailable {
 pub(super) struct GroupDraft {
     pub name: Option<String>,
     pub timeouts: Option<TimeoutOverrides>,
+    pub rate_limit: Option<Option<RateLimit>>,
     pub routing: Option<RoutingDraft>,
 }
 
@@ -131,12 +135,14 @@ pub(super) fn is_group(value: &Value) -> bool {
     matches!(value, Value::Mapping(m) if m.contains_key("routing"))
 }
 
-/// Reads a group's fields; `name` and `timeouts` are the entry-level fields every model has.
+/// Reads a group's fields; `name`, `timeouts` and `rate_limit` are the entry-level fields every
+/// model has.
 pub(super) fn read_group(
     report: &mut Report,
     mut fields: Fields<'_>,
     name: Option<String>,
     timeouts: Option<TimeoutOverrides>,
+    rate_limit: Option<Option<RateLimit>>,
 ) -> GroupDraft {
     let routing = fields
         .required(report, "routing")
@@ -145,6 +151,7 @@ pub(super) fn read_group(
     GroupDraft {
         name,
         timeouts,
+        rate_limit,
         routing,
     }
 }
@@ -341,6 +348,7 @@ pub(super) fn resolve_targets(
             Some(ModelGroup {
                 display_name: group.name?,
                 timeouts: group.timeouts?,
+                rate_limit: given(group.rate_limit)?.unwrap_or_default(),
                 routing: Routing {
                     strategy: routing.strategy?,
                     targets: targets?,

@@ -10,6 +10,7 @@ use serde_yaml::Value;
 use super::group::{self, GroupDraft};
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
+use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
 use super::pattern::ModelPattern;
 use super::reader::{
     Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
@@ -31,14 +32,51 @@ pub fn load_resources(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Resources, ConfigErrors> {
-    match std::fs::read_to_string(path) {
-        Ok(yaml) => parse_resources(&yaml, path, env),
-        Err(e) => Err(ConfigErrors(vec![ConfigError::new(
+    load_resources_file(path, env).map(|loaded| loaded.resources)
+}
+
+/// A resources file as loaded, with the identity of its content.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedResources {
+    pub resources: Resources,
+    /// Lowercase hex SHA-256 of the file's bytes, as `sha256sum` prints it.
+    pub sha256: String,
+}
+
+/// [`load_resources`], also returning the SHA-256 of the bytes read, so a caller can tell which
+/// file is in force and whether a changed file changed anything.
+pub fn load_resources_file(
+    path: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<LoadedResources, ConfigErrors> {
+    let unreadable = |reason: String| {
+        ConfigErrors(vec![ConfigError::new(
             "",
-            format!("cannot read resources file: {e}"),
+            reason,
             Origin::File(path.to_path_buf()),
-        )])),
-    }
+        )])
+    };
+    let bytes =
+        std::fs::read(path).map_err(|e| unreadable(format!("cannot read resources file: {e}")))?;
+    let yaml = std::str::from_utf8(&bytes)
+        .map_err(|_| unreadable("the resources file is not valid UTF-8".to_owned()))?;
+    let resources = parse_resources(yaml, path, env)?;
+    Ok(LoadedResources {
+        resources,
+        sha256: sha256_hex(&bytes),
+    })
+}
+
+/// Lowercase hex SHA-256 of `bytes`, as `sha256sum` prints it.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    use std::fmt::Write;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut hex, byte| {
+            let _ = write!(hex, "{byte:02x}");
+            hex
+        })
 }
 
 /// Validates resources given as YAML text; `origin` is the file named in errors.
@@ -462,6 +500,8 @@ struct ModelDraft {
     provider_key: Option<String>,
     /// `None` when one of them was wrong.
     timeouts: Option<TimeoutOverrides>,
+    rate_limit: Option<Option<RateLimit>>,
+    cost: Option<Option<Cost>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -477,7 +517,12 @@ fn read_entry(report: &mut Report, value: &Value, path: String) -> Entry {
     let name = display_name(report, &mut fields);
     if group::is_group(value) {
         let timeouts = read_timeouts(report, &mut fields);
-        return Entry::Group(group::read_group(report, fields, name, timeouts));
+        let rate_limit = fields
+            .optional(report, "rate_limit")
+            .map(|(v, p)| read_rate_limit(report, v, &p));
+        return Entry::Group(group::read_group(
+            report, fields, name, timeouts, rate_limit,
+        ));
     }
     Entry::Direct(read_model(report, fields, path, name))
 }
@@ -520,6 +565,12 @@ fn read_model(
         .and_then(|(v, p)| non_empty_string(report, v, &p))
         .map(str::to_owned);
     let timeouts = read_timeouts(report, &mut fields);
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let cost = fields
+        .optional(report, "cost")
+        .map(|(v, p)| read_cost(report, v, &p));
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -528,6 +579,8 @@ fn read_model(
         model_name,
         provider_key,
         timeouts,
+        rate_limit,
+        cost,
     }
 }
 
@@ -584,6 +637,8 @@ fn resolve_provider_keys(
                 provider_key: reference.to_owned(),
                 provider_key_index: index,
                 timeouts: model.timeouts?,
+                rate_limit: given(model.rate_limit)?.unwrap_or_default(),
+                cost: given(model.cost)?,
             })
         })
         .collect()
@@ -646,31 +701,50 @@ fn read_api_key(
         }
         at
     });
+    let rate_limit = fields
+        .optional(report, "rate_limit")
+        .map(|(v, p)| read_rate_limit(report, v, &p));
+    let budget = fields
+        .optional(report, "budget")
+        .map(|(v, p)| read_budget(report, v, &p));
     fields.finish(report, "field");
 
     let built = build_api_key(
         name.clone(),
         hash.as_ref().map(|(hash, _)| *hash),
         allowed_models,
-        disabled,
-        expires_at,
+        ApiKeyOptions {
+            disabled,
+            expires_at,
+            rate_limit,
+            budget,
+        },
     );
     ApiKeyDraft { name, hash, built }
+}
+
+/// An API key's optional fields as read (`None` absent, `Some(None)` given but wrong).
+struct ApiKeyOptions {
+    disabled: Option<Option<bool>>,
+    expires_at: Option<Option<SystemTime>>,
+    rate_limit: Option<Option<RateLimit>>,
+    budget: Option<Option<Budget>>,
 }
 
 fn build_api_key(
     name: Option<String>,
     hash: Option<KeyHash>,
     allowed_models: Option<Vec<ModelPattern>>,
-    disabled: Option<Option<bool>>,
-    expires_at: Option<Option<SystemTime>>,
+    options: ApiKeyOptions,
 ) -> Option<ApiKey> {
     Some(ApiKey {
         display_name: name?,
         key_hash: hash?,
         allowed_models: allowed_models?,
-        disabled: given(disabled)?.unwrap_or(false),
-        expires_at: given(expires_at)?,
+        disabled: given(options.disabled)?.unwrap_or(false),
+        expires_at: given(options.expires_at)?,
+        rate_limit: given(options.rate_limit)?.unwrap_or_default(),
+        budget: given(options.budget)?,
     })
 }
 

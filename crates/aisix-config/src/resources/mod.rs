@@ -1,17 +1,22 @@
-//! The resources file (`resources.yaml`): provider keys, models (direct and groups) and API keys, read strictly with
-//! `${VAR}` interpolation and checked across entries. Serving them is the gateway's job.
+//! The resources file (`resources.yaml`): provider keys, models (direct models and groups) and
+//! API keys (with their limits, prices and budgets), read strictly with `${VAR}` interpolation
+//! and checked across entries. Serving them is the gateway's job.
 
+mod diff;
 mod group;
 mod interpolate;
 mod key;
+mod limits;
 mod load;
 mod pattern;
 mod reader;
 mod rfc3339;
 mod types;
 
+pub use diff::{CollectionDiff, ResourcesDiff};
 pub use group::{GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
 pub use key::{KeyHash, hash_key};
-pub use load::{load_resources, parse_resources};
+pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
+pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};

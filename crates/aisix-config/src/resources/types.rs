@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use super::group::ModelGroup;
 use super::key::KeyHash;
+use super::limits::{Budget, Cost, RateLimit};
 use super::pattern::ModelPattern;
 use crate::timeouts::TimeoutOverrides;
 
@@ -110,6 +111,10 @@ pub struct Model {
     /// `connect_timeout`, `first_token_timeout`, `stream_idle_timeout` and `timeout` (ms):
     /// override the `upstream.*_ms` defaults of the same names for this model.
     pub timeouts: TimeoutOverrides,
+    /// `rate_limit`: limits on every request for this entry, whatever the key.
+    pub rate_limit: RateLimit,
+    /// `cost`: prices of this entry's tokens; `None` counts no spend.
+    pub cost: Option<Cost>,
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.
@@ -121,6 +126,10 @@ pub struct ApiKey {
     pub allowed_models: Vec<ModelPattern>,
     pub disabled: bool,
     pub expires_at: Option<SystemTime>,
+    /// `rate_limit`: limits on this key's requests, whatever the model.
+    pub rate_limit: RateLimit,
+    /// `budget`: how much this key may spend per period.
+    pub budget: Option<Budget>,
 }
 
 impl ApiKey {
@@ -177,6 +186,8 @@ mod tests {
             allowed_models: patterns.iter().map(|p| ModelPattern::new(p)).collect(),
             disabled: false,
             expires_at,
+            rate_limit: RateLimit::default(),
+            budget: None,
         }
     }
 

@@ -1,5 +1,5 @@
-//! OpenAI request bodies: find `model`, `stream` and `stream_options` in one validating parse,
-//! then splice new values into the original bytes. The document is never re-serialized, so
+//! OpenAI request bodies: find `model`, `stream`, `stream_options` and the output-token cap in
+//! one validating parse, then splice new values into the original bytes. The document is never re-serialized, so
 //! fields the gateway does not know pass through byte for byte.
 //!
 //! Cost: one serde_json pass that borrows (no allocation for skipped fields), plus one copy of
@@ -28,6 +28,9 @@ pub struct Inspected {
     pub stream: bool,
     /// `n`: how many choices the answer has (1 when absent).
     pub choices: u32,
+    /// `max_completion_tokens`, else `max_tokens`, when given as a non-negative integer (the
+    /// limiter's output estimate; anything else is left for the provider to judge).
+    pub max_output_tokens: Option<u64>,
     /// Byte range of the `model` value (the quoted string) in the body.
     model_span: (usize, usize),
     /// Byte range of the `stream_options` value, if present and not null.
@@ -52,6 +55,9 @@ struct Probe<'a> {
     stream_options: Option<&'a RawValue>,
     #[serde(borrow)]
     n: Option<&'a RawValue>,
+    max_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    max_completion_tokens: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -88,13 +94,12 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         Some(_) => return Err(BodyError::InvalidField("stream", "a boolean")),
     };
 
-    let choices = match probe.n.map(RawValue::get) {
-        None | Some("null") => 1,
-        Some(n) => match n.parse::<u32>() {
-            Ok(n) if n >= 1 => n,
-            _ => return Err(BodyError::InvalidField("n", "a positive integer")),
-        },
-    };
+    // Not ours to judge: a provider refuses an `n` it does not accept.
+    let choices = probe
+        .n
+        .and_then(|n| n.get().parse::<u32>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1);
 
     let stream_options = match probe.stream_options {
         Some(raw) if raw.get() != "null" => {
@@ -108,10 +113,16 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         _ => None,
     };
 
+    let max_output_tokens = [probe.max_completion_tokens, probe.max_tokens]
+        .into_iter()
+        .flatten()
+        .find_map(|raw| raw.get().parse::<u64>().ok());
+
     Ok(Inspected {
         model: model.into_owned(),
         stream,
         choices,
+        max_output_tokens,
         model_span: span_of(body, model_raw.get()),
         stream_options,
         object_start,
@@ -316,12 +327,28 @@ mod tests {
             inspect(br#"{"model":"m","stream":"yes"}"#),
             Err(BodyError::InvalidField("stream", "a boolean"))
         );
-        assert_eq!(
-            inspect(br#"{"model":"m","n":0}"#),
-            Err(BodyError::InvalidField("n", "a positive integer"))
-        );
+        assert_eq!(inspect(br#"{"model":"m","n":0}"#).unwrap().choices, 1);
         assert_eq!(inspect(br#"{"model":"m","n":3}"#).unwrap().choices, 3);
         assert_eq!(inspect(br#"{"model":"m"}"#).unwrap().choices, 1);
+    }
+
+    #[test]
+    fn the_output_cap_is_max_completion_tokens_else_max_tokens() {
+        let cap = |body: &str| inspect(body.as_bytes()).unwrap().max_output_tokens;
+        assert_eq!(cap(r#"{"model":"m"}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":64}"#), Some(64));
+        assert_eq!(
+            cap(r#"{"model":"m","max_completion_tokens":32,"max_tokens":64}"#),
+            Some(32)
+        );
+        assert_eq!(
+            cap(r#"{"model":"m","max_completion_tokens":null,"max_tokens":64}"#),
+            Some(64)
+        );
+        // Not ours to judge: the provider refuses what it does not accept.
+        assert_eq!(cap(r#"{"model":"m","max_tokens":-1}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":"64"}"#), None);
+        assert_eq!(cap(r#"{"model":"m","max_tokens":1.5}"#), None);
     }
 
     #[test]

@@ -23,6 +23,12 @@ pub enum FamilyId {
     GatewayOverhead,
     BuildInfo,
     AccessLogDropped,
+    SpendUsd,
+    RateLimitRejections,
+    RateLimitBackendErrors,
+    ConfigReloads,
+    ConfigLastReloadSuccess,
+    ConfigInfo,
     UpstreamAttempts,
     Fallbacks,
     Cooldowns,
@@ -225,6 +231,63 @@ pub static ACCESS_LOG_DROPPED: Family<0> = Family {
     labels: [],
 };
 
+/// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
+pub static SPEND_USD_TOTAL: Family<2> = Family {
+    id: FamilyId::SpendUsd,
+    name: "aisix_spend_usd_total",
+    help: "US dollars spent, by API key and model, at the prices the model entries configure.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["api_key", "model"],
+};
+
+pub static RATELIMIT_REJECTIONS: Family<2> = Family {
+    id: FamilyId::RateLimitRejections,
+    name: "aisix_ratelimit_rejections_total",
+    help: "Requests refused by a rate limit, a concurrency limit or a budget, by the scope of the \
+           limit (api_key or model) and its kind.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["scope", "kind"],
+};
+
+pub static RATELIMIT_BACKEND_ERRORS: Family<0> = Family {
+    id: FamilyId::RateLimitBackendErrors,
+    name: "aisix_ratelimit_backend_errors_total",
+    help: "Rate-limit checks and settlements that could not use the shared backend (Redis \
+           unreachable, failing or too slow) and went by ratelimit.redis.on_error instead.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: [],
+};
+
+pub static CONFIG_RELOADS: Family<1> = Family {
+    id: FamilyId::ConfigReloads,
+    name: "aisix_config_reloads_total",
+    help: "Reloads of the resources file (SIGHUP or file watch), by result (success or failure).",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["result"],
+};
+
+pub static CONFIG_LAST_RELOAD_SUCCESS: Family<0> = Family {
+    id: FamilyId::ConfigLastReloadSuccess,
+    name: "aisix_config_last_reload_success_timestamp_seconds",
+    help: "Unix time of the last successful load of the resources file (startup included).",
+    kind: Kind::Gauge,
+    unit: Unit::Seconds,
+    labels: [],
+};
+
+pub static CONFIG_INFO: Family<1> = Family {
+    id: FamilyId::ConfigInfo,
+    name: "aisix_config_info",
+    help: "Always 1; hash is the first 16 hex digits of the SHA-256 of the resources file in force.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: ["hash"],
+};
+
 pub static UPSTREAM_ATTEMPTS: Family<3> = Family {
     id: FamilyId::UpstreamAttempts,
     name: "aisix_upstream_attempts_total",
@@ -273,7 +336,7 @@ pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
 };
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 17] = [
+pub static CATALOG: [FamilyInfo; 23] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -287,6 +350,12 @@ pub static CATALOG: [FamilyInfo; 17] = [
     GATEWAY_OVERHEAD.info(),
     BUILD_INFO.info(),
     ACCESS_LOG_DROPPED.info(),
+    SPEND_USD_TOTAL.info(),
+    RATELIMIT_REJECTIONS.info(),
+    RATELIMIT_BACKEND_ERRORS.info(),
+    CONFIG_RELOADS.info(),
+    CONFIG_LAST_RELOAD_SUCCESS.info(),
+    CONFIG_INFO.info(),
     UPSTREAM_ATTEMPTS.info(),
     FALLBACKS.info(),
     COOLDOWNS.info(),

@@ -15,10 +15,13 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS, REQUESTS_IN_FLIGHT,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS,
+    RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL,
     TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
-use super::labels::{AuthFailure, Endpoint, Outcome, StatusClass, UpstreamErrorKind};
+use super::labels::{
+    AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
+};
 use super::worker;
 
 /// The labels of a finished request. `model` and `provider` are configured names (or
@@ -185,4 +188,24 @@ pub fn worker_connection() -> WorkerConnectionGuard {
 /// Access-log lines were dropped because the writer could not keep up.
 pub fn access_log_dropped(lines: u64) {
     cache::counter(&ACCESS_LOG_DROPPED, [], |c| c.increment(lines));
+}
+
+/// `api_key` spent `usd` US dollars on `model` (both configured names). A non-positive amount
+/// adds nothing.
+pub fn spend(api_key: &str, model: &str, usd: f64) {
+    cache::gauge(&SPEND_USD_TOTAL, [api_key, model], |g| g.increment(usd));
+}
+
+/// A limit of `scope` and `kind` refused a request.
+pub fn ratelimit_rejection(scope: RateLimitScope, kind: RateLimitKind) {
+    cache::counter(
+        &RATELIMIT_REJECTIONS,
+        [scope.as_str(), kind.as_str()],
+        |c| c.increment(1),
+    );
+}
+
+/// A rate-limit check or settlement could not use the shared backend (Redis).
+pub fn ratelimit_backend_error() {
+    cache::counter(&RATELIMIT_BACKEND_ERRORS, [], |c| c.increment(1));
 }

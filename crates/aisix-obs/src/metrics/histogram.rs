@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ::metrics::{Histogram, HistogramFn, Key};
 
-use super::catalog::{self, Kind};
+use super::catalog::{self, FamilyInfo, Kind};
 
 /// One histogram series: a counter per bucket (the last is `+Inf`) and the sum of samples.
 // shared: a series is written by every worker that serves its label set and read by scrapes.
@@ -114,16 +114,7 @@ impl Histograms {
             let Kind::Histogram { buckets } = family.kind else {
                 continue;
             };
-            let mut members = series
-                .iter()
-                .filter(|(key, _)| key.name() == family.name)
-                .peekable();
-            if members.peek().is_none() {
-                continue;
-            }
-            let _ = writeln!(out, "# HELP {} {}", family.name, escape_help(family.help));
-            let _ = writeln!(out, "# TYPE {} histogram", family.name);
-            for (key, histogram) in members {
+            render_family(out, family, "histogram", &series, |out, key, histogram| {
                 let labels = format_labels(key);
                 let sep = if labels.is_empty() { "" } else { "," };
                 let (cumulative, count, sum) = histogram.snapshot();
@@ -146,14 +137,37 @@ impl Histograms {
                 };
                 let _ = writeln!(out, "{}_sum{braced} {sum}", family.name);
                 let _ = writeln!(out, "{}_count{braced} {count}", family.name);
-            }
-            out.push('\n');
+            });
         }
     }
 }
 
+/// Appends `family`'s series among `series` (help, type, then `line` for each, then a blank
+/// line); nothing when it has none.
+pub(super) fn render_family<V>(
+    out: &mut String,
+    family: &FamilyInfo,
+    type_name: &str,
+    series: &BTreeMap<Key, V>,
+    mut line: impl FnMut(&mut String, &Key, &V),
+) {
+    let mut members = series
+        .iter()
+        .filter(|(key, _)| key.name() == family.name)
+        .peekable();
+    if members.peek().is_none() {
+        return;
+    }
+    let _ = writeln!(out, "# HELP {} {}", family.name, escape_help(family.help));
+    let _ = writeln!(out, "# TYPE {} {type_name}", family.name);
+    for (key, value) in members {
+        line(out, key, value);
+    }
+    out.push('\n');
+}
+
 /// `a="x",b="y"` in the key's label order, values escaped for the text format.
-fn format_labels(key: &Key) -> String {
+pub(super) fn format_labels(key: &Key) -> String {
     let mut out = String::new();
     for (i, label) in key.labels().enumerate() {
         if i > 0 {

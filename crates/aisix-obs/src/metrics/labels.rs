@@ -126,10 +126,43 @@ label_enum! {
 }
 
 label_enum! {
+    /// Whose limit refused a request (`scope` label of `aisix_ratelimit_rejections_total`).
+    RateLimitScope {
+        ApiKey => "api_key",
+        Model => "model",
+    }
+}
+
+label_enum! {
+    /// Which limit refused a request (`kind` label of `aisix_ratelimit_rejections_total`): a
+    /// request or token window, the concurrency cap, or the spending budget.
+    RateLimitKind {
+        Rps => "rps",
+        Rpm => "rpm",
+        Rph => "rph",
+        Rpd => "rpd",
+        Tpm => "tpm",
+        Tpd => "tpd",
+        Concurrency => "concurrency",
+        Budget => "budget",
+    }
+}
+
+label_enum! {
     /// The serving mode (`mode` label of `aisix_build_info`).
     Mode {
         ThreadPerCore => "thread_per_core",
         Shared => "shared",
+    }
+}
+
+label_enum! {
+    /// How a reload of the resources file ended (`result` label of
+    /// `aisix_config_reloads_total`).
+    ReloadResult {
+        Success => "success",
+        /// The file had errors and was refused whole; the running resources stay.
+        Failure => "failure",
     }
 }
 
@@ -253,6 +286,9 @@ mod tests {
             .chain(UpstreamErrorKind::ALL.iter().map(|v| v.as_str()))
             .chain(AuthFailure::ALL.iter().map(|v| v.as_str()))
             .chain(Mode::ALL.iter().map(|v| v.as_str()))
+            .chain(RateLimitScope::ALL.iter().map(|v| v.as_str()))
+            .chain(RateLimitKind::ALL.iter().map(|v| v.as_str()))
+            .chain(ReloadResult::ALL.iter().map(|v| v.as_str()))
             .collect();
         for value in all {
             assert!(

@@ -47,6 +47,7 @@
 pub mod cache;
 pub mod catalog;
 pub mod emit;
+mod float_counter;
 mod histogram;
 mod in_flight;
 pub mod labels;

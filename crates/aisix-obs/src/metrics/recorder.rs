@@ -1,21 +1,27 @@
 //! The recorder aisix installs: the Prometheus exporter for counters and gauges, our own
-//! fixed-bucket histograms for the catalog's durations (see `histogram` for why), and
-//! per-thread shards for in-flight requests; plus the page a scrape gets. Serving it is the
+//! fixed-bucket histograms for the catalog's durations (see `histogram` for why), fractional
+//! counters for dollars (`float_counter`), and per-thread shards for in-flight requests; plus
+//! the page a scrape gets. Serving it is the
 //! server's job.
 
 use std::fmt;
+use std::fmt::Write as _;
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
 
 use ::metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Metadata, Recorder, SharedString};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use super::cache::{self, METADATA};
 use super::catalog::{
-    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, Kind, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
+    self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, CONFIG_INFO, CONFIG_LAST_RELOAD_SUCCESS,
+    CONFIG_RELOADS, Kind, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
     WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
+use super::float_counter::FloatCounters;
 use super::histogram::Histograms;
 use super::in_flight::InFlight;
-use super::labels::{Endpoint, Mode, Worker};
+use super::labels::{Endpoint, Mode, ReloadResult, Worker};
 use super::worker;
 
 /// Why the recorder could not be built or installed.
@@ -35,7 +41,11 @@ pub struct MetricsRecorder {
     prometheus: PrometheusRecorder,
     handle: PrometheusHandle,
     histograms: Histograms,
+    float_counters: FloatCounters,
     in_flight: InFlight,
+    /// The `hash` of the one `aisix_config_info` series. Rendered here rather than by the
+    /// exporter, which cannot drop the previous hash's series after a reload.
+    config_hash: Mutex<Option<String>>,
 }
 
 impl fmt::Debug for MetricsRecorder {
@@ -81,6 +91,9 @@ impl Recorder for MetricsRecorder {
         if key.name() == REQUESTS_IN_FLIGHT.name {
             return self.in_flight.register(key);
         }
+        if FloatCounters::stores(key.name()) {
+            return self.float_counters.register(key);
+        }
         self.prometheus.register_gauge(key, metadata)
     }
 
@@ -118,7 +131,9 @@ impl Metrics {
             prometheus,
             handle,
             histograms: Histograms::default(),
+            float_counters: FloatCounters::default(),
             in_flight: InFlight::default(),
+            config_hash: Mutex::new(None),
         }));
 
         for family in &CATALOG {
@@ -132,6 +147,15 @@ impl Metrics {
                 }
             }
         }
+        // Reload outcomes show 0 from the first scrape, so `increase()` sees the first failure.
+        for result in ReloadResult::ALL {
+            recorder
+                .register_counter(
+                    &cache::key_of(&CONFIG_RELOADS, &[result.as_str()]),
+                    &METADATA,
+                )
+                .increment(0);
+        }
         // Every endpoint shows 0 in flight from the first scrape, not only after traffic.
         for endpoint in Endpoint::ALL {
             recorder
@@ -142,6 +166,10 @@ impl Metrics {
         // harness) can tell "none dropped" from "not reported".
         recorder
             .register_counter(&cache::key_of(&ACCESS_LOG_DROPPED, &[]), &METADATA)
+            .increment(0);
+        // Likewise for rate-limit backend errors: 0 reads as "the backend answered every call".
+        recorder
+            .register_counter(&cache::key_of(&RATELIMIT_BACKEND_ERRORS, &[]), &METADATA)
             .increment(0);
         // No direct model cools down until one does: 0 from the first scrape.
         recorder
@@ -169,6 +197,34 @@ impl Metrics {
         let workers = workers.to_string();
         let key = cache::key_of(&BUILD_INFO, &[version, mode.as_str(), workers.as_str()]);
         self.recorder.register_gauge(&key, &METADATA).set(1.0);
+    }
+
+    /// Records that the resources file was loaded and is now in force (at startup and on every
+    /// successful reload): its hash becomes `aisix_config_info{hash}`, and `at` becomes
+    /// `aisix_config_last_reload_success_timestamp_seconds`. Control thread only.
+    pub fn config_loaded(&self, hash: &str, at: SystemTime) {
+        let seconds = at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        self.recorder
+            .register_gauge(&cache::key_of(&CONFIG_LAST_RELOAD_SUCCESS, &[]), &METADATA)
+            .set(seconds);
+        *self
+            .recorder
+            .config_hash
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(hash.to_owned());
+    }
+
+    /// Counts one reload attempt (`aisix_config_reloads_total{result}`); a success is also
+    /// recorded with [`Metrics::config_loaded`]. Control thread only.
+    pub fn config_reload(&self, result: ReloadResult) {
+        self.recorder
+            .register_counter(
+                &cache::key_of(&CONFIG_RELOADS, &[result.as_str()]),
+                &METADATA,
+            )
+            .increment(1);
     }
 
     /// Names the calling thread `worker` for the `worker` label of every later emit on it, and
@@ -201,7 +257,7 @@ impl Metrics {
 
     /// The page for a scrape, in the Prometheus text format: counters and gauges from the
     /// exporter (in-flight gauges summed over every thread's shard first), then the catalog's
-    /// histograms. Locks the registries briefly; call from the control thread, not a worker.
+    /// histograms and fractional counters. Locks the registries briefly; call from the control thread, not a worker.
     pub fn render(&self) -> String {
         for (key, total) in self.recorder.in_flight.totals() {
             self.recorder
@@ -211,7 +267,28 @@ impl Metrics {
         }
         let mut page = self.recorder.handle.render();
         self.recorder.histograms.render_into(&mut page);
+        self.recorder.float_counters.render_into(&mut page);
+        self.render_config_info(&mut page);
         page
+    }
+
+    fn render_config_info(&self, page: &mut String) {
+        let hash = self
+            .recorder
+            .config_hash
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(hash) = hash.as_deref() {
+            let name = CONFIG_INFO.name;
+            let _ = writeln!(page, "# HELP {name} {}", CONFIG_INFO.help);
+            let _ = writeln!(page, "# TYPE {name} gauge");
+            let _ = writeln!(
+                page,
+                "{name}{{{}=\"{}\"}} 1\n",
+                CONFIG_INFO.labels[0],
+                hash.escape_default()
+            );
+        }
     }
 
     /// The exporter's periodic housekeeping (publishes descriptions, folds any non-catalog

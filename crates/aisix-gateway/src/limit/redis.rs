@@ -1,0 +1,582 @@
+//! The Redis backend: counters shared by every replica. A reservation is one Lua script that
+//! reads every counter it touches, and counts all of them or none (Redis runs a script alone,
+//! so two replicas can never both take the last unit). Settlements go through a queue to one
+//! background thread, which sends those waiting in one script call.
+//!
+//! # When Redis is away
+//!
+//! Every call from a request is bounded by `ratelimit.redis.timeout_ms`. A call that fails or
+//! times out drops the connection; until the background thread has reconnected (it tries every
+//! half second), requests do not call Redis at all: with `on_error: allow` they are counted on
+//! this process's own counters (so each replica enforces the limits alone, N replicas letting
+//! up to N times through), with `on_error: deny` they are refused with 503. Each such request
+//! counts in `aisix_ratelimit_backend_errors_total`, and a warning is logged at most every ten
+//! seconds. No request ever waits longer than one timeout for Redis.
+//!
+//! # Bounds
+//!
+//! Settlements are applied after the request ends, by the background thread, usually within a
+//! millisecond: until then the reservation stays counted, which can only refuse early, never
+//! admit too much. Settlements queued while Redis is away are sent once it is back (up to
+//! [`SETTLE_QUEUE`] requests; beyond that they are dropped and counted as errors, leaving their
+//! reservations charged). A reservation whose reply was lost to a timeout may have been counted
+//! in Redis: it stays counted until its window ends (a budget: its period), and its concurrency
+//! slot until `ratelimit.concurrency_ttl_secs`.
+
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use aisix_config::{OnRedisError, RedisConfig};
+use aisix_obs::metrics::emit;
+use arc_swap::ArcSwapOption;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError, Script};
+use tokio::sync::{Notify, mpsc, oneshot};
+
+use super::clock::{Clock, SystemClock};
+use super::{Adjust, Check, Evaluated, LimiterInitError, Subject, What};
+
+/// How often the background thread tries to reconnect while Redis is away.
+const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
+/// Settled reservations waiting for the background thread, at most.
+pub(super) const SETTLE_QUEUE: usize = 16_384;
+/// Settled reservations sent in one script call, at most.
+const SETTLE_BATCH: usize = 64;
+/// How long a counter outlives its window in Redis.
+const KEY_GRACE_MS: u64 = 1_000;
+/// The shortest gap between two warnings about Redis.
+const WARN_EVERY_MS: u64 = 10_000;
+
+/// Checks every counter, then counts all of them or none.
+/// KEYS: one per check. ARGV[1]: now (Unix ms); ARGV[2]: this reservation's concurrency lease;
+/// then four per key: `w` (a window or budget counter) or `c` (a concurrency set), the amount,
+/// the limit, the key's time to live in ms.
+/// Returns `{refused, count1, count2, ...}`: `refused` is the 1-based index of the first check
+/// that refused (0 if none), each count is after the reservation (or as found, if refused).
+const RESERVE: &str = r"
+local now = tonumber(ARGV[1])
+local counts = {}
+local refused = 0
+for i = 1, #KEYS do
+  local base = 2 + (i - 1) * 4
+  local count
+  if ARGV[base + 1] == 'c' then
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+    count = redis.call('ZCARD', KEYS[i])
+  else
+    count = tonumber(redis.call('GET', KEYS[i]) or '0')
+  end
+  counts[i] = count
+  local amount, limit = tonumber(ARGV[base + 2]), tonumber(ARGV[base + 3])
+  if refused == 0 and (count >= limit or count + amount > limit) then
+    refused = i
+  end
+end
+if refused == 0 then
+  for i = 1, #KEYS do
+    local base = 2 + (i - 1) * 4
+    local ttl = tonumber(ARGV[base + 4])
+    if ARGV[base + 1] == 'c' then
+      redis.call('ZADD', KEYS[i], now + ttl, ARGV[2])
+    elseif tonumber(ARGV[base + 2]) > 0 then
+      redis.call('INCRBY', KEYS[i], ARGV[base + 2])
+    end
+    redis.call('PEXPIRE', KEYS[i], ttl)
+    counts[i] = counts[i] + tonumber(ARGV[base + 2])
+  end
+end
+table.insert(counts, 1, refused)
+return counts
+";
+
+/// Applies settlements. KEYS: one per adjustment. ARGV: three per key: `s` (take back this
+/// much, if the counter still exists), `a` (add this much, the key expiring in the given ms if
+/// it is new) or `r` (remove this lease from a concurrency set), the amount or lease, the ms.
+const SETTLE: &str = r"
+for i = 1, #KEYS do
+  local base = (i - 1) * 3
+  local op, value = ARGV[base + 1], ARGV[base + 2]
+  if op == 'r' then
+    redis.call('ZREM', KEYS[i], value)
+  elseif op == 's' then
+    local count = redis.call('GET', KEYS[i])
+    if count then
+      local left = tonumber(count) - tonumber(value)
+      if left < 0 then left = 0 end
+      redis.call('SET', KEYS[i], left, 'KEEPTTL')
+    end
+  else
+    redis.call('INCRBY', KEYS[i], value)
+    if redis.call('PTTL', KEYS[i]) < 0 then
+      redis.call('PEXPIRE', KEYS[i], ARGV[base + 3])
+    end
+  end
+end
+return #KEYS
+";
+
+/// What the background thread is asked to do.
+#[derive(Debug)]
+enum Queued {
+    /// Apply one reservation's settlement.
+    Settle(Vec<SettleEntry>),
+    /// Answer once everything queued before has been sent.
+    Flush(oneshot::Sender<()>),
+}
+
+/// One change a settlement makes in Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SettleEntry {
+    key: String,
+    op: &'static str,
+    value: String,
+    ttl_ms: u64,
+}
+
+pub(super) struct RedisBackend {
+    state: Arc<State>,
+    settlements: Option<mpsc::Sender<Queued>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// What the request path and the background thread share.
+// shared: every worker reads the connection and counts leases; the background thread replaces
+// the connection when it reconnects.
+struct State {
+    client: redis::Client,
+    /// The URL with its password as `***`, for logs.
+    url: String,
+    conn: ArcSwapOption<MultiplexedConnection>,
+    /// Wakes the background thread when a request dropped the connection.
+    dropped: Notify,
+    timeout: Duration,
+    on_error: OnRedisError,
+    concurrency_ttl_ms: u64,
+    /// Names this process in concurrency leases.
+    node: u64,
+    leases: AtomicU64,
+    warnings: Warnings,
+    reserve: Script,
+    settle: Script,
+}
+
+impl fmt::Debug for RedisBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisBackend")
+            .field("url", &self.state.url)
+            .field("connected", &self.state.conn.load().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBackend {
+    /// Starts the background thread, which connects at once; requests do not wait for it.
+    pub(super) fn start(
+        config: &RedisConfig,
+        concurrency_ttl: Duration,
+    ) -> Result<Self, LimiterInitError> {
+        let client = redis::Client::open(config.url.expose())
+            .map_err(|_| LimiterInitError::RedisUrl("not a Redis URL the client accepts".into()))?;
+        let state = Arc::new(State {
+            client,
+            url: config.url.redacted().to_owned(),
+            conn: ArcSwapOption::empty(),
+            dropped: Notify::new(),
+            timeout: config.timeout,
+            on_error: config.on_error,
+            concurrency_ttl_ms: u64::try_from(concurrency_ttl.as_millis()).unwrap_or(u64::MAX),
+            // Seeded from the OS once per process; leases need only be unique among replicas.
+            node: std::collections::hash_map::RandomState::new().hash_one(std::process::id()),
+            leases: AtomicU64::new(0),
+            warnings: Warnings::default(),
+            reserve: Script::new(RESERVE),
+            settle: Script::new(SETTLE),
+        });
+        let (settlements, queue) = mpsc::channel(SETTLE_QUEUE);
+        let thread = std::thread::Builder::new()
+            .name("aisix-ratelimit".to_owned())
+            .spawn({
+                let state = state.clone();
+                move || state.run(queue)
+            })?;
+        Ok(Self {
+            state,
+            settlements: Some(settlements),
+            thread: Some(thread),
+        })
+    }
+
+    /// Runs the reservation script; `None` when Redis could not answer within the timeout
+    /// (counted and logged; the caller goes by `on_error`).
+    pub(super) async fn reserve(
+        &self,
+        subjects: &[&Arc<Subject>],
+        checks: &[Check],
+        now: u64,
+    ) -> Option<(u64, Evaluated)> {
+        let state = &self.state;
+        let Some(conn) = state.conn.load_full() else {
+            state.unavailable(None, "not connected");
+            return None;
+        };
+        let lease = state.leases.fetch_add(1, Ordering::Relaxed);
+        let mut call = state.reserve.prepare_invoke();
+        call.arg(now).arg(state.lease_member(lease));
+        for check in checks {
+            let subject = subjects[check.subject];
+            let (op, ttl) = match check.what {
+                What::Concurrency => ("c", state.concurrency_ttl_ms),
+                _ => ("w", check.span.end.saturating_sub(now) + KEY_GRACE_MS),
+            };
+            call.key(key(subject, check.what, check.span.epoch))
+                .arg(op)
+                .arg(check.amount)
+                .arg(check.limit)
+                .arg(ttl);
+        }
+        let mut connection = (*conn).clone();
+        let reply = tokio::time::timeout(
+            state.timeout,
+            call.invoke_async::<Vec<i64>>(&mut connection),
+        )
+        .await;
+        let values = match reply {
+            Ok(Ok(values)) => values,
+            Ok(Err(error)) => {
+                state.unavailable(Some(&conn), &error);
+                return None;
+            }
+            Err(_) => {
+                state.unavailable(Some(&conn), "timed out");
+                return None;
+            }
+        };
+        match parse_reserved(&values, checks.len()) {
+            Some(evaluated) => Some((lease, evaluated)),
+            None => {
+                state.unavailable(
+                    None,
+                    "the reservation script answered in an unexpected shape",
+                );
+                None
+            }
+        }
+    }
+
+    /// Queues a reservation's adjustments for the background thread; never waits.
+    pub(super) fn settle(
+        &self,
+        subjects: &[Arc<Subject>],
+        checks: &[Check],
+        adjustments: &[Adjust],
+        lease: u64,
+        now: u64,
+    ) {
+        let entries = adjustments
+            .iter()
+            .map(|adjustment| {
+                let (index, op, value, span) = match *adjustment {
+                    Adjust::Return { check, amount } => {
+                        (check, "s", amount.to_string(), checks[check].span)
+                    }
+                    Adjust::Add {
+                        check,
+                        amount,
+                        span,
+                    } => (check, "a", amount.to_string(), span),
+                    Adjust::Release { check } => (
+                        check,
+                        "r",
+                        self.state.lease_member(lease),
+                        checks[check].span,
+                    ),
+                };
+                let check = &checks[index];
+                SettleEntry {
+                    key: key(&subjects[check.subject], check.what, span.epoch),
+                    op,
+                    value,
+                    ttl_ms: span.end.saturating_sub(now) + KEY_GRACE_MS,
+                }
+            })
+            .collect();
+        let queued = self
+            .settlements
+            .as_ref()
+            .is_some_and(|queue| queue.try_send(Queued::Settle(entries)).is_ok());
+        if !queued {
+            self.state.unavailable(None, "the settlement queue is full");
+        }
+    }
+}
+
+impl RedisBackend {
+    /// Whether a connection to Redis is up now.
+    pub(super) fn connected(&self) -> bool {
+        self.state.conn.load().is_some()
+    }
+
+    /// Waits until every settlement queued before this call has been sent to Redis (or
+    /// dropped as failed). While Redis is away that is when it is back.
+    pub(super) async fn flush(&self) {
+        let Some(queue) = &self.settlements else {
+            return;
+        };
+        let (done, flushed) = oneshot::channel();
+        if queue.send(Queued::Flush(done)).await.is_ok() {
+            let _ = flushed.await;
+        }
+    }
+}
+
+impl Drop for RedisBackend {
+    /// Closes the queue; the thread sends what is queued (if connected) and exits.
+    fn drop(&mut self) {
+        drop(self.settlements.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl State {
+    fn lease_member(&self, lease: u64) -> String {
+        format!("{:016x}:{lease}", self.node)
+    }
+
+    /// A request or settlement could not use Redis: count it, warn now and then, and drop the
+    /// connection it used (if any) so the background thread makes a new one.
+    fn unavailable(&self, conn: Option<&Arc<MultiplexedConnection>>, why: impl fmt::Display) {
+        emit::ratelimit_backend_error();
+        if let Some(conn) = conn {
+            let current = Some(conn.clone());
+            let previous = self
+                .conn
+                .compare_and_swap(&current, None::<Arc<MultiplexedConnection>>);
+            if previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, conn)) {
+                self.dropped.notify_one();
+            }
+        }
+        self.warnings.warn(|suppressed| {
+            let fallback = match self.on_error {
+                OnRedisError::Allow => "counting rate limits in this process until it is back",
+                OnRedisError::Deny => "refusing rate-limited requests until it is back",
+            };
+            tracing::warn!(redis = %self.url, error = %why, suppressed, "rate limiter cannot use Redis; {fallback}");
+        });
+    }
+
+    /// The background thread: one current-thread runtime that keeps a connection and sends
+    /// the queued settlements.
+    fn run(self: Arc<Self>, queue: mpsc::Receiver<Queued>) {
+        let runtime = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                tracing::error!(%error, "rate limiter cannot start its Redis runtime; Redis is never used");
+                return;
+            }
+        };
+        runtime.block_on(self.background(queue));
+    }
+
+    async fn background(&self, mut queue: mpsc::Receiver<Queued>) {
+        let mut tick = tokio::time::interval(RECONNECT_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Taken from the queue, not yet sent: kept across a lost connection.
+        let mut unsent: Vec<SettleEntry> = Vec::new();
+        let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
+        loop {
+            if self.conn.load().is_none() {
+                if queue.is_closed() && queue.is_empty() {
+                    if !unsent.is_empty() {
+                        self.unavailable(None, "shutting down while not connected");
+                    }
+                    return;
+                }
+                tick.tick().await;
+                self.connect().await;
+                continue;
+            }
+            if !unsent.is_empty()
+                && let Err(batch) = self.send(std::mem::take(&mut unsent)).await
+            {
+                unsent = batch;
+                continue;
+            }
+            for done in flushes.drain(..) {
+                let _ = done.send(());
+            }
+            tokio::select! {
+                next = queue.recv() => {
+                    let Some(first) = next else { return };
+                    let mut next = Some(first);
+                    let mut taken = 0;
+                    while let Some(queued) = next.take() {
+                        match queued {
+                            Queued::Settle(entries) => unsent.extend(entries),
+                            Queued::Flush(done) => flushes.push(done),
+                        }
+                        taken += 1;
+                        if taken < SETTLE_BATCH {
+                            next = queue.try_recv().ok();
+                        }
+                    }
+                }
+                () = self.dropped.notified() => {}
+            }
+        }
+    }
+
+    async fn connect(&self) {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.timeout))
+            .set_response_timeout(Some(self.timeout));
+        let attempt = async {
+            let mut conn = self
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            self.reserve.load_async(&mut conn).await?;
+            self.settle.load_async(&mut conn).await?;
+            Ok::<_, RedisError>(conn)
+        };
+        match tokio::time::timeout(self.timeout * 3, attempt).await {
+            Ok(Ok(conn)) => {
+                self.conn.store(Some(Arc::new(conn)));
+                tracing::info!(redis = %self.url, "rate limiter connected to Redis");
+            }
+            Ok(Err(error)) => self.warnings.warn(|suppressed| {
+                tracing::warn!(redis = %self.url, %error, suppressed, "rate limiter cannot connect to Redis");
+            }),
+            Err(_) => self.warnings.warn(|suppressed| {
+                tracing::warn!(redis = %self.url, suppressed, "rate limiter timed out connecting to Redis");
+            }),
+        }
+    }
+
+    /// Sends `batch` in one script call; gives it back unsent when there is no connection.
+    /// A call that fails or times out is not retried (it may have been applied): its
+    /// reservations stay charged.
+    async fn send(&self, batch: Vec<SettleEntry>) -> Result<(), Vec<SettleEntry>> {
+        let Some(conn) = self.conn.load_full() else {
+            return Err(batch);
+        };
+        let mut call = self.settle.prepare_invoke();
+        for entry in &batch {
+            call.key(&entry.key)
+                .arg(entry.op)
+                .arg(&entry.value)
+                .arg(entry.ttl_ms);
+        }
+        let mut connection = (*conn).clone();
+        match tokio::time::timeout(self.timeout, call.invoke_async::<i64>(&mut connection)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => self.unavailable(Some(&conn), &error),
+            Err(_) => self.unavailable(Some(&conn), "timed out"),
+        }
+        Ok(())
+    }
+}
+
+/// `aisix:rl:{scope:name}:rpm:28508434`, `…:budget:month:24290`, `…:concurrency`.
+fn key(subject: &Subject, what: What, epoch: u64) -> String {
+    let prefix = &subject.redis_prefix;
+    match what {
+        What::Window(window) => format!("{prefix}:{}:{epoch}", window.kind().as_str()),
+        What::Budget(period) => format!("{prefix}:budget:{}:{epoch}", period.as_str()),
+        What::Concurrency => format!("{prefix}:concurrency"),
+    }
+}
+
+/// The reservation script's reply, if it has the shape the script gives.
+fn parse_reserved(values: &[i64], checks: usize) -> Option<Evaluated> {
+    let (&refused, counts) = values.split_first()?;
+    if counts.len() != checks {
+        return None;
+    }
+    let refused = usize::try_from(refused).ok()?;
+    Some(Evaluated {
+        counts: counts
+            .iter()
+            .map(|c| u64::try_from(*c).unwrap_or(0))
+            .collect(),
+        refused: refused.checked_sub(1),
+    })
+}
+
+/// Warnings at most every [`WARN_EVERY_MS`], each saying how many were held back since the
+/// last.
+#[derive(Debug, Default)]
+struct Warnings {
+    next_at: AtomicU64,
+    suppressed: AtomicU64,
+}
+
+impl Warnings {
+    fn warn(&self, log: impl FnOnce(u64)) {
+        let now = SystemClock.unix_millis();
+        let next = self.next_at.load(Ordering::Relaxed);
+        if now < next
+            || self
+                .next_at
+                .compare_exchange(
+                    next,
+                    now + WARN_EVERY_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        log(self.suppressed.swap(0, Ordering::Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reservation_reply_is_read_or_refused() {
+        assert_eq!(
+            parse_reserved(&[0, 3, 40], 2),
+            Some(Evaluated {
+                counts: vec![3, 40],
+                refused: None
+            })
+        );
+        assert_eq!(
+            parse_reserved(&[2, 3, 40], 2),
+            Some(Evaluated {
+                counts: vec![3, 40],
+                refused: Some(1)
+            })
+        );
+        assert_eq!(parse_reserved(&[0, 3], 2), None);
+        assert_eq!(parse_reserved(&[], 0), None);
+        assert_eq!(parse_reserved(&[-1], 0), None);
+    }
+
+    #[test]
+    fn warnings_are_held_back_between_two() {
+        let warnings = Warnings::default();
+        let mut logged = Vec::new();
+        for _ in 0..5 {
+            warnings.warn(|suppressed| logged.push(suppressed));
+        }
+        assert_eq!(logged, [0]);
+        assert_eq!(warnings.suppressed.load(Ordering::Relaxed), 4);
+        warnings.next_at.store(0, Ordering::Relaxed);
+        warnings.warn(|suppressed| logged.push(suppressed));
+        assert_eq!(logged, [0, 4]);
+    }
+}
