@@ -63,8 +63,8 @@ impl Fault {
 }
 
 /// A stream translator: fed every complete upstream event in order, it appends the client's
-/// bytes to `out`. Once it has returned anything but [`Step::Continue`], or failed, it writes
-/// nothing more.
+/// bytes to `out`. Once it has returned anything but [`Step::Continue`] it writes nothing more,
+/// except the error event of [`Translator::fail`] after [`Step::Malformed`].
 pub trait Translator {
     /// Translates one complete event (its bytes up to and including the blank line).
     fn event(&mut self, event: &[u8], out: &mut BytesMut) -> Step;
@@ -86,7 +86,7 @@ enum Phase {
     /// Nothing translated yet.
     Start,
     Body,
-    /// Over: the step that ended it (a failure reads as [`Step::UpstreamError`]).
+    /// Over: the step that ended it (after a failure, [`Step::UpstreamError`]).
     Over(Step),
 }
 

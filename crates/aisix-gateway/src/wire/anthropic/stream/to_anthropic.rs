@@ -272,7 +272,11 @@ impl Translator for ToAnthropic {
             self.upstream_error(out, &error.error.unwrap_or_default().message);
             return Step::UpstreamError;
         }
-        self.chunk(&data, out)
+        let step = self.chunk(&data, out);
+        if step == Step::Malformed {
+            self.phase = Phase::Over(Step::Malformed);
+        }
+        step
     }
 
     fn end(&mut self, out: &mut BytesMut) -> bool {
@@ -284,7 +288,7 @@ impl Translator for ToAnthropic {
     }
 
     fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if matches!(self.phase, Phase::Over(_)) {
+        if matches!(self.phase, Phase::Over(step) if step != Step::Malformed) {
             return;
         }
         out.extend_from_slice(&error::stream_event(fault.anthropic_type(), message));

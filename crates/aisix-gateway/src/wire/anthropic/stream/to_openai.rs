@@ -232,14 +232,19 @@ impl Translator for ToOpenAi {
             self.phase = Phase::Over(Step::UpstreamError);
             return Step::UpstreamError;
         }
-        if self.phase == Phase::Start && name != b"message_start" && name != b"ping" {
-            return if KNOWN.contains(&name) {
+        let step = if self.phase == Phase::Start && name != b"message_start" && name != b"ping" {
+            if KNOWN.contains(&name) {
                 Step::Malformed
             } else {
                 Step::Continue
-            };
+            }
+        } else {
+            self.translate(name, &data, out).unwrap_or(Step::Malformed)
+        };
+        if step == Step::Malformed {
+            self.phase = Phase::Over(Step::Malformed);
         }
-        self.translate(name, &data, out).unwrap_or(Step::Malformed)
+        step
     }
 
     fn end(&mut self, out: &mut BytesMut) -> bool {
@@ -251,7 +256,7 @@ impl Translator for ToOpenAi {
     }
 
     fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if matches!(self.phase, Phase::Over(_)) {
+        if matches!(self.phase, Phase::Over(step) if step != Step::Malformed) {
             return;
         }
         out.put_slice(&sse::error_event(fault.code(), message));
