@@ -20,7 +20,6 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use super::body::{Finish, Frames, MockBody};
-use super::dialect::Dialect;
 use super::record::RecordedRequest;
 use super::reply::{Content, Ending, Frame, Reply};
 use super::state::State;
@@ -102,7 +101,7 @@ async fn handle(
     let seq = state.arrived(worker.index, state.records().then(|| request.clone()));
     let reply = state
         .next_reply()
-        .unwrap_or_else(|| Reply::dialect_default(Dialect::default()));
+        .unwrap_or_else(|| Reply::dialect_default(state.dialect));
 
     let mut head = HeadGuard { state, sent: false };
     if !reply.head_delay.is_zero() {
@@ -135,10 +134,13 @@ fn respond(
     worker: Arc<Worker>,
 ) -> Result<Response<MockBody>, NoResponse> {
     let mut headers = HeaderMap::new();
+    // A default answer ends as its own dialect does; a scripted stream as the mock's.
+    let mut dialect = worker.state.dialect;
     let (status, mut frames, sse) = match reply.content {
         Content::NoResponse => return Err(NoResponse),
-        Content::Dialect(dialect) => {
-            let answer = dialect.answer(request, seq);
+        Content::Dialect(answered) => {
+            dialect = answered;
+            let answer = answered.answer(request, seq);
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
             if answer.sse {
                 headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -156,7 +158,7 @@ fn respond(
         headers.append(name, value);
     }
     if sse && reply.ending == Ending::Done {
-        frames.push(Frame::done());
+        frames.push(dialect.terminator());
     }
 
     let chunks: VecDeque<(Duration, Bytes)> = frames
