@@ -247,6 +247,11 @@ impl Frame {
         }))
     }
 
+    /// The bytes this frame sends.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
     /// Wait this long before sending this frame.
     pub fn after(mut self, delay: Duration) -> Frame {
         self.delay = Some(delay);
