@@ -103,6 +103,12 @@ impl Diffs {
         }
     }
 
+    fn answer(&mut self, input: &Path, answer: response::Answer) {
+        self.expect(input, "out.json", answer.body.to_vec(), true);
+        let usage = serde_json::to_vec(&answer.usage).unwrap();
+        self.expect(input, "usage.json", usage, true);
+    }
+
     fn stream(&mut self, input: &Path, streamed: Streamed) {
         let report = json!({"complete": streamed.complete, "usage": streamed.usage});
         self.expect(input, "out.sse", streamed.out, false);
@@ -151,13 +157,7 @@ fn anthropic_answers_translate_to_openai_as_the_golden_files_say() {
     for (name, path, input) in cases("response/to_openai", "json") {
         let answer =
             response::to_openai(&input, CREATED).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-        diffs.expect(&path, "out.json", answer.body.to_vec(), true);
-        diffs.expect(
-            &path,
-            "usage.json",
-            serde_json::to_vec(&answer.usage).unwrap(),
-            true,
-        );
+        diffs.answer(&path, answer);
     }
     diffs.check();
 }
@@ -167,13 +167,7 @@ fn openai_answers_translate_to_anthropic_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("response/to_anthropic", "json") {
         let answer = response::to_anthropic(&input).unwrap_or_else(|e| panic!("{name}: {e:?}"));
-        diffs.expect(&path, "out.json", answer.body.to_vec(), true);
-        diffs.expect(
-            &path,
-            "usage.json",
-            serde_json::to_vec(&answer.usage).unwrap(),
-            true,
-        );
+        diffs.answer(&path, answer);
     }
     diffs.check();
 }

@@ -1,6 +1,7 @@
 //! Token usage as OpenAI reports it, read from response bodies and stream chunks.
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// Tokens one request consumed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -28,7 +29,9 @@ pub fn from_response(body: &[u8]) -> Option<Usage> {
     last_usage_object(body).or_else(|| serde_json::from_slice::<UsageProbe>(body).ok()?.usage)
 }
 
-fn last_usage_object(body: &[u8]) -> Option<Usage> {
+/// The object after the last `"usage":` key of `body`, read as a `T` (whatever follows the
+/// object is not looked at). A `"usage"` inside a string value is escaped and never matches.
+pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
     let at = memchr::memmem::rfind(body, b"\"usage\"")?;
     let value = body[at + 7..]
         .trim_ascii_start()
@@ -37,7 +40,7 @@ fn last_usage_object(body: &[u8]) -> Option<Usage> {
     if value.first() != Some(&b'{') {
         return None;
     }
-    Usage::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+    T::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
 }
 
 #[cfg(test)]

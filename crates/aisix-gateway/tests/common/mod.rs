@@ -21,27 +21,35 @@ pub struct Streamed {
     pub usage: Option<TokenUsage>,
 }
 
+/// Splits `chunks` into complete events as they arrive and hands each to `event` until it
+/// returns anything but [`Step::Continue`]; returns that last step.
+fn feed<'a>(
+    chunks: impl IntoIterator<Item = &'a [u8]>,
+    mut event: impl FnMut(&[u8]) -> Step,
+) -> Step {
+    let mut pending: Vec<u8> = Vec::new();
+    for chunk in chunks {
+        pending.extend_from_slice(chunk);
+        let mut at = 0;
+        while let Some(len) = sse::event_end(&pending[at..]) {
+            let step = event(&pending[at..at + len]);
+            at += len;
+            if step != Step::Continue {
+                return step;
+            }
+        }
+        pending.drain(..at);
+    }
+    Step::Continue
+}
+
 /// Feeds `chunks` (the upstream body, however it was split) through `translator`.
 pub fn translate<'a>(
     translator: &mut dyn Translator,
     chunks: impl IntoIterator<Item = &'a [u8]>,
 ) -> Streamed {
     let mut out = BytesMut::new();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut step = Step::Continue;
-    'feed: for chunk in chunks {
-        pending.extend_from_slice(chunk);
-        let mut at = 0;
-        while let Some(len) = sse::event_end(&pending[at..]) {
-            step = translator.event(&pending[at..at + len], &mut out);
-            at += len;
-            if step != Step::Continue {
-                break 'feed;
-            }
-        }
-        pending.drain(..at);
-    }
-    let complete = match step {
+    let complete = match feed(chunks, |event| translator.event(event, &mut out)) {
         Step::Continue => {
             let complete = translator.end(&mut out);
             if !complete {
@@ -53,8 +61,7 @@ pub fn translate<'a>(
             translator.fail(Fault::Malformed, MALFORMED_MESSAGE, &mut out);
             false
         }
-        Step::Complete => true,
-        Step::UpstreamError => false,
+        step => step == Step::Complete,
     };
     Streamed {
         out: out.to_vec(),
@@ -68,22 +75,10 @@ pub fn translate<'a>(
 pub fn scan<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Streamed {
     let mut scan = UsageScan::new();
     let mut out = BytesMut::new();
-    let mut pending: Vec<u8> = Vec::new();
-    let mut step = Step::Continue;
-    'feed: for chunk in chunks {
-        pending.extend_from_slice(chunk);
-        let mut at = 0;
-        while let Some(len) = sse::event_end(&pending[at..]) {
-            let event = &pending[at..at + len];
-            step = scan.event(event);
-            out.extend_from_slice(event);
-            at += len;
-            if step != Step::Continue {
-                break 'feed;
-            }
-        }
-        pending.drain(..at);
-    }
+    let step = feed(chunks, |event| {
+        out.extend_from_slice(event);
+        scan.event(event)
+    });
     let complete = match step {
         Step::Continue => {
             let complete = scan.end(&mut out);

@@ -90,6 +90,30 @@ enum Phase {
     Over(Step),
 }
 
+impl Phase {
+    /// Records what `step` did to the stream: a malformed event ends it, though it may still
+    /// be failed. Returns `step`.
+    fn after(&mut self, step: Step) -> Step {
+        if step == Step::Malformed {
+            *self = Phase::Over(Step::Malformed);
+        }
+        step
+    }
+
+    /// Whether [`Translator::fail`] may still write its error event.
+    fn may_fail(self) -> bool {
+        !matches!(self, Phase::Over(step) if step != Step::Malformed)
+    }
+
+    /// How the stream ended, if it has.
+    fn ended(self) -> Option<bool> {
+        match self {
+            Phase::Over(step) => Some(step == Step::Complete),
+            _ => None,
+        }
+    }
+}
+
 /// `event: {name}\ndata: {json}\n\n`, Anthropic's framing.
 fn write_event(out: &mut BytesMut, name: &str, value: &impl Serialize) {
     out.put_slice(b"event: ");

@@ -1,13 +1,13 @@
 //! The usage scan of an Anthropic stream relayed to an Anthropic client unchanged: the events
 //! go through byte for byte; only the `usage` object of `message_start` and `message_delta` is
-//! parsed (found by a substring search, as [`crate::wire::usage`] does), and `message_stop` and
+//! parsed ([`crate::wire::usage::last_usage_object`]), and `message_stop` and
 //! `error` are told apart by their `event:` name. No typed tree is built per event.
 
 use bytes::{BufMut, BytesMut};
 use memchr::memmem;
 use serde::de::DeserializeOwned;
 
-use crate::wire::sse;
+use crate::wire::{sse, usage};
 
 use super::super::error;
 use super::super::types::TokenUsage;
@@ -76,20 +76,19 @@ impl UsageScan {
     /// The upstream body ended. A stream that reached `message_delta` (its stop reason) but
     /// not `message_stop` is completed with a `message_stop` written to `out`.
     pub fn end(&mut self, out: &mut BytesMut) -> bool {
-        match self.phase {
-            Phase::Over(step) => step == Step::Complete,
-            _ if self.stopped => {
-                out.put_slice(MESSAGE_STOP);
-                self.phase = Phase::Over(Step::Complete);
-                true
-            }
-            _ => false,
+        if let Some(complete) = self.phase.ended() {
+            return complete;
         }
+        if self.stopped {
+            out.put_slice(MESSAGE_STOP);
+            self.phase = Phase::Over(Step::Complete);
+        }
+        self.stopped
     }
 
     /// Ends the client's stream with Anthropic's `error` event (no `message_stop` follows).
     pub fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if matches!(self.phase, Phase::Over(_)) {
+        if !self.phase.may_fail() {
             return;
         }
         out.put_slice(&error::stream_event(fault.anthropic_type(), message));
@@ -113,20 +112,9 @@ fn event_name(event: &[u8]) -> Option<&[u8]> {
     Some(name.strip_prefix(b" ").unwrap_or(name))
 }
 
-/// The object after the last `"usage":` key of the event. A `"usage"` inside a string value is
-/// escaped (`\"usage\"`) and never matches. Only that object is parsed.
+/// The event's `usage` object: only that object of its data is parsed.
 fn usage_object<T: DeserializeOwned>(event: &[u8]) -> Option<T> {
-    let data = sse::fields(event).data?;
-    let at = memmem::rfind(&data, b"\"usage\"")?;
-    let value = data[at + 7..]
-        .trim_ascii_start()
-        .strip_prefix(b":")?
-        .trim_ascii_start();
-    if value.first() != Some(&b'{') {
-        return None;
-    }
-    // Reads the one object and ignores what follows it.
-    T::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+    usage::last_usage_object(&sse::fields(event).data?)
 }
 
 #[cfg(test)]

@@ -273,22 +273,18 @@ impl Translator for ToAnthropic {
             return Step::UpstreamError;
         }
         let step = self.chunk(&data, out);
-        if step == Step::Malformed {
-            self.phase = Phase::Over(Step::Malformed);
-        }
-        step
+        self.phase.after(step)
     }
 
     fn end(&mut self, out: &mut BytesMut) -> bool {
-        match self.phase {
-            Phase::Over(step) => step == Step::Complete,
-            _ if self.stop.is_some() => self.complete(out) == Step::Complete,
-            _ => false,
+        match self.phase.ended() {
+            Some(complete) => complete,
+            None => self.stop.is_some() && self.complete(out) == Step::Complete,
         }
     }
 
     fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if matches!(self.phase, Phase::Over(step) if step != Step::Malformed) {
+        if !self.phase.may_fail() {
             return;
         }
         out.extend_from_slice(&error::stream_event(fault.anthropic_type(), message));

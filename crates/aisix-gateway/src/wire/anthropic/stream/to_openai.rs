@@ -241,22 +241,18 @@ impl Translator for ToOpenAi {
         } else {
             self.translate(name, &data, out).unwrap_or(Step::Malformed)
         };
-        if step == Step::Malformed {
-            self.phase = Phase::Over(Step::Malformed);
-        }
-        step
+        self.phase.after(step)
     }
 
     fn end(&mut self, out: &mut BytesMut) -> bool {
-        match self.phase {
-            Phase::Over(step) => step == Step::Complete,
-            _ if self.finish.is_some() => self.complete(out) == Step::Complete,
-            _ => false,
+        match self.phase.ended() {
+            Some(complete) => complete,
+            None => self.finish.is_some() && self.complete(out) == Step::Complete,
         }
     }
 
     fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if matches!(self.phase, Phase::Over(step) if step != Step::Malformed) {
+        if !self.phase.may_fail() {
             return;
         }
         out.put_slice(&sse::error_event(fault.code(), message));
