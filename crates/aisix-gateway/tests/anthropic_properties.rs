@@ -488,8 +488,10 @@ proptest! {
 
     #[test]
     fn openai_stream_to_anthropic_keeps_content_tools_and_usage_in_anthropic_order(answer in answer()) {
-        let streamed = common::translate(&mut ToAnthropic::new(), [&answer.openai_stream()[..]]);
+        let mut translator = ToAnthropic::new();
+        let streamed = common::translate(&mut translator, [&answer.openai_stream()[..]]);
         prop_assert!(streamed.complete);
+        prop_assert_eq!(translator.content_seen(), !answer.pieces.is_empty());
         let mut expected = answer.expected();
         // Anthropic has one reason for OpenAI's "stop" and "length" alike; the mapping is fixed.
         expected.finish = mapping::finish_reason(mapping::stop_reason(answer.finish)).to_owned();
@@ -498,8 +500,10 @@ proptest! {
 
     #[test]
     fn anthropic_stream_to_openai_keeps_content_tools_and_usage(answer in answer()) {
-        let streamed = common::translate(&mut ToOpenAi::new(true, 1), [&answer.anthropic_stream()[..]]);
+        let mut translator = ToOpenAi::new(true, 1);
+        let streamed = common::translate(&mut translator, [&answer.anthropic_stream()[..]]);
         prop_assert!(streamed.complete);
+        prop_assert_eq!(translator.content_seen(), !answer.pieces.is_empty());
         let mut expected = answer.expected();
         expected.finish = mapping::finish_reason(mapping::stop_reason(answer.finish)).to_owned();
         prop_assert_eq!(accumulate_openai(&streamed.out), expected);

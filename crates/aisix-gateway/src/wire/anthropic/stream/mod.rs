@@ -78,6 +78,11 @@ pub trait Translator {
 
     /// The usage reported so far, if the upstream reported any.
     fn usage(&self) -> Option<TokenUsage>;
+
+    /// Whether content (text, or a tool call) has been translated. Until then the output is
+    /// only the stream's opening, which another attempt would write again: a caller that
+    /// holds the output back may still drop it and fall back.
+    fn content_seen(&self) -> bool;
 }
 
 /// Where a stream is.

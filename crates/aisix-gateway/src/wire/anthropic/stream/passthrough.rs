@@ -20,6 +20,7 @@ pub struct UsageScan {
     phase: Phase,
     usage: Option<TokenUsage>,
     stopped: bool,
+    content: bool,
 }
 
 impl Default for UsageScan {
@@ -34,6 +35,7 @@ impl UsageScan {
             phase: Phase::Start,
             usage: None,
             stopped: false,
+            content: false,
         }
     }
 
@@ -60,6 +62,7 @@ impl UsageScan {
                 }
                 self.stopped |= memmem::find(event, b"\"stop_reason\"").is_some();
             }
+            b"content_block_start" | b"content_block_delta" => self.content = true,
             b"message_stop" => {
                 self.phase = Phase::Over(Step::Complete);
                 return Step::Complete;
@@ -97,6 +100,11 @@ impl UsageScan {
 
     pub fn usage(&self) -> Option<TokenUsage> {
         self.usage
+    }
+
+    /// Whether a content block has begun (see [`super::Translator::content_seen`]).
+    pub fn content_seen(&self) -> bool {
+        self.content
     }
 }
 

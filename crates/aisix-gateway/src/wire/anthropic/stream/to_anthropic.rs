@@ -29,6 +29,7 @@ pub struct ToAnthropic {
     calls: HashSet<u64, foldhash::fast::RandomState>,
     stop: Option<&'static str>,
     usage: Option<TokenUsage>,
+    content: bool,
 }
 
 /// The block being streamed.
@@ -54,6 +55,7 @@ impl ToAnthropic {
             calls: HashSet::default(),
             stop: None,
             usage: None,
+            content: false,
         }
     }
 
@@ -120,6 +122,7 @@ impl ToAnthropic {
     }
 
     fn text(&mut self, out: &mut BytesMut, text: &str) {
+        self.content = true;
         let block = match self.open {
             Open::Text { block } => block,
             _ => {
@@ -141,6 +144,7 @@ impl ToAnthropic {
     /// One piece of a tool call; `None` when it belongs to a call already closed (OpenAI
     /// streams calls one after another; interleaved calls cannot keep Anthropic's order).
     fn tool(&mut self, out: &mut BytesMut, call: ToolCallIn<'_>) -> Option<()> {
+        self.content = true;
         let block = match self.open {
             Open::Tool { block, call: open } if open == call.index => block,
             _ => {
@@ -293,6 +297,10 @@ impl Translator for ToAnthropic {
 
     fn usage(&self) -> Option<TokenUsage> {
         self.usage
+    }
+
+    fn content_seen(&self) -> bool {
+        self.content
     }
 }
 

@@ -32,6 +32,7 @@ pub struct ToOpenAi {
     calls: u32,
     usage: Option<TokenUsage>,
     finish: Option<&'static str>,
+    content: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -60,10 +61,12 @@ impl ToOpenAi {
             calls: 0,
             usage: None,
             finish: None,
+            content: false,
         }
     }
 
-    fn chunk(&self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
+    fn chunk(&mut self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
+        self.content |= delta.tool_calls.is_some() || delta.content.is_some_and(|c| !c.is_empty());
         write_data(
             out,
             &ChunkOut {
@@ -261,6 +264,10 @@ impl Translator for ToOpenAi {
 
     fn usage(&self) -> Option<TokenUsage> {
         self.usage
+    }
+
+    fn content_seen(&self) -> bool {
+        self.content
     }
 }
 
