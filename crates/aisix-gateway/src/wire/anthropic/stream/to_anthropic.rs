@@ -27,6 +27,8 @@ pub struct ToAnthropic {
     next_block: u64,
     /// OpenAI indices of the tool calls opened so far.
     calls: HashSet<u64, foldhash::fast::RandomState>,
+    /// The id of the tool call being streamed.
+    call_id: String,
     stop: Option<&'static str>,
     usage: Option<TokenUsage>,
     content: bool,
@@ -53,6 +55,7 @@ impl ToAnthropic {
             open: Open::None,
             next_block: 0,
             calls: HashSet::default(),
+            call_id: String::new(),
             stop: None,
             usage: None,
             content: false,
@@ -141,14 +144,17 @@ impl ToAnthropic {
         );
     }
 
-    /// One piece of a tool call; `None` when it belongs to a call already closed (OpenAI
-    /// streams calls one after another; interleaved calls cannot keep Anthropic's order).
+    /// One piece of a tool call. A piece with a new id opens a new call, even at an index
+    /// already used (some servers number every call 0). `None` when a piece without an id
+    /// belongs to a call already closed: OpenAI streams calls one after another, and
+    /// interleaved calls cannot keep Anthropic's order.
     fn tool(&mut self, out: &mut BytesMut, call: ToolCallIn<'_>) -> Option<()> {
         self.content = true;
+        let same_id = call.id.as_deref().is_none_or(|id| id == self.call_id);
         let block = match self.open {
-            Open::Tool { block, call: open } if open == call.index => block,
+            Open::Tool { block, call: open } if open == call.index && same_id => block,
             _ => {
-                if !self.calls.insert(call.index) {
+                if !self.calls.insert(call.index) && call.id.is_none() {
                     return None;
                 }
                 let generated;
@@ -164,6 +170,8 @@ impl ToAnthropic {
                     .as_ref()
                     .and_then(|f| f.name.as_deref())
                     .unwrap_or_default();
+                self.call_id.clear();
+                self.call_id.push_str(id);
                 self.open_block(
                     out,
                     Open::Tool {
@@ -524,6 +532,24 @@ mod tests {
             "null",
         );
         assert_eq!(t.event(late.as_bytes(), &mut out), Step::Malformed);
+    }
+
+    #[test]
+    fn calls_that_all_say_index_0_are_told_apart_by_their_ids() {
+        let mut t = ToAnthropic::new();
+        let mut out = BytesMut::new();
+        for (id, args) in [("a", r#"{\"x\":1}"#), ("b", "{}")] {
+            let delta = format!(
+                r#"{{"tool_calls":[{{"index":0,"id":"{id}","function":{{"name":"f","arguments":"{args}"}}}}]}}"#
+            );
+            assert_eq!(
+                t.event(chunk(&delta, "null").as_bytes(), &mut out),
+                Step::Continue
+            );
+        }
+        assert_eq!(t.event(b"data: [DONE]\n\n", &mut out), Step::Complete);
+        let text = String::from_utf8_lossy(&out);
+        assert_eq!(text.matches("\"type\":\"tool_use\"").count(), 2, "{text}");
     }
 
     #[test]
