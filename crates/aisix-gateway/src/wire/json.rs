@@ -50,7 +50,7 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ParseError> {
     Ok(value)
 }
 
-/// `message`, cut at a character boundary to at most [`MAX_MESSAGE`] bytes and marked when cut.
+/// `message`, cut at a character boundary to at most 512 bytes and marked when cut.
 pub fn bounded(mut message: String) -> String {
     if message.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
