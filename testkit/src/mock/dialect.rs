@@ -1,6 +1,6 @@
 //! Dialects: the wire formats whose default answers a mock gives to requests nobody scripted,
 //! and whose marker ends a complete stream. Each dialect is a module that plans an [`Answer`]
-//! for a recorded request: [`openai`](super::openai) and [`anthropic`](super::anthropic).
+//! for a recorded request: [`openai`] and [`anthropic`].
 
 use bytes::Bytes;
 use http::StatusCode;

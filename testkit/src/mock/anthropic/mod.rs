@@ -13,8 +13,8 @@
 //!
 //! The answer: with `tool_choice` `any` (the first tool) or `tool` (that tool), one `tool_use`
 //! block whose input fills the schema's properties (`"mock"`, `1`, `true`, `[]`, `{}` by type)
-//! and `stop_reason: tool_use`; otherwise [`REPLY_TEXT`](super::openai::REPLY_TEXT) in the
-//! pieces of [`REPLY_PIECES`](super::openai::REPLY_PIECES), cut at the first of the request's
+//! and `stop_reason: tool_use`; otherwise [`REPLY_TEXT`](crate::mock::openai::REPLY_TEXT) in the
+//! pieces of [`REPLY_PIECES`], cut at the first of the request's
 //! `stop_sequences` it contains (`stop_sequence`) or after `max_tokens` pieces (`max_tokens`),
 //! else `end_turn`. Usage: `input_tokens` counts the words of the system prompt and of the
 //! messages' text outside blocks marked `cache_control`, whose words count as
