@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
 use super::dialect::Dialect;
-use super::openai;
+use super::{anthropic, openai};
 
 /// What the mock sends for one request.
 ///
@@ -70,6 +70,12 @@ impl Reply {
         Reply::dialect_default(Dialect::OpenAi)
     }
 
+    /// The default, Anthropic-like answer for whatever was requested, for the modifiers
+    /// (`Reply::anthropic().frame_delay(..).disconnect()`).
+    pub fn anthropic() -> Reply {
+        Reply::dialect_default(Dialect::Anthropic)
+    }
+
     /// The dialect's default answer for whatever was requested: what an unscripted request
     /// gets.
     pub fn dialect_default(dialect: Dialect) -> Reply {
@@ -97,8 +103,16 @@ impl Reply {
         Reply::status(code).json(openai::error_body(error_type, None, message))
     }
 
-    /// A `200 text/event-stream` response made of these frames; by default it ends with
-    /// `data: [DONE]`.
+    /// `status` with Anthropic's error envelope:
+    /// `{"type":"error","error":{"type","message"}}`.
+    #[track_caller]
+    pub fn anthropic_error(code: u16, error_type: &str, message: &str) -> Reply {
+        Reply::status(code).json(anthropic::error_body(error_type, message))
+    }
+
+    /// A `200 text/event-stream` response made of these frames; by default it ends with the
+    /// mock's [dialect terminator](Dialect::terminator) (`data: [DONE]`, or Anthropic's
+    /// `message_stop`).
     pub fn sse(frames: impl IntoIterator<Item = Frame>) -> Reply {
         Reply::new(StatusCode::OK, Content::Sse(frames.into_iter().collect()))
             .header("content-type", "text/event-stream")
@@ -176,8 +190,8 @@ impl Reply {
         self
     }
 
-    /// After the last frame, close the connection abruptly: no `[DONE]`, no terminating chunk,
-    /// so the peer sees an incomplete body.
+    /// After the last frame, close the connection abruptly: no terminator frame, no
+    /// terminating chunk, so the peer sees an incomplete body.
     pub fn disconnect(mut self) -> Reply {
         self.ending = Ending::Disconnect;
         self
@@ -189,7 +203,8 @@ impl Reply {
         self
     }
 
-    /// End the body normally but without the `data: [DONE]` frame.
+    /// End the body normally but without the terminator frame (`data: [DONE]`, or Anthropic's
+    /// `message_stop`).
     pub fn without_done(mut self) -> Reply {
         self.ending = Ending::Eof;
         self
@@ -224,6 +239,11 @@ impl Frame {
     /// `data: {compact JSON}\n\n`.
     pub fn json(value: Value) -> Frame {
         Frame::data(&value.to_string())
+    }
+
+    /// `event: {name}\ndata: {compact JSON}\n\n`, Anthropic's framing.
+    pub fn event(name: &str, value: Value) -> Frame {
+        Frame::raw(format!("event: {name}\ndata: {value}\n\n"))
     }
 
     /// Exactly these bytes: comments, `event:` lines, split or malformed events.
@@ -292,6 +312,11 @@ impl Frame {
                 "finish_reason": finish_reason,
             }],
         }))
+    }
+
+    /// The bytes this frame sends.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// Wait this long before sending this frame.

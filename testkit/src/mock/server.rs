@@ -25,7 +25,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::body::{Finish, Frames, MockBody};
-use super::dialect::Dialect;
 use super::record::RecordedRequest;
 use super::reply::{Content, Ending, Frame, Reply};
 use super::state::State;
@@ -111,7 +110,7 @@ async fn handle(
     let seq = state.arrived(worker.index, state.records().then(|| request.clone()));
     let reply = state
         .next_reply(seq, &request.path)
-        .unwrap_or_else(|| Reply::dialect_default(Dialect::default()));
+        .unwrap_or_else(|| Reply::dialect_default(state.dialect));
     match reply.content {
         Content::Reset => {
             reset.store(true, Relaxed);
@@ -219,10 +218,13 @@ fn respond(
     worker: Arc<Worker>,
 ) -> Result<Response<MockBody>, NoResponse> {
     let mut headers = HeaderMap::new();
+    // A default answer ends as its own dialect does; a scripted stream as the mock's.
+    let mut dialect = worker.state.dialect;
     let (status, mut frames, sse) = match reply.content {
         Content::NoResponse | Content::Reset | Content::Silence => return Err(NoResponse),
-        Content::Dialect(dialect) => {
-            let answer = dialect.answer(request, seq);
+        Content::Dialect(answered) => {
+            dialect = answered;
+            let answer = answered.answer(request, seq);
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
             if answer.sse {
                 headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -240,7 +242,7 @@ fn respond(
         headers.append(name, value);
     }
     if sse && reply.ending == Ending::Done {
-        frames.push(Frame::done());
+        frames.push(dialect.terminator());
     }
 
     let chunks: VecDeque<(Duration, Bytes)> = frames

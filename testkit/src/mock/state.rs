@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::dialect::Dialect;
 use super::fast;
 use super::record::RecordedRequest;
 use super::reply::Reply;
@@ -19,6 +20,8 @@ pub(crate) struct State {
     /// `None` on the fast path, which records nothing.
     requests: Option<Mutex<Vec<RecordedRequest>>>,
     pub(crate) fast: Option<fast::Answers>,
+    /// What unscripted requests get, and how a scripted stream ends.
+    pub(crate) dialect: Dialect,
     workers: Box<[WorkerCounters]>,
     pub(crate) connections_accepted: AtomicUsize,
     pub(crate) connections_closed: AtomicUsize,
@@ -53,12 +56,13 @@ impl Script {
 }
 
 impl State {
-    pub(crate) fn new(fast: Option<fast::Answers>, workers: usize) -> State {
+    pub(crate) fn new(fast: Option<fast::Answers>, workers: usize, dialect: Dialect) -> State {
         State {
             script: Mutex::default(),
             scripted: AtomicBool::new(false),
             requests: fast.is_none().then(Mutex::default),
             fast,
+            dialect,
             workers: (0..workers.max(1))
                 .map(|_| WorkerCounters::default())
                 .collect(),

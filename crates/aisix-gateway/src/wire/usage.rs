@@ -1,6 +1,7 @@
 //! Token usage as OpenAI reports it, read from response bodies and stream chunks.
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// Tokens one request consumed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -39,11 +40,12 @@ pub fn from_response(body: &[u8]) -> Option<Usage> {
     last_usage_object(body).or_else(|| serde_json::from_slice::<UsageProbe>(body).ok()?.usage)
 }
 
-fn last_usage_object(body: &[u8]) -> Option<Usage> {
+/// The object after the last `"usage":` key of `body`, read as a `T` (whatever follows the
+/// object is not looked at). A `"usage"` inside a string value is escaped and never matches.
+pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
     let (start, _) = last_usage_span(body)?;
-    Usage::deserialize(&mut serde_json::Deserializer::from_slice(&body[start..])).ok()
+    T::deserialize(&mut serde_json::Deserializer::from_slice(&body[start..])).ok()
 }
-
 /// The byte range of the last `"usage"` object value in `json`.
 fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
     let at = memchr::memmem::rfind(json, b"\"usage\"")? + 7;
