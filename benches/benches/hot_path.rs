@@ -131,6 +131,7 @@ fn access_log(c: &mut Criterion) {
         error: None,
         stream: false,
         overhead: Duration::from_micros(21),
+        ..Default::default()
     };
     let mut out = Vec::with_capacity(1024);
     c.bench_function("access_log_format_line", |b| {

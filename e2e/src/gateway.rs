@@ -358,6 +358,23 @@ impl Gateway {
         false
     }
 
+    /// The access-log line of the request with this `x-request-id`, once written (within ten
+    /// seconds; the log is flushed every 100 ms).
+    pub fn access_line(&self, request_id: &str) -> serde_json::Value {
+        let needle = format!("\"request_id\":\"{request_id}\"");
+        assert!(
+            self.wait_for_log(&needle, Duration::from_secs(10)),
+            "no access line for {request_id}:\n{}",
+            self.logs()
+        );
+        let logs = self.logs();
+        let line = logs
+            .lines()
+            .find(|l| l.contains(&needle) && l.contains("\"type\":\"access\""))
+            .expect("the access line");
+        serde_json::from_str(line).expect("an access line is JSON")
+    }
+
     fn wait_for_addr(&mut self) -> SocketAddr {
         self.wait_for_log_addr("listening addr=")
     }

@@ -102,16 +102,28 @@ pub fn env(
 /// Runs `e2e/python/test_openai_sdk.py` with `env` (its `AISIX_SDK_*` settings); returns its
 /// exit status and everything it printed, stdout and stderr interleaved.
 pub async fn run_script(env: Vec<(&'static str, String)>) -> (ExitStatus, String) {
+    run_python("test_openai_sdk.py", env).await
+}
+
+/// Runs the script `e2e/python/<script>` with `env`; returns its exit status and everything
+/// it printed, stdout and stderr interleaved.
+pub async fn run_python(
+    script: &'static str,
+    env: Vec<(&'static str, String)>,
+) -> (ExitStatus, String) {
     let python = python();
     tokio::task::spawn_blocking(move || {
         let mut output = tempfile::tempfile().expect("temp file for the script's output");
         let mut command = Command::new(&python);
-        command.arg(python_dir().join("test_openai_sdk.py"));
-        // Only what this test sets may steer the SDK: no proxy, no OPENAI_* defaults.
+        command.arg(python_dir().join(script));
+        // Only what this test sets may steer the SDKs: no proxy, no OPENAI_* or ANTHROPIC_*
+        // defaults.
         for (key, _) in std::env::vars() {
             let upper = key.to_ascii_uppercase();
             if upper.starts_with("AISIX_SDK_")
+                || upper.starts_with("AISIX_ANTHROPIC_")
                 || upper.starts_with("OPENAI_")
+                || upper.starts_with("ANTHROPIC_")
                 || upper.ends_with("_PROXY")
             {
                 command.env_remove(key);
@@ -162,7 +174,7 @@ pub async fn run_script(env: Vec<(&'static str, String)>) -> (ExitStatus, String
 pub fn assert_passed(status: ExitStatus, printed: &str, context: impl FnOnce() -> String) {
     if !status.success() {
         panic!(
-            "the openai SDK script failed ({status}):\n{printed}\n{}",
+            "the SDK script failed ({status}):\n{printed}\n{}",
             context()
         );
     }

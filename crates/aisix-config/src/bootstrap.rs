@@ -123,6 +123,37 @@ pub struct UpstreamConfig {
     /// `upstream.max_sse_event_bytes`: the largest SSE event relayed; a longer one ends the
     /// stream with an error event.
     pub max_sse_event_bytes: usize,
+    pub resilience: Resilience,
+}
+
+/// When a direct model cools down, and how many retries it may take, whichever group or
+/// request reaches it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resilience {
+    /// `upstream.cooldown_failures`: retryable failures within the window that start a
+    /// cooldown.
+    pub cooldown_failures: u32,
+    /// `upstream.cooldown_window_ms`: the window those failures are counted in.
+    pub cooldown_window: Duration,
+    /// `upstream.cooldown_ms`: how long a cooldown lasts before one probe request may pass.
+    pub cooldown: Duration,
+    /// `upstream.retry_after_max_ms`: the longest `Retry-After` a cooldown honours.
+    pub retry_after_max: Duration,
+    /// `upstream.retry_budget_percent`: retries a direct model may take, as a share of its
+    /// requests over the last ten seconds.
+    pub retry_budget_percent: u32,
+}
+
+impl Default for Resilience {
+    fn default() -> Self {
+        Self {
+            cooldown_failures: 3,
+            cooldown_window: Duration::from_secs(10),
+            cooldown: Duration::from_secs(30),
+            retry_after_max: Duration::from_secs(600),
+            retry_budget_percent: 20,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,6 +346,7 @@ impl Default for UpstreamConfig {
             pool_max_idle_per_host: 1024,
             pool_max_connections_per_host: 0,
             max_sse_event_bytes: 1024 * 1024,
+            resilience: Resilience::default(),
         }
     }
 }

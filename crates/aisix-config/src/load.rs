@@ -13,7 +13,7 @@ use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 use crate::bootstrap::{
     Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    ShutdownConfig, TlsConfig, UpstreamConfig,
+    Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
@@ -163,6 +163,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 .map_or(default, Duration::from_millis)
         };
         let t = d.timeouts;
+        let c = d.resilience;
         UpstreamConfig {
             timeouts: UpstreamTimeouts {
                 connect: ms(r, "upstream.connect_timeout_ms", t.connect),
@@ -182,6 +183,17 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             max_sse_event_bytes: r
                 .bounded("upstream.max_sse_event_bytes", 1024, u32::MAX.into())
                 .map_or(d.max_sse_event_bytes, |n| n as usize),
+            resilience: Resilience {
+                cooldown_failures: r
+                    .bounded("upstream.cooldown_failures", 1, 1000)
+                    .map_or(c.cooldown_failures, |n| n as u32),
+                cooldown_window: ms(r, "upstream.cooldown_window_ms", c.cooldown_window),
+                cooldown: ms(r, "upstream.cooldown_ms", c.cooldown),
+                retry_after_max: ms(r, "upstream.retry_after_max_ms", c.retry_after_max),
+                retry_budget_percent: r
+                    .bounded("upstream.retry_budget_percent", 0, 100)
+                    .map_or(c.retry_budget_percent, |n| n as u32),
+            },
         }
     };
 

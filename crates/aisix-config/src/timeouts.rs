@@ -28,6 +28,19 @@ pub struct TimeoutOverrides {
     pub total: Option<Duration>,
 }
 
+impl TimeoutOverrides {
+    /// These overrides, with `under`'s for the phases these leave unset (a group's own
+    /// deadlines over those of the direct model answering it).
+    pub fn over(self, under: &TimeoutOverrides) -> Self {
+        Self {
+            connect: self.connect.or(under.connect),
+            first_token: self.first_token.or(under.first_token),
+            stream_idle: self.stream_idle.or(under.stream_idle),
+            total: self.total.or(under.total),
+        }
+    }
+}
+
 impl UpstreamTimeouts {
     /// These defaults with `overrides` applied.
     pub fn with(self, overrides: &TimeoutOverrides) -> Self {
@@ -69,5 +82,22 @@ mod tests {
         assert_eq!(resolved.stream_idle, defaults.stream_idle);
         assert_eq!(resolved.total, Duration::from_millis(20));
         assert_eq!(defaults.with(&TimeoutOverrides::default()), defaults);
+    }
+
+    #[test]
+    fn a_groups_overrides_win_over_its_targets_phase_by_phase() {
+        let group = TimeoutOverrides {
+            first_token: Some(Duration::from_millis(1)),
+            ..TimeoutOverrides::default()
+        };
+        let target = TimeoutOverrides {
+            first_token: Some(Duration::from_millis(2)),
+            total: Some(Duration::from_millis(3)),
+            ..TimeoutOverrides::default()
+        };
+        let resolved = group.over(&target);
+        assert_eq!(resolved.first_token, Some(Duration::from_millis(1)));
+        assert_eq!(resolved.total, Some(Duration::from_millis(3)));
+        assert_eq!(resolved.connect, None);
     }
 }

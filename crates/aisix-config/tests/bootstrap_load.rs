@@ -398,3 +398,54 @@ fn bad_serving_core_knobs_are_refused_naming_their_key() {
         );
     }
 }
+
+#[test]
+fn cooldown_and_retry_budget_are_read_from_file_and_environment_and_checked() {
+    let config = load(
+        "upstream:\n  cooldown_failures: 5\n  cooldown_window_ms: 2000\n  cooldown_ms: 1500\n",
+        &[
+            ("AISIX_UPSTREAM__RETRY_AFTER_MAX_MS", "60000"),
+            ("AISIX_UPSTREAM__RETRY_BUDGET_PERCENT", "0"),
+        ],
+    )
+    .unwrap();
+    let r = config.upstream.resilience;
+    assert_eq!(r.cooldown_failures, 5);
+    assert_eq!(r.cooldown_window, Duration::from_secs(2));
+    assert_eq!(r.cooldown, Duration::from_millis(1500));
+    assert_eq!(r.retry_after_max, Duration::from_secs(60));
+    assert_eq!(r.retry_budget_percent, 0, "0 turns retries off");
+    let d = Bootstrap::default().upstream.resilience;
+    assert_eq!(
+        (
+            d.cooldown_failures,
+            d.cooldown_window,
+            d.cooldown,
+            d.retry_after_max
+        ),
+        (
+            3,
+            Duration::from_secs(10),
+            Duration::from_secs(30),
+            Duration::from_secs(600)
+        )
+    );
+    assert_eq!(d.retry_budget_percent, 20);
+
+    let errors = load(
+        "upstream:\n  cooldown_failures: 0\n  cooldown_ms: 0\n",
+        &[("AISIX_UPSTREAM__RETRY_BUDGET_PERCENT", "101")],
+    )
+    .unwrap_err();
+    let messages = messages(&errors);
+    for key in [
+        "upstream.cooldown_failures",
+        "upstream.cooldown_ms",
+        "AISIX_UPSTREAM__RETRY_BUDGET_PERCENT",
+    ] {
+        assert!(
+            messages.iter().any(|m| m.contains(key)),
+            "{key}: {messages:?}"
+        );
+    }
+}

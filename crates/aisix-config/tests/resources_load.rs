@@ -1154,4 +1154,5 @@ fn the_commented_examples_in_resources_example_yaml_are_valid() {
             .any(|k| k.provider == ProviderKind::AzureOpenAi)
     );
     assert!(resources.models.len() >= 5);
+    assert!(!resources.groups.is_empty(), "the group example loads");
 }

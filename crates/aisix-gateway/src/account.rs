@@ -1,18 +1,22 @@
 //! What one request did, recorded exactly once: when its response is complete, when its stream
-//! ends or fails, or when the client goes away. The record is owned by a drop guard, so every
-//! ending is covered; dropping it emits the request's metrics and its access-log line.
+//! ends or fails, or when the client goes away. The [`Record`] is its own drop guard, so every
+//! ending is covered: dropping it settles the request's limit reservation with its usage and
+//! emits its metrics and its access-log line.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use aisix_obs::access_log;
+use aisix_obs::access_log::{self, Attempt};
 use aisix_obs::metrics::emit::{self, InFlightGuard, RequestFacts, RequestLabels};
-use aisix_obs::metrics::labels::{
-    AuthFailure, Endpoint as EndpointLabel, Outcome, StatusClass, UNROUTED, UpstreamErrorKind,
-};
+use aisix_obs::metrics::labels::{Endpoint as EndpointLabel, Outcome, StatusClass, UNROUTED};
 use http::{HeaderValue, Method, Uri};
 use tokio::time::Instant;
 
+use aisix_config::Cost;
+
+use crate::error::{ErrorKind, GatewayError};
+use crate::limit::estimate::Tokens;
+use crate::limit::{Charge, Reservation};
 use crate::wire::usage::Usage;
 
 /// The status recorded for a request whose client left before its response was ready.
@@ -25,7 +29,7 @@ pub(crate) struct Sinks {
     pub access_log: bool,
 }
 
-/// The facts about one request, filled in as it goes.
+/// The facts about one request, filled in as it goes, and emitted once when dropped.
 #[derive(Debug)]
 pub(crate) struct Record {
     pub request_id: HeaderValue,
@@ -35,15 +39,17 @@ pub(crate) struct Record {
     pub received: Instant,
     // Names are shared with this worker's snapshot: a clone is a worker-local count increment.
     pub key_name: Option<Arc<str>>,
-    /// The model's configured name, once routed.
+    /// The direct model that answered (or was tried last), once routed.
     pub model: Option<Arc<str>>,
-    /// The provider key's configured name, once routed.
+    /// The group the client named, when it named one.
+    pub group: Option<Arc<str>>,
+    /// The provider key's configured name of `model`.
     pub provider: Option<Arc<str>>,
     pub stream: bool,
     pub status: u16,
     pub upstream_status: Option<u16>,
-    /// Time spent waiting on the upstream: request sent until its response head (streams) or
-    /// its whole body.
+    /// Time spent waiting on upstreams: each attempt until its answer was in hand, and the
+    /// pauses between retries.
     pub upstream_wait: Duration,
     /// Time in the gateway itself, fixed when the response head is ready.
     pub overhead: Duration,
@@ -51,12 +57,17 @@ pub(crate) struct Record {
     head_at: Option<Instant>,
     pub ttft: Option<Duration>,
     pub usage: Option<Usage>,
+    /// Every call to a direct model, in order.
+    pub attempts: Vec<Attempt>,
     /// The error code, when the request failed.
-    pub error: Option<&'static str>,
-    pub outcome: Outcome,
-    pub upstream_error: Option<UpstreamErrorKind>,
-    pub auth_failure: Option<AuthFailure>,
-    pub body_rejected: bool,
+    error: Option<&'static str>,
+    outcome: Outcome,
+    /// The kind of the request's own failure (not its attempts').
+    failure: Option<ErrorKind>,
+    /// What the request holds against its limits, settled with its usage when it ends.
+    pub reservation: Option<Reservation>,
+    /// The prices of the direct model that answered, for the settlement's spend.
+    pub cost: Option<Cost>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -79,6 +90,7 @@ impl Record {
             received,
             key_name: None,
             model: None,
+            group: None,
             provider: None,
             stream: false,
             // Until a response is ready, the request's ending is the client's leaving: 499, as
@@ -90,14 +102,56 @@ impl Record {
             head_at: None,
             ttft: None,
             usage: None,
+            attempts: Vec::new(),
             error: Some("client_closed"),
             outcome: Outcome::ClientClosed,
-            upstream_error: None,
-            auth_failure: None,
-            body_rejected: false,
+            failure: None,
+            reservation: None,
+            cost: None,
             sinks,
             _in_flight: in_flight,
         }
+    }
+
+    /// The request succeeded (a stream: it ended complete).
+    pub(crate) fn succeeded(&mut self) {
+        self.outcome = Outcome::Success;
+        self.error = None;
+        self.failure = None;
+    }
+
+    /// The request failed with `error`: its code, outcome and metric labels, as the error kind
+    /// says.
+    pub(crate) fn failed(&mut self, error: &GatewayError) {
+        let meaning = error.meaning();
+        self.outcome = meaning.outcome;
+        self.error = Some(meaning.code);
+        self.failure = Some(error.kind);
+    }
+
+    /// A stream under way failed: the request failed, and so did the call that was answering
+    /// it.
+    pub(crate) fn stream_failed(&mut self, error: &GatewayError) {
+        self.failed(error);
+        self.answer_broke(error);
+    }
+
+    /// The call answering a stream broke off with `error` (the request may still go on, with a
+    /// continuation).
+    pub(crate) fn answer_broke(&mut self, error: &GatewayError) {
+        let meaning = error.meaning();
+        if let Some(attempt) = self.attempts.last_mut() {
+            attempt.error = Some(meaning.code);
+            attempt.result = meaning.outcome;
+            attempt.failure = meaning.upstream_error;
+        }
+    }
+
+    /// From here on the stream's ending is the client's leaving, until it ends otherwise.
+    pub(crate) fn streaming(&mut self) {
+        self.outcome = Outcome::ClientClosed;
+        self.error = Some("client_closed");
+        self.failure = None;
     }
 
     /// Fixes the gateway's own time so far: everything except the upstream wait.
@@ -126,14 +180,26 @@ impl Record {
                 ttft: self.ttft.filter(|_| self.stream),
             },
         );
-        if let Some(kind) = self.upstream_error {
-            emit::upstream_error(provider, kind);
+        // The name the client sent: the group's, or the direct model's own.
+        let named = self.group.as_deref().unwrap_or(model);
+        let mut previous: Option<&str> = None;
+        for attempt in &self.attempts {
+            emit::upstream_attempt(named, &attempt.target, attempt.result);
+            if let Some(kind) = attempt.failure {
+                emit::upstream_error(&attempt.provider, kind);
+            }
+            if let Some(from) = previous.filter(|from| *from != &*attempt.target) {
+                emit::fallback(named, from, &attempt.target);
+            }
+            previous = Some(&attempt.target);
         }
-        if let Some(reason) = self.auth_failure {
-            emit::auth_failure(reason);
-        }
-        if self.body_rejected {
-            emit::body_rejected(self.endpoint);
+        if let Some(meaning) = self.failure.map(ErrorKind::meaning) {
+            if let Some(reason) = meaning.auth_failure {
+                emit::auth_failure(reason);
+            }
+            if self.failure == Some(ErrorKind::BodyTooLarge) {
+                emit::body_rejected(self.endpoint);
+            }
         }
     }
 
@@ -144,6 +210,7 @@ impl Record {
             path: self.uri.path(),
             status: self.status,
             model: self.model.as_deref(),
+            group: self.group.as_deref(),
             provider: self.provider.as_deref(),
             key: self.key_name.as_deref(),
             input_tokens: self.usage.map(|u| u.prompt_tokens),
@@ -154,28 +221,35 @@ impl Record {
             error: self.error,
             stream: self.stream,
             overhead: self.overhead,
+            attempts: &self.attempts,
         });
     }
 }
 
-/// Owns a [`Record`] and emits it once, on drop.
-#[derive(Debug)]
-pub(crate) struct Accounted(pub Record);
-
-impl Drop for Accounted {
+impl Drop for Record {
     fn drop(&mut self) {
-        let record = &self.0;
+        // Without a usage count the reservation is dropped unsettled: charged as reserved.
+        if let (Some(reservation), Some(usage)) = (self.reservation.take(), self.usage) {
+            let used = Tokens {
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+            };
+            reservation.settle(Charge {
+                tokens: used.total(),
+                spend: self.cost.map(|cost| used.cost(&cost)).unwrap_or_default(),
+            });
+        }
         // A whole response is done when its head is (its body goes out with it); a stream
         // ends now.
-        let latency = match record.head_at {
-            Some(head_at) if !record.stream => head_at - record.received,
-            _ => record.received.elapsed(),
+        let latency = match self.head_at {
+            Some(head_at) if !self.stream => head_at - self.received,
+            _ => self.received.elapsed(),
         };
-        if record.sinks.metrics {
-            record.emit_metrics(latency);
+        if self.sinks.metrics {
+            self.emit_metrics(latency);
         }
-        if record.sinks.access_log {
-            record.write_access_log(latency);
+        if self.sinks.access_log {
+            self.write_access_log(latency);
         }
     }
 }

@@ -1,87 +1,83 @@
-//! The routes of the proxy port: which endpoint a method and path name.
+//! The routes of the proxy port: which endpoint a method and path name, and what the gateway
+//! needs to know of each. The endpoint enum is the one the metrics label
+//! ([`aisix_obs::metrics::labels::Endpoint`]), so the two can never drift apart.
 
-use aisix_obs::metrics::labels::Endpoint as EndpointLabel;
 use http::Method;
 
-use crate::error::{ErrorKind, GatewayError};
+pub use aisix_obs::metrics::labels::Endpoint;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
-    Livez,
-    Readyz,
-    ChatCompletions,
-    Completions,
-    Embeddings,
-    Models,
-    /// `GET /v1/models/{id}`.
-    Model,
+use crate::error::{ErrorKind, GatewayError};
+use crate::wire::Dialect;
+
+/// The endpoint for `method path`, or the 404/405 to answer. `/livez` and `/readyz` are
+/// [`Endpoint::Health`]; `/v1/models` and `/v1/models/{id}` are [`Endpoint::Models`].
+pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
+    let (endpoint, allowed) = match path {
+        "/livez" | "/readyz" => (Endpoint::Health, Allowed::Get),
+        "/v1/chat/completions" => (Endpoint::ChatCompletions, Allowed::Post),
+        "/v1/completions" => (Endpoint::Completions, Allowed::Post),
+        "/v1/embeddings" => (Endpoint::Embeddings, Allowed::Post),
+        "/v1/models" => (Endpoint::Models, Allowed::Get),
+        p if model_id(p).is_some() => (Endpoint::Models, Allowed::Get),
+        _ => {
+            return Err(GatewayError::new(
+                ErrorKind::NotFound,
+                format!("Unknown request URL: {method} {}.", truncate(path)),
+            ));
+        }
+    };
+    let ok = match allowed {
+        Allowed::Get => method == Method::GET || method == Method::HEAD,
+        Allowed::Post => method == Method::POST,
+    };
+    if ok {
+        Ok(endpoint)
+    } else {
+        Err(GatewayError::new(
+            ErrorKind::MethodNotAllowed,
+            format!(
+                "Method {method} is not allowed on {path}; use {}.",
+                match allowed {
+                    Allowed::Get => "GET",
+                    Allowed::Post => "POST",
+                }
+            ),
+        ))
+    }
 }
 
-impl Endpoint {
-    /// The endpoint for `method path`, or the 404/405 to answer.
-    pub fn resolve(method: &Method, path: &str) -> Result<Self, GatewayError> {
-        let (endpoint, allowed) = match path {
-            "/livez" => (Endpoint::Livez, Allowed::Get),
-            "/readyz" => (Endpoint::Readyz, Allowed::Get),
-            "/v1/chat/completions" => (Endpoint::ChatCompletions, Allowed::Post),
-            "/v1/completions" => (Endpoint::Completions, Allowed::Post),
-            "/v1/embeddings" => (Endpoint::Embeddings, Allowed::Post),
-            "/v1/models" => (Endpoint::Models, Allowed::Get),
-            p if p.starts_with("/v1/models/") && p.len() > "/v1/models/".len() => {
-                (Endpoint::Model, Allowed::Get)
-            }
-            _ => {
-                return Err(GatewayError::new(
-                    ErrorKind::NotFound,
-                    format!("Unknown request URL: {method} {}.", truncate(path)),
-                ));
-            }
-        };
-        let ok = match allowed {
-            Allowed::Get => method == Method::GET || method == Method::HEAD,
-            Allowed::Post => method == Method::POST,
-        };
-        if ok {
-            Ok(endpoint)
-        } else {
-            Err(GatewayError::new(
-                ErrorKind::MethodNotAllowed,
-                format!(
-                    "Method {method} is not allowed on {path}; use {}.",
-                    match allowed {
-                        Allowed::Get => "GET",
-                        Allowed::Post => "POST",
-                    }
-                ),
-            ))
-        }
-    }
+/// The `{id}` of `/v1/models/{id}`.
+pub fn model_id(path: &str) -> Option<&str> {
+    path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
+}
 
+/// What the gateway needs to know of an endpoint it proxies.
+pub trait Proxied {
     /// The path appended to a provider's `api_base` (which ends in `/v1`).
-    pub fn upstream_path(self) -> &'static str {
+    fn upstream_path(self) -> &'static str;
+    /// Whether `"stream": true` makes this endpoint answer with SSE.
+    fn can_stream(self) -> bool;
+    /// The wire format clients speak on this endpoint.
+    fn dialect(self) -> Dialect;
+}
+
+impl Proxied for Endpoint {
+    fn upstream_path(self) -> &'static str {
         match self {
             Endpoint::ChatCompletions => "/chat/completions",
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
-            Endpoint::Models | Endpoint::Model => "/models",
-            Endpoint::Livez | Endpoint::Readyz => "",
+            Endpoint::Models => "/models",
+            Endpoint::Messages | Endpoint::Health | Endpoint::Other => "",
         }
     }
 
-    /// Whether `"stream": true` makes this endpoint answer with SSE.
-    pub fn can_stream(self) -> bool {
+    fn can_stream(self) -> bool {
         matches!(self, Endpoint::ChatCompletions | Endpoint::Completions)
     }
 
-    /// The `endpoint` metric label.
-    pub fn label(self) -> EndpointLabel {
-        match self {
-            Endpoint::Livez | Endpoint::Readyz => EndpointLabel::Health,
-            Endpoint::ChatCompletions => EndpointLabel::ChatCompletions,
-            Endpoint::Completions => EndpointLabel::Completions,
-            Endpoint::Embeddings => EndpointLabel::Embeddings,
-            Endpoint::Models | Endpoint::Model => EndpointLabel::Models,
-        }
+    fn dialect(self) -> Dialect {
+        Dialect::OpenAi
     }
 }
 
@@ -105,33 +101,26 @@ mod tests {
     #[test]
     fn known_paths_resolve_with_their_method() {
         assert_eq!(
-            Endpoint::resolve(&Method::POST, "/v1/chat/completions"),
+            resolve(&Method::POST, "/v1/chat/completions"),
             Ok(Endpoint::ChatCompletions)
         );
+        assert_eq!(resolve(&Method::GET, "/v1/models"), Ok(Endpoint::Models));
         assert_eq!(
-            Endpoint::resolve(&Method::GET, "/v1/models"),
+            resolve(&Method::GET, "/v1/models/gpt-4o"),
             Ok(Endpoint::Models)
         );
-        assert_eq!(
-            Endpoint::resolve(&Method::GET, "/v1/models/gpt-4o"),
-            Ok(Endpoint::Model)
-        );
-        assert_eq!(
-            Endpoint::resolve(&Method::HEAD, "/livez"),
-            Ok(Endpoint::Livez)
-        );
+        assert_eq!(model_id("/v1/models/gpt-4o"), Some("gpt-4o"));
+        assert_eq!(resolve(&Method::HEAD, "/livez"), Ok(Endpoint::Health));
     }
 
     #[test]
     fn wrong_method_is_405_and_unknown_path_is_404() {
-        let err = Endpoint::resolve(&Method::GET, "/v1/chat/completions").unwrap_err();
+        let err = resolve(&Method::GET, "/v1/chat/completions").unwrap_err();
         assert_eq!(err.status(), 405);
-        let err = Endpoint::resolve(&Method::POST, "/v2/nothing").unwrap_err();
+        let err = resolve(&Method::POST, "/v2/nothing").unwrap_err();
         assert_eq!(err.status(), 404);
         assert_eq!(
-            Endpoint::resolve(&Method::GET, "/v1/models/")
-                .unwrap_err()
-                .status(),
+            resolve(&Method::GET, "/v1/models/").unwrap_err().status(),
             404
         );
     }

@@ -1,4 +1,5 @@
-//! Gateway errors: typed where they happen, rendered once into the client's envelope. The
+//! Gateway errors: typed where they happen, interpreted once and rendered once into the
+//! client's envelope (a response, or an in-band event of a stream already under way). The
 //! message a client sees never carries a secret or an upstream host; details for operators go
 //! to the log.
 
@@ -6,6 +7,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
 pub use aisix_obs::metrics::labels::AuthFailure;
+use aisix_obs::metrics::labels::{Outcome, UpstreamErrorKind};
 
 use crate::body::GatewayBody;
 
@@ -33,14 +35,188 @@ pub enum ErrorKind {
     BodyTooLarge,
     /// The request body did not arrive in full within `downstream.request_body_timeout_secs`.
     RequestTimeout,
-    /// Could not connect to, or talk to, the upstream.
+    /// Could not connect to, or talk to, the upstream (a reset before the response head
+    /// included).
     UpstreamUnavailable,
+    /// The upstream did not answer (or finish) in time.
     UpstreamTimeout,
-    /// The upstream answered 5xx.
-    UpstreamServerError,
+    /// The upstream answered 5xx (or reported an error inside a stream, as 502).
+    UpstreamServerError(StatusCode),
     /// The upstream answered 4xx; its status is passed through.
     UpstreamClientError(StatusCode),
+    /// A stream ended before it was complete.
+    StreamCut,
+    /// A stream went silent for longer than its idle deadline.
+    StreamTimeout,
+    /// A stream event was larger than `upstream.max_sse_event_bytes`.
+    StreamEventTooLarge,
+    /// A stream event that is not what the upstream's dialect sends (not JSON, or an error
+    /// object where a chunk belongs).
+    UpstreamMalformed,
+    /// Every direct model of the group is cooling down.
+    AllCandidatesUnavailable,
     Internal,
+}
+
+/// What an error kind means, in one place: what the client gets, how metrics count it, and
+/// whether another try may help.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meaning {
+    pub status: StatusCode,
+    /// The OpenAI `error.type`.
+    pub error_type: &'static str,
+    /// The OpenAI `error.code`, also the access log's `error` and the attempt's.
+    pub code: &'static str,
+    /// The request's `outcome` label.
+    pub outcome: Outcome,
+    pub side: Side,
+    /// Trying again (here or on another target) may succeed.
+    pub retryable: bool,
+    /// The `kind` label of `aisix_upstream_errors_total`, for failures of a provider.
+    pub upstream_error: Option<UpstreamErrorKind>,
+    /// The `reason` label of `aisix_auth_failures_total`, for refusals by authentication.
+    pub auth_failure: Option<AuthFailure>,
+}
+
+impl ErrorKind {
+    /// The one interpretation of this kind.
+    pub const fn meaning(self) -> Meaning {
+        const fn client(status: StatusCode, code: &'static str) -> Meaning {
+            Meaning {
+                status,
+                error_type: "invalid_request_error",
+                code,
+                outcome: Outcome::ClientError,
+                side: Side::Client,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            }
+        }
+        const fn upstream(
+            status: StatusCode,
+            code: &'static str,
+            kind: UpstreamErrorKind,
+            retryable: bool,
+        ) -> Meaning {
+            Meaning {
+                status,
+                error_type: "upstream_error",
+                code,
+                outcome: Outcome::UpstreamError,
+                side: Side::Upstream,
+                retryable,
+                upstream_error: Some(kind),
+                auth_failure: None,
+            }
+        }
+        match self {
+            ErrorKind::NotFound => client(StatusCode::NOT_FOUND, "unknown_url"),
+            ErrorKind::MethodNotAllowed => {
+                client(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
+            }
+            ErrorKind::Unauthorized(reason) => Meaning {
+                auth_failure: Some(reason),
+                ..client(StatusCode::UNAUTHORIZED, "invalid_api_key")
+            },
+            ErrorKind::ModelNotAllowed => Meaning {
+                auth_failure: Some(AuthFailure::ModelNotAllowed),
+                ..client(StatusCode::FORBIDDEN, "model_not_allowed")
+            },
+            ErrorKind::ModelNotFound => client(StatusCode::NOT_FOUND, "model_not_found"),
+            ErrorKind::InvalidJson => client(StatusCode::BAD_REQUEST, "invalid_json"),
+            ErrorKind::InvalidRequest => client(StatusCode::BAD_REQUEST, "invalid_request"),
+            ErrorKind::BodyTooLarge => client(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),
+            ErrorKind::RequestTimeout => client(StatusCode::REQUEST_TIMEOUT, "request_timeout"),
+            ErrorKind::UpstreamUnavailable => upstream(
+                StatusCode::BAD_GATEWAY,
+                "upstream_unavailable",
+                UpstreamErrorKind::Connect,
+                true,
+            ),
+            ErrorKind::UpstreamTimeout => upstream(
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream_timeout",
+                UpstreamErrorKind::Timeout,
+                true,
+            ),
+            ErrorKind::UpstreamServerError(_) => upstream(
+                StatusCode::BAD_GATEWAY,
+                "upstream_error",
+                UpstreamErrorKind::Status,
+                true,
+            ),
+            ErrorKind::UpstreamClientError(status) => {
+                let rate_limited = status.as_u16() == 429;
+                // 401 and 403 are about the gateway's own provider key: the operator's problem.
+                let credentials = matches!(status.as_u16(), 401 | 403);
+                Meaning {
+                    status,
+                    error_type: if rate_limited {
+                        "rate_limit_error"
+                    } else {
+                        "invalid_request_error"
+                    },
+                    code: "upstream_rejected",
+                    outcome: if rate_limited {
+                        Outcome::RateLimited
+                    } else if credentials {
+                        Outcome::UpstreamError
+                    } else {
+                        Outcome::ClientError
+                    },
+                    side: Side::Upstream,
+                    retryable: rate_limited || status.as_u16() == 408,
+                    upstream_error: Some(UpstreamErrorKind::Status),
+                    auth_failure: None,
+                }
+            }
+            ErrorKind::StreamCut => upstream(
+                StatusCode::BAD_GATEWAY,
+                "stream_cut",
+                UpstreamErrorKind::StreamCut,
+                true,
+            ),
+            ErrorKind::StreamTimeout => upstream(
+                StatusCode::GATEWAY_TIMEOUT,
+                "stream_timeout",
+                UpstreamErrorKind::Timeout,
+                true,
+            ),
+            ErrorKind::StreamEventTooLarge => upstream(
+                StatusCode::BAD_GATEWAY,
+                "stream_event_too_large",
+                UpstreamErrorKind::EventTooLarge,
+                true,
+            ),
+            ErrorKind::UpstreamMalformed => upstream(
+                StatusCode::BAD_GATEWAY,
+                "upstream_malformed",
+                UpstreamErrorKind::Malformed,
+                true,
+            ),
+            ErrorKind::AllCandidatesUnavailable => Meaning {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                error_type: "upstream_error",
+                code: "all_candidates_unavailable",
+                outcome: Outcome::UpstreamError,
+                side: Side::Upstream,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            },
+            ErrorKind::Internal => Meaning {
+                status: StatusCode::INTERNAL_SERVER_ERROR,
+                error_type: "server_error",
+                code: "internal_error",
+                outcome: Outcome::UpstreamError,
+                side: Side::Internal,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,7 +226,7 @@ pub struct GatewayError {
     pub message: String,
     /// The request field at fault, if any (`param` in the envelope).
     pub param: Option<&'static str>,
-    /// Forwarded from an upstream 429/503.
+    /// Forwarded from an upstream 429/503, or the nearest end of a cooldown.
     pub retry_after: Option<HeaderValue>,
     /// An upstream 4xx error object to pass through instead of our own (already scrubbed).
     pub upstream_body: Option<Bytes>,
@@ -72,96 +248,46 @@ impl GatewayError {
         self
     }
 
+    pub fn meaning(&self) -> Meaning {
+        self.kind.meaning()
+    }
+
     pub fn side(&self) -> Side {
-        match self.kind {
-            ErrorKind::UpstreamUnavailable
-            | ErrorKind::UpstreamTimeout
-            | ErrorKind::UpstreamServerError
-            | ErrorKind::UpstreamClientError(_) => Side::Upstream,
-            ErrorKind::Internal => Side::Internal,
-            _ => Side::Client,
-        }
+        self.meaning().side
     }
 
     /// Whether trying again (here or on another target) may succeed.
     pub fn retryable(&self) -> bool {
-        match self.kind {
-            ErrorKind::UpstreamUnavailable
-            | ErrorKind::UpstreamTimeout
-            | ErrorKind::UpstreamServerError => true,
-            ErrorKind::UpstreamClientError(status) => status == StatusCode::TOO_MANY_REQUESTS,
-            _ => false,
-        }
+        self.meaning().retryable
     }
 
     pub fn status(&self) -> StatusCode {
-        match self.kind {
-            ErrorKind::NotFound | ErrorKind::ModelNotFound => StatusCode::NOT_FOUND,
-            ErrorKind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorKind::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ErrorKind::ModelNotAllowed => StatusCode::FORBIDDEN,
-            ErrorKind::InvalidJson | ErrorKind::InvalidRequest => StatusCode::BAD_REQUEST,
-            ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
-            ErrorKind::UpstreamUnavailable | ErrorKind::UpstreamServerError => {
-                StatusCode::BAD_GATEWAY
-            }
-            ErrorKind::UpstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            ErrorKind::UpstreamClientError(status) => status,
-            ErrorKind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
-        }
-    }
-
-    /// The OpenAI `error.type`.
-    fn error_type(&self) -> &'static str {
-        match self.kind {
-            ErrorKind::Unauthorized(_)
-            | ErrorKind::ModelNotAllowed
-            | ErrorKind::NotFound
-            | ErrorKind::MethodNotAllowed
-            | ErrorKind::ModelNotFound
-            | ErrorKind::InvalidJson
-            | ErrorKind::InvalidRequest
-            | ErrorKind::BodyTooLarge
-            | ErrorKind::RequestTimeout => "invalid_request_error",
-            ErrorKind::UpstreamClientError(status) if status == StatusCode::TOO_MANY_REQUESTS => {
-                "rate_limit_error"
-            }
-            ErrorKind::UpstreamClientError(_) => "invalid_request_error",
-            ErrorKind::UpstreamUnavailable
-            | ErrorKind::UpstreamTimeout
-            | ErrorKind::UpstreamServerError => "upstream_error",
-            ErrorKind::Internal => "server_error",
-        }
+        self.meaning().status
     }
 
     /// The OpenAI `error.code`.
     pub fn code(&self) -> &'static str {
+        self.meaning().code
+    }
+
+    /// The upstream's status, when the error is one it answered with.
+    pub fn upstream_status(&self) -> Option<u16> {
         match self.kind {
-            ErrorKind::NotFound => "unknown_url",
-            ErrorKind::MethodNotAllowed => "method_not_allowed",
-            ErrorKind::Unauthorized(_) => "invalid_api_key",
-            ErrorKind::ModelNotAllowed => "model_not_allowed",
-            ErrorKind::ModelNotFound => "model_not_found",
-            ErrorKind::InvalidJson => "invalid_json",
-            ErrorKind::InvalidRequest => "invalid_request",
-            ErrorKind::BodyTooLarge => "request_too_large",
-            ErrorKind::RequestTimeout => "request_timeout",
-            ErrorKind::UpstreamUnavailable => "upstream_unavailable",
-            ErrorKind::UpstreamTimeout => "upstream_timeout",
-            ErrorKind::UpstreamServerError => "upstream_error",
-            ErrorKind::UpstreamClientError(_) => "upstream_rejected",
-            ErrorKind::Internal => "internal_error",
+            ErrorKind::UpstreamClientError(status) | ErrorKind::UpstreamServerError(status) => {
+                Some(status.as_u16())
+            }
+            _ => None,
         }
     }
 
-    /// The OpenAI error object, as JSON bytes.
+    /// The OpenAI error object.
     pub fn openai_error_object(&self) -> serde_json::Value {
+        let meaning = self.meaning();
         serde_json::json!({
             "message": self.message,
-            "type": self.error_type(),
+            "type": meaning.error_type,
             "param": self.param,
-            "code": self.code(),
+            "code": meaning.code,
         })
     }
 
@@ -189,6 +315,13 @@ impl GatewayError {
         }
         response
     }
+
+    /// The error as the last event of a stream already under way: `event: error` with the
+    /// envelope as its data. The one place errors become events.
+    pub fn to_event(&self) -> Bytes {
+        let envelope = serde_json::json!({ "error": self.openai_error_object() });
+        Bytes::from(format!("event: error\ndata: {envelope}\n\n"))
+    }
 }
 
 #[cfg(test)]
@@ -208,11 +341,17 @@ mod tests {
             (ErrorKind::RequestTimeout, 408),
             (ErrorKind::UpstreamUnavailable, 502),
             (ErrorKind::UpstreamTimeout, 504),
-            (ErrorKind::UpstreamServerError, 502),
+            (
+                ErrorKind::UpstreamServerError(StatusCode::SERVICE_UNAVAILABLE),
+                502,
+            ),
             (
                 ErrorKind::UpstreamClientError(StatusCode::UNPROCESSABLE_ENTITY),
                 422,
             ),
+            (ErrorKind::StreamCut, 502),
+            (ErrorKind::UpstreamMalformed, 502),
+            (ErrorKind::AllCandidatesUnavailable, 503),
         ];
         for (kind, status) in cases {
             let response = GatewayError::new(kind, "m").to_response();
@@ -224,10 +363,42 @@ mod tests {
     #[test]
     fn upstream_failures_are_retryable_and_client_failures_are_not() {
         assert!(GatewayError::new(ErrorKind::UpstreamTimeout, "").retryable());
+        assert!(GatewayError::new(ErrorKind::StreamCut, "").retryable());
         assert!(!GatewayError::new(ErrorKind::ModelNotFound, "").retryable());
+        let rejected = |code| ErrorKind::UpstreamClientError(StatusCode::from_u16(code).unwrap());
+        assert!(rejected(429).meaning().retryable);
+        assert!(rejected(408).meaning().retryable);
+        assert!(!rejected(400).meaning().retryable);
         assert_eq!(
-            GatewayError::new(ErrorKind::UpstreamServerError, "").side(),
+            GatewayError::new(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY), "").side(),
             Side::Upstream
         );
+    }
+
+    #[test]
+    fn upstream_rejections_count_by_whose_problem_they_are() {
+        let outcome = |code| {
+            ErrorKind::UpstreamClientError(StatusCode::from_u16(code).unwrap())
+                .meaning()
+                .outcome
+        };
+        assert_eq!(outcome(429), Outcome::RateLimited);
+        assert_eq!(outcome(401), Outcome::UpstreamError);
+        assert_eq!(outcome(400), Outcome::ClientError);
+        assert_eq!(
+            ErrorKind::Unauthorized(AuthFailure::Expired)
+                .meaning()
+                .auth_failure,
+            Some(AuthFailure::Expired)
+        );
+    }
+
+    #[test]
+    fn a_stream_error_event_carries_the_envelope() {
+        let event = GatewayError::new(ErrorKind::StreamCut, "cut").to_event();
+        let text = std::str::from_utf8(&event).unwrap();
+        assert!(text.starts_with("event: error\ndata: {"), "{text}");
+        assert!(text.ends_with("}\n\n"), "{text}");
+        assert!(text.contains("\"code\":\"stream_cut\""), "{text}");
     }
 }

@@ -1,5 +1,5 @@
-//! Builds each worker's gateway inside that worker, and holds what workers share: the loaded
-//! resources (swapped whole on reload) and the settings.
+//! Builds each worker's gateway inside that worker, and holds what every worker has in common:
+//! the loaded resources with their shared state (swapped whole on reload) and the settings.
 
 use std::sync::Arc;
 
@@ -13,8 +13,9 @@ use crate::account::Sinks;
 use crate::body::GatewayBody;
 use crate::deadline;
 use crate::egress::Egress;
-use crate::relay::StreamSettings;
 use crate::service::Gateway;
+use crate::snapshot::Loaded;
+use crate::stream::StreamSettings;
 
 /// Settings the request path reads.
 #[derive(Debug, Clone)]
@@ -27,9 +28,9 @@ pub(crate) struct Settings {
 
 /// What every worker reads.
 // shared: one copy of the resources for all workers; SIGHUP publishes a new one to each.
-pub(crate) struct Shared {
+pub(crate) struct Common {
     /// Replaced whole on reload; each worker rebuilds its own lookup tables from it.
-    pub resources: ArcSwap<Resources>,
+    pub loaded: ArcSwap<Loaded>,
     pub settings: Settings,
     pub egress: Egress,
     pub sinks: Sinks,
@@ -39,7 +40,7 @@ pub(crate) struct Shared {
 
 /// Builds the gateway of each worker, and reloads resources for all of them.
 pub struct GatewayFactory {
-    shared: Arc<Shared>,
+    common: Arc<Common>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,9 +67,10 @@ impl GatewayFactory {
                 max_event_bytes: bootstrap.upstream.max_sse_event_bytes,
             },
         };
+        let loaded = Loaded::new(resources, None, bootstrap.upstream.resilience);
         Ok(Self {
-            shared: Arc::new(Shared {
-                resources: ArcSwap::from_pointee(resources),
+            common: Arc::new(Common {
+                loaded: ArcSwap::from_pointee(loaded),
                 settings,
                 egress: Egress::from_env(),
                 sinks: Sinks {
@@ -82,8 +84,12 @@ impl GatewayFactory {
     }
 
     /// Publishes new resources to every worker; requests already running keep the old ones.
+    /// The shared state (cooldown, load, rotation) of entries that did not change carries over.
     pub fn reload(&self, resources: Resources) {
-        self.shared.resources.store(Arc::new(resources));
+        let previous = self.common.loaded.load_full();
+        let settings = self.common.settings.upstream.resilience;
+        let loaded = Loaded::new(resources, Some(&previous), settings);
+        self.common.loaded.store(Arc::new(loaded));
     }
 }
 
@@ -97,13 +103,13 @@ impl ServiceFactory for GatewayFactory {
             aisix_bootstrap::Mode::ThreadPerCore => Worker::Tpc(worker.id),
             aisix_bootstrap::Mode::Shared => Worker::Shared,
         };
-        match &self.shared.metrics {
+        match &self.common.metrics {
             Some(metrics) => metrics.register_worker(label),
             None => aisix_obs::metrics::set_current_worker(label),
         }
     }
 
     fn make_service(&self, worker: &WorkerContext) -> Gateway {
-        Gateway::new(worker.clone(), self.shared.clone())
+        Gateway::new(worker.clone(), self.common.clone())
     }
 }

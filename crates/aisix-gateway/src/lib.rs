@@ -1,7 +1,9 @@
 //! The LLM gateway: OpenAI-compatible endpoints in front of configured providers, with
-//! authentication, routing, per-worker upstream pools, SSE relay and usage accounting.
+//! authentication, model groups (retries, fallback, cooldown), per-worker upstream pools, SSE
+//! relay and usage accounting.
 
 mod account;
+mod attempt;
 mod auth;
 mod body;
 mod deadline;
@@ -10,12 +12,15 @@ mod endpoint;
 mod error;
 mod factory;
 mod health;
+mod inbound;
 pub mod limit;
 mod models;
 mod provider;
 mod relay;
+mod route;
 mod service;
 mod snapshot;
+mod stream;
 mod upstream;
 pub mod wire;
 

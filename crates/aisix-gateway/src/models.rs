@@ -1,5 +1,5 @@
-//! `GET /v1/models` and `GET /v1/models/{id}`: the models the caller's key may use, in OpenAI's
-//! list shape.
+//! `GET /v1/models` and `GET /v1/models/{id}`: the models and groups the caller's key may use, in
+//! OpenAI's list shape.
 
 use bytes::Bytes;
 use http::{HeaderValue, Response, header};
@@ -7,13 +7,13 @@ use serde_json::{Value, json};
 
 use crate::body::GatewayBody;
 use crate::error::{ErrorKind, GatewayError};
-use crate::snapshot::{ApiKeyEntry, ModelRoute, Snapshot};
+use crate::snapshot::{ApiKeyEntry, Named, Snapshot};
 
 pub(crate) fn list(snapshot: &Snapshot, key: &ApiKeyEntry) -> Response<GatewayBody> {
     let data: Vec<Value> = snapshot
         .models()
-        .filter(|m| key.allows(&m.name))
-        .map(|m| model_object(m))
+        .filter(|m| key.allows(m.name()))
+        .map(model_object)
         .collect();
     json_response(&json!({"object": "list", "data": data}))
 }
@@ -24,7 +24,7 @@ pub(crate) fn get(
     id: &str,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     match snapshot.model(id) {
-        Some(model) if key.allows(&model.name) => Ok(json_response(&model_object(model))),
+        Some(model) if key.allows(model.name()) => Ok(json_response(&model_object(model))),
         _ => Err(model_not_found(id)),
     }
 }
@@ -37,12 +37,18 @@ pub(crate) fn model_not_found(name: &str) -> GatewayError {
     .with_param("model")
 }
 
-fn model_object(model: &ModelRoute) -> Value {
+/// A model in OpenAI's shape; `owned_by` is the provider kind of a direct model, `aisix` for a
+/// group.
+fn model_object(model: &Named) -> Value {
+    let owned_by = match model {
+        Named::Direct(direct) => direct.provider.kind.as_str(),
+        Named::Group(_) => "aisix",
+    };
     json!({
-        "id": &*model.name,
+        "id": &**model.name(),
         "object": "model",
         "created": 0,
-        "owned_by": model.target.provider.as_str(),
+        "owned_by": owned_by,
     })
 }
 

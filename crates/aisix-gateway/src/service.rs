@@ -1,6 +1,8 @@
-//! The per-worker gateway service. One request's life reads top to bottom in [`Worker::proxy`]:
-//! authenticate → read body → inspect → route → dispatch → relay, each stage returning
-//! `Result<_, GatewayError>`; [`Worker::handle`] renders errors once and records the request.
+//! The per-worker gateway service. A model request's life reads top to bottom in
+//! [`Inner::model_request`], one named call per phase: authenticate → read → inspect → limit →
+//! route → attempt → relay, each returning `Result<_, GatewayError>`; the request's [`Record`]
+//! accounts for it when it ends (its drop). Errors are rendered once, in [`relay`], and every
+//! response header is set in [`Head::apply`].
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -8,7 +10,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use aisix_bootstrap::WorkerContext;
-use aisix_config::ProviderKind;
 use aisix_obs::request_id::RequestIds;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
@@ -17,55 +18,52 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use aisix_obs::metrics::labels::{
-    AuthFailure, Endpoint as EndpointLabel, Outcome, UpstreamErrorKind,
-};
-
-use crate::account::{Accounted, Record};
+use crate::account::Record;
+use crate::attempt::{Attempts, Ctx, Served};
 use crate::auth;
 use crate::body::GatewayBody;
-use crate::deadline::Deadlines;
-use crate::endpoint::Endpoint;
-use crate::error::{ErrorKind, GatewayError, Side};
-use crate::factory::Shared;
+use crate::endpoint::{self, Endpoint};
+use crate::error::{ErrorKind, GatewayError};
+use crate::factory::Common;
 use crate::health;
+use crate::inbound::{self, Inbound};
+use crate::limit;
 use crate::models;
-use crate::provider::{mock, openai};
 use crate::relay::SseRelay;
-use crate::snapshot::{Snapshot, SnapshotCache};
-use crate::upstream::{Lease, Pool};
-use crate::wire::openai::{BodyError, inspect};
-use crate::wire::usage;
+use crate::route::Plan;
+use crate::snapshot::{ApiKeyEntry, Named, Snapshot, SnapshotCache};
+use crate::upstream::Pool;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
+static X_SERVED_BY: HeaderName = HeaderName::from_static("x-aisix-served-by");
 
 /// One worker's gateway; cloned per connection (one reference-count increment).
 #[derive(Clone)]
 pub struct Gateway {
-    worker: Arc<Worker>,
+    inner: Arc<Inner>,
 }
 
-/// Everything one worker owns: its upstream pool, its id generator, its copy of the lookup
-/// tables. In thread-per-core mode none of it is touched by another thread.
-struct Worker {
+/// Everything the gateway keeps on one worker: its upstream pool, its id generator, its copy
+/// of the lookup tables. In thread-per-core mode none of it is touched by another thread.
+struct Inner {
     ctx: WorkerContext,
-    shared: Arc<Shared>,
-    /// This worker's lookup tables, rebuilt from `shared.resources` when a reload happened.
+    common: Arc<Common>,
+    /// This worker's lookup tables, rebuilt from `common.loaded` when a reload happened.
     snapshots: SnapshotCache,
     pool: Pool,
     ids: RequestIds,
 }
 
 impl Gateway {
-    pub(crate) fn new(ctx: WorkerContext, shared: Arc<Shared>) -> Self {
-        let snapshots = SnapshotCache::new(&shared.resources, &shared.egress);
-        let pool = Pool::new(&shared.settings.upstream, shared.tls.clone());
+    pub(crate) fn new(ctx: WorkerContext, common: Arc<Common>) -> Self {
+        let snapshots = SnapshotCache::new(&common.loaded, &common.egress);
+        let pool = Pool::new(&common.settings.upstream, common.tls.clone());
         let ids = RequestIds::new(ctx.id);
         Self {
-            worker: Arc::new(Worker {
+            inner: Arc::new(Inner {
                 ctx,
-                shared,
+                common,
                 snapshots,
                 pool,
                 ids,
@@ -80,194 +78,146 @@ impl hyper::service::Service<Request<Incoming>> for Gateway {
     type Future = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let worker = self.worker.clone();
-        Box::pin(async move { Ok(worker.handle(request).await) })
+        let inner = self.inner.clone();
+        Box::pin(async move { Ok(inner.handle(request).await) })
     }
 }
 
-/// A successful answer before it becomes a response.
-enum Answer {
-    Complete {
-        content_type: HeaderValue,
-        body: Bytes,
-    },
-    Stream {
-        upstream: Incoming,
-        lease: Option<Lease>,
-        strip_usage_chunk: bool,
-        deadlines: Deadlines,
-        sent_at: Instant,
-    },
-    Ready(Response<GatewayBody>),
+/// The facts a response's head is made of.
+struct Head {
+    request_id: HeaderValue,
+    /// The gateway's own time so far, in µs; `None` for probes.
+    overhead: Option<u64>,
+    /// The direct model that answered.
+    served_by: Option<HeaderValue>,
+    sse: bool,
+    /// The request's body never arrived in full: an HTTP/1.1 connection is left mid-message.
+    close: bool,
 }
 
-impl Worker {
+impl Head {
+    /// Sets every header the gateway adds to a response (the error renderer adds those of its
+    /// envelope).
+    fn apply(self, response: &mut Response<GatewayBody>) {
+        let headers = response.headers_mut();
+        if self.sse {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+            headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+            headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+        }
+        if let Some(overhead) = self.overhead {
+            headers.insert(X_OVERHEAD.clone(), HeaderValue::from(overhead));
+        }
+        if let Some(served_by) = self.served_by {
+            headers.insert(X_SERVED_BY.clone(), served_by);
+        }
+        if self.close {
+            headers.insert(CONNECTION, HeaderValue::from_static("close"));
+        }
+        headers.insert(X_REQUEST_ID.clone(), self.request_id);
+    }
+}
+
+impl Inner {
     async fn handle(&self, request: Request<Incoming>) -> Response<GatewayBody> {
         let received = Instant::now();
         let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
         let version = request.version();
-        let resolved = Endpoint::resolve(request.method(), request.uri().path());
-        let mut response = match resolved {
+        let resolved = endpoint::resolve(request.method(), request.uri().path());
+        let mut record = match resolved {
             // Probes are answered without a record: they are neither traffic nor worth a log line.
-            Ok(Endpoint::Livez) => health::livez(),
-            Ok(Endpoint::Readyz) => health::readyz(self.ctx.readiness.is_ready()),
-            resolved => {
-                let label = resolved
-                    .as_ref()
-                    .map_or(EndpointLabel::Other, |e| e.label());
-                let mut record = Accounted(Record::new(
-                    request_id.clone(),
-                    label,
-                    request.method().clone(),
-                    request.uri().clone(),
-                    received,
-                    self.shared.sinks,
-                ));
-                let answer = match resolved {
-                    Ok(endpoint) => self.serve(endpoint, request, &mut record.0).await,
-                    Err(error) => Err(error),
+            Ok(Endpoint::Health) => {
+                let mut response = match request.uri().path() {
+                    "/livez" => health::livez(),
+                    _ => health::readyz(self.ctx.readiness.is_ready()),
                 };
-                self.respond(answer, record)
+                Head {
+                    request_id,
+                    overhead: None,
+                    served_by: None,
+                    sse: false,
+                    close: false,
+                }
+                .apply(&mut response);
+                return response;
             }
+            _ => Record::new(
+                request_id.clone(),
+                resolved.as_ref().map_or(Endpoint::Other, |e| *e),
+                request.method().clone(),
+                request.uri().clone(),
+                received,
+                self.common.sinks,
+            ),
         };
+        let served = match resolved {
+            Ok(Endpoint::Models) => self.models(&request, &mut record).map(Reply::Ready),
+            Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
+            Err(error) => Err(error),
+        };
+        let (mut response, mut head) = relay(served, record);
         // A body that never arrived in full leaves the HTTP/1.1 connection mid-message: close
         // it (HTTP/2 resets just the stream when the unread body is dropped).
-        if response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2 {
-            response
-                .headers_mut()
-                .insert(CONNECTION, HeaderValue::from_static("close"));
-        }
-        response
-            .headers_mut()
-            .insert(X_REQUEST_ID.clone(), request_id);
+        head.close = response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2;
+        head.request_id = request_id;
+        head.apply(&mut response);
         response
     }
 
-    async fn serve(
+    /// `GET /v1/models` and `GET /v1/models/{id}`.
+    fn models(
         &self,
-        endpoint: Endpoint,
-        request: Request<Incoming>,
+        request: &Request<Incoming>,
         record: &mut Record,
-    ) -> Result<Answer, GatewayError> {
+    ) -> Result<Response<GatewayBody>, GatewayError> {
         let snapshot = self.snapshot();
-        match endpoint {
-            Endpoint::Models => {
-                let key = auth::authenticate(&snapshot, request.headers())?;
-                record.key_name = Some(key.name.clone());
-                Ok(Answer::Ready(models::list(&snapshot, key)))
-            }
-            Endpoint::Model => {
-                let key = auth::authenticate(&snapshot, request.headers())?;
-                record.key_name = Some(key.name.clone());
-                let id = request.uri().path().trim_start_matches("/v1/models/");
-                models::get(&snapshot, key, id).map(Answer::Ready)
-            }
-            _ => self.proxy(endpoint, request, &snapshot, record).await,
+        let key = self.authenticate(&snapshot, request, record)?;
+        match endpoint::model_id(request.uri().path()) {
+            Some(id) => models::get(&snapshot, key, id),
+            None => Ok(models::list(&snapshot, key)),
         }
     }
 
     /// The life of a model request.
-    async fn proxy(
+    async fn model_request(
         &self,
         endpoint: Endpoint,
         request: Request<Incoming>,
-        snapshot: &Snapshot,
         record: &mut Record,
-    ) -> Result<Answer, GatewayError> {
-        let key = auth::authenticate(snapshot, request.headers())?;
-        record.key_name = Some(key.name.clone());
-
-        let body_deadline = self.shared.settings.deadlines.body(record.received);
-        let body = self.read_body(request, body_deadline).await?;
-        let inspected = inspect(&body).map_err(body_error)?;
-        let stream = inspected.stream && endpoint.can_stream();
-        record.stream = stream;
-
-        let route = snapshot
-            .model(&inspected.model)
-            .ok_or_else(|| models::model_not_found(&inspected.model))?;
-        record.model = Some(route.name.clone());
-        record.provider = Some(route.target.name.clone());
-        if !key.allows(&route.name) {
-            return Err(GatewayError::new(
-                ErrorKind::ModelNotAllowed,
-                format!(
-                    "This API key is not allowed to use the model '{}'.",
-                    route.name
-                ),
-            )
-            .with_param("model"));
-        }
-
-        match route.target.provider {
-            ProviderKind::Mock => {
-                let reply = mock::respond(
-                    endpoint,
-                    &route.upstream_model,
-                    &body,
-                    stream,
-                    inspected.client_wants_usage(),
-                    record.request_id.to_str().unwrap_or_default(),
-                )?;
-                record.usage = Some(reply.usage);
-                Ok(Answer::Complete {
-                    content_type: HeaderValue::from_static(reply.content_type),
-                    body: reply.body,
-                })
-            }
-            ProviderKind::OpenAi | ProviderKind::AzureOpenAi => {
-                let include_usage = stream && route.target.stream_usage;
-                let upstream_body =
-                    inspected.rewrite(&body, route.upstream_model_json.as_deref(), include_usage);
-                let sent_at = Instant::now();
-                let deadlines = self.shared.settings.deadlines.upstream(
-                    &route.timeouts,
-                    record.received,
-                    sent_at,
-                );
-                let result = openai::call(
-                    &self.pool,
-                    route,
-                    endpoint,
-                    upstream_body,
-                    stream,
-                    &record.request_id,
-                    &deadlines,
-                )
-                .await;
-                record.upstream_wait = sent_at.elapsed();
-                let (status, reply) = result.inspect_err(|e| {
-                    if let ErrorKind::UpstreamClientError(s) = e.kind {
-                        record.upstream_status = Some(s.as_u16());
-                    }
-                })?;
-                record.upstream_status = Some(status.as_u16());
-                Ok(match reply {
-                    openai::Reply::Complete { content_type, body } => {
-                        record.usage = usage::from_response(&body);
-                        Answer::Complete { content_type, body }
-                    }
-                    openai::Reply::Stream(response, lease) => Answer::Stream {
-                        upstream: response.into_body(),
-                        lease,
-                        strip_usage_chunk: !inspected.client_wants_usage(),
-                        deadlines,
-                        sent_at,
-                    },
-                })
-            }
-        }
+    ) -> Result<Reply, GatewayError> {
+        let snapshot = self.snapshot();
+        let key = self.authenticate(&snapshot, &request, record)?;
+        let body = self.read(request, record).await?;
+        let (inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
+        record.reservation = self.limit(key, &model, &inbound)?;
+        let plan = Plan::new(&model);
+        let mut attempts = self.attempts(plan, inbound, record, &snapshot);
+        let served = attempts.run(record).await?;
+        Ok(Reply::Served(served, attempts))
     }
 
-    /// Reads the request body by `deadline`, refusing one over the limit from its
+    /// The caller's API key, before anything else is read.
+    fn authenticate<'s>(
+        &self,
+        snapshot: &'s Snapshot,
+        request: &Request<Incoming>,
+        record: &mut Record,
+    ) -> Result<&'s ApiKeyEntry, GatewayError> {
+        let key = auth::authenticate(snapshot, request.headers())?;
+        record.key_name = Some(key.name.clone());
+        Ok(key)
+    }
+
+    /// Reads the request body by its deadline, refusing one over the limit from its
     /// `Content-Length` before reading, and otherwise as soon as it passes the limit. A body
     /// already in when the head arrived is read without arming a timer.
-    async fn read_body(
+    async fn read(
         &self,
         request: Request<Incoming>,
-        deadline: Instant,
+        record: &Record,
     ) -> Result<Bytes, GatewayError> {
-        let limit = self.shared.settings.body_limit;
+        let settings = &self.common.settings;
+        let limit = settings.body_limit;
         let too_large = || {
             GatewayError::new(
                 ErrorKind::BodyTooLarge,
@@ -284,6 +234,7 @@ impl Worker {
         }
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let reading = Limited::new(request.into_body(), limit).collect();
+        let deadline = settings.deadlines.body(record.received);
         match tokio::time::timeout_at(deadline, reading).await {
             Ok(Ok(collected)) => Ok(collected.to_bytes()),
             Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
@@ -295,117 +246,144 @@ impl Worker {
                 ErrorKind::RequestTimeout,
                 format!(
                     "The request body did not arrive within {} seconds.",
-                    self.shared.settings.deadlines.request_body.as_secs()
+                    settings.deadlines.request_body.as_secs()
                 ),
             )),
         }
     }
 
-    /// Turns the answer (or the error, rendered here and only here) into the response, and
-    /// completes the record: now for whole responses, when the stream ends for streams.
-    fn respond(
+    /// Validates the body and finds the model or group it names, which the key must allow.
+    fn inspect(
         &self,
-        answer: Result<Answer, GatewayError>,
-        mut record: Accounted,
-    ) -> Response<GatewayBody> {
-        if answer.is_ok() {
-            record.0.outcome = Outcome::Success;
-            record.0.error = None;
+        endpoint: Endpoint,
+        body: Bytes,
+        snapshot: &Snapshot,
+        key: &ApiKeyEntry,
+        record: &mut Record,
+    ) -> Result<(Inbound, Named), GatewayError> {
+        let inbound = inbound::inspect(endpoint, body)?;
+        record.stream = inbound.stream;
+        let name = &inbound.inspected.model;
+        let model = snapshot
+            .model(name)
+            .ok_or_else(|| models::model_not_found(name))?
+            .clone();
+        if !key.allows(model.name()) {
+            return Err(GatewayError::new(
+                ErrorKind::ModelNotAllowed,
+                format!(
+                    "This API key is not allowed to use the model '{}'.",
+                    model.name()
+                ),
+            )
+            .with_param("model"));
         }
-        let mut response = match answer {
-            Ok(Answer::Ready(response)) => response,
-            Ok(Answer::Complete { content_type, body }) => {
-                let mut response = Response::new(GatewayBody::full(body));
-                response.headers_mut().insert(CONTENT_TYPE, content_type);
-                response
-            }
-            Ok(Answer::Stream {
-                upstream,
-                lease,
-                strip_usage_chunk,
-                deadlines,
-                sent_at,
-            }) => {
-                record.0.status = StatusCode::OK.as_u16();
-                let overhead = HeaderValue::from(record.0.mark_head().as_micros() as u64);
-                let relay = SseRelay::new(
-                    upstream,
-                    lease,
-                    strip_usage_chunk,
-                    self.shared.settings.stream,
-                    deadlines,
-                    sent_at,
-                    record,
-                );
-                let mut response = Response::new(GatewayBody::Sse(Box::new(relay)));
-                sse_headers(&mut response, overhead);
-                return response;
-            }
-            Err(error) => {
-                note_error(&mut record.0, &error);
-                error.to_response()
-            }
+        Ok((inbound, model))
+    }
+
+    /// The limit phase: reserves what the request may use of its key's and its model's (or
+    /// group's) limits before it is routed; the record holds the reservation until the response
+    /// or stream ends and settles it with the usage. The limiter (`crate::limit`) is not wired
+    /// in yet (issue 11), so nothing is reserved.
+    fn limit(
+        &self,
+        _key: &ApiKeyEntry,
+        _model: &Named,
+        _inbound: &Inbound,
+    ) -> Result<Option<limit::Reservation>, GatewayError> {
+        Ok(None)
+    }
+
+    /// The attempt loop for `plan`, with what this worker gives every attempt.
+    fn attempts(
+        &self,
+        plan: Plan,
+        inbound: Inbound,
+        record: &Record,
+        snapshot: &Snapshot,
+    ) -> Attempts {
+        let settings = &self.common.settings;
+        let ctx = Ctx {
+            pool: self.pool.clone(),
+            deadlines: settings.deadlines,
+            stream: settings.stream,
+            clock: snapshot.clock,
         };
-        record.0.status = response.status().as_u16();
-        let overhead = HeaderValue::from(record.0.mark_head().as_micros() as u64);
-        response.headers_mut().insert(X_OVERHEAD.clone(), overhead);
-        response
+        Attempts::new(
+            ctx,
+            plan,
+            inbound,
+            record.request_id.clone(),
+            record.received,
+        )
     }
 
     /// This worker's lookup tables, rebuilt here if a reload happened since the last request.
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshots
-            .get(&self.shared.resources, &self.shared.egress)
+        self.snapshots.get(&self.common.loaded, &self.common.egress)
     }
 }
 
-/// What an error means for metrics and the access log.
-fn note_error(record: &mut Record, error: &GatewayError) {
-    record.error = Some(error.code());
-    record.outcome = match error.kind {
-        ErrorKind::UpstreamClientError(StatusCode::TOO_MANY_REQUESTS) => Outcome::RateLimited,
-        ErrorKind::UpstreamClientError(StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
-            Outcome::UpstreamError
-        }
-        ErrorKind::UpstreamClientError(_) => Outcome::ClientError,
-        _ => match error.side() {
-            Side::Client => Outcome::ClientError,
-            Side::Upstream | Side::Internal => Outcome::UpstreamError,
-        },
+/// A successful request before it becomes a response.
+#[allow(
+    clippy::large_enum_variant,
+    reason = "built and moved once per request: cheaper than boxing the attempt loop"
+)]
+enum Reply {
+    /// Answered by the gateway itself (the model list).
+    Ready(Response<GatewayBody>),
+    /// A direct model's answer, with the rest of the plan.
+    Served(Served, Attempts),
+}
+
+/// The relay phase: turns the answer (or the error, rendered here and only here) into the
+/// response, and hands the record on. A stream's body takes the record and accounts for the
+/// request when it ends; any other response is accounted for now, its head complete.
+fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<GatewayBody>, Head) {
+    let mut head = Head {
+        request_id: record.request_id.clone(),
+        overhead: None,
+        served_by: None,
+        sse: false,
+        close: false,
     };
-    match error.kind {
-        ErrorKind::Unauthorized(reason) => record.auth_failure = Some(reason),
-        ErrorKind::ModelNotAllowed => record.auth_failure = Some(AuthFailure::ModelNotAllowed),
-        ErrorKind::BodyTooLarge => record.body_rejected = true,
-        ErrorKind::UpstreamUnavailable => record.upstream_error = Some(UpstreamErrorKind::Connect),
-        ErrorKind::UpstreamTimeout => record.upstream_error = Some(UpstreamErrorKind::Timeout),
-        ErrorKind::UpstreamServerError | ErrorKind::UpstreamClientError(_) => {
-            record.upstream_error = Some(UpstreamErrorKind::Status);
+    let response = match result {
+        Ok(Reply::Ready(response)) => {
+            record.succeeded();
+            response
         }
-        _ => {}
-    }
-}
-
-fn sse_headers(response: &mut Response<GatewayBody>, overhead: HeaderValue) {
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    headers.insert(X_OVERHEAD.clone(), overhead);
-}
-
-fn body_error(error: BodyError) -> GatewayError {
-    match error {
-        BodyError::InvalidJson(message) => GatewayError::new(ErrorKind::InvalidJson, message),
-        BodyError::MissingModel => GatewayError::new(
-            ErrorKind::InvalidRequest,
-            "You must provide a model parameter.",
-        )
-        .with_param("model"),
-        BodyError::InvalidField(field, expected) => GatewayError::new(
-            ErrorKind::InvalidRequest,
-            format!("'{field}' must be {expected}."),
-        )
-        .with_param(field),
-    }
+        Ok(Reply::Served(
+            Served::Complete {
+                status,
+                content_type,
+                body,
+            },
+            attempts,
+        )) => {
+            record.succeeded();
+            head.served_by = attempts.served_by();
+            let mut response = Response::new(GatewayBody::full(body));
+            *response.status_mut() = status;
+            response.headers_mut().insert(CONTENT_TYPE, content_type);
+            response
+        }
+        Ok(Reply::Served(Served::Stream(events), attempts)) => {
+            record.status = StatusCode::OK.as_u16();
+            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.served_by = attempts.served_by();
+            head.sse = true;
+            let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
+            let relay = SseRelay::new(events, record, rest);
+            return (Response::new(GatewayBody::Sse(Box::new(relay))), head);
+        }
+        Err(error) => {
+            record.failed(&error);
+            error.to_response()
+        }
+    };
+    record.status = response.status().as_u16();
+    head.overhead = Some(record.mark_head().as_micros() as u64);
+    // Account: the record is complete and emitted as it drops.
+    drop(record);
+    (response, head)
 }

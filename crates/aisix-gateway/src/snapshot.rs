@@ -1,36 +1,64 @@
-//! The resources as the request path reads them: models by name, API keys by hash, upstream
-//! targets with their credentials ready to send. Built once per load; swapped whole on reload.
+//! The resources as the request path reads them: models and groups by name, API keys by hash,
+//! providers with their credentials ready to send, and the shared state (cooldown, load,
+//! rotation) of each. Built once per load; swapped whole on reload.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use aisix_config::{KeyHash, ModelPattern, ProviderKey, ProviderKind, Resources, TimeoutOverrides};
+use aisix_config::{
+    Cost, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind, Resilience, Resources,
+    Strategy, TimeoutOverrides, WhenAllUnavailable,
+};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
 use crate::egress::{Egress, Route};
-use crate::endpoint::Endpoint;
-
+use crate::endpoint::{Endpoint, Proxied};
+use crate::route::state::{Clock, GroupState, States, TargetState};
+use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
 
 /// One loaded configuration. Workers read it through an `ArcSwap` without locking.
 #[derive(Debug, Default)]
 pub struct Snapshot {
     // Configured names only: a fixed-key fast hash is safe, nothing a client sends is inserted.
-    models: HashMap<String, Arc<ModelRoute>, foldhash::fast::FixedState>,
-    /// Models in file order, for `/v1/models`.
-    model_order: Vec<Arc<ModelRoute>>,
+    models: HashMap<String, Named, foldhash::fast::FixedState>,
+    /// Direct models in file order, then groups in file order, for `/v1/models`.
+    model_order: Vec<Named>,
     // SHA-256 digests of configured keys: a fixed-key fast hash is safe here too.
     keys: HashMap<KeyHash, ApiKeyEntry, foldhash::fast::FixedState>,
+    /// The clock of the shared state's times.
+    pub(crate) clock: Clock,
 }
 
-/// Where a model's requests go.
+/// What a model name clients send stands for.
+#[derive(Debug, Clone)]
+pub enum Named {
+    Direct(Arc<DirectRoute>),
+    Group(Arc<GroupRoute>),
+}
+
+impl Named {
+    /// The name clients send.
+    pub fn name(&self) -> &Arc<str> {
+        match self {
+            Named::Direct(direct) => &direct.name,
+            Named::Group(group) => &group.name,
+        }
+    }
+}
+
+/// Where a direct model's requests go.
 #[derive(Debug)]
-pub struct ModelRoute {
+pub struct DirectRoute {
     /// The name clients send.
     pub name: Arc<str>,
+    /// `name` as a JSON string literal, for the `model` of answers a group relays.
+    pub name_json: Bytes,
+    /// `name` for the `x-aisix-served-by` header.
+    pub served_by: HeaderValue,
     /// The upstream's name for it.
     pub upstream_model: String,
     /// `upstream_model` as a JSON string literal, ready to splice into a body; `None` when the
@@ -38,17 +66,67 @@ pub struct ModelRoute {
     pub upstream_model_json: Option<Bytes>,
     /// The model's own deadlines.
     pub timeouts: TimeoutOverrides,
+    /// Its prices, for the spend its answers settle.
+    pub cost: Option<Cost>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
     pub uris: Arc<EndpointUris>,
-    pub target: Arc<Target>,
+    pub provider: Arc<Provider>,
+    /// Cooldown, retry budget and load, shared by every worker.
+    pub(crate) state: Arc<TargetState>,
+    /// Some group picks among its targets by load: in-flight counts and first-byte times of
+    /// this model are kept.
+    pub(crate) track_load: bool,
 }
 
-/// An upstream endpoint with its credential.
+/// A group: a name clients send, answered by one of its direct models.
 #[derive(Debug)]
-pub struct Target {
+pub struct GroupRoute {
+    pub name: Arc<str>,
+    /// The group's own deadlines, over those of the direct model answering.
+    pub timeouts: TimeoutOverrides,
+    pub strategy: Strategy,
+    pub policy: Policy,
+    /// The targets, highest priority first (listed order within a priority).
+    pub(crate) members: Vec<Arc<DirectRoute>>,
+    pub(crate) tiers: Vec<Tier>,
+    pub(crate) state: Arc<GroupState>,
+}
+
+/// How a request moves among its direct models.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    /// Same-target retries of retryable failures.
+    pub retries: u32,
+    /// Other direct models tried after the first.
+    pub max_fallbacks: u32,
+    pub retry_on_429: bool,
+    /// Upstream statuses that move on to the next direct model instead of being returned.
+    pub fallback_on_statuses: Vec<u16>,
+    pub when_all_unavailable: WhenAllUnavailable,
+    pub continue_on_cut: bool,
+    /// Cooling direct models are skipped (groups); a direct model is always called.
+    pub skip_cooling: bool,
+}
+
+impl Policy {
+    /// A direct model's requests: one call, answered or failed as it is.
+    pub const DIRECT: Policy = Policy {
+        retries: 0,
+        max_fallbacks: 0,
+        retry_on_429: false,
+        fallback_on_statuses: Vec::new(),
+        when_all_unavailable: WhenAllUnavailable::TryAnyway,
+        continue_on_cut: false,
+        skip_cooling: false,
+    };
+}
+
+/// A provider key as the request path uses it: where to send, with which credential.
+#[derive(Debug)]
+pub struct Provider {
     /// The provider key's display name (a metric label; never the key).
     pub name: Arc<str>,
-    pub provider: ProviderKind,
+    pub kind: ProviderKind,
     /// The provider key's `api_base` joined with each endpoint's path, parsed once.
     pub uris: Arc<EndpointUris>,
     /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
@@ -133,31 +211,46 @@ impl ApiKeyEntry {
 }
 
 impl Snapshot {
-    /// Builds the lookup tables with every provider reached directly.
+    /// Builds the lookup tables with every provider reached directly and fresh shared state.
     pub fn from_resources(resources: &Resources) -> Self {
-        Self::build(resources, &Egress::direct())
+        let states = States::carry_over(None, resources, Resilience::default());
+        Self::build(resources, &states, &Egress::direct())
     }
 
-    /// Builds the lookup tables; `egress` gives each provider's route (direct or a proxy).
-    pub(crate) fn build(resources: &Resources, egress: &Egress) -> Self {
-        let targets: Vec<Arc<Target>> = resources
+    /// Builds the lookup tables; `states` holds the shared state of each entry, `egress` gives
+    /// each provider's route (direct or a proxy).
+    pub(crate) fn build(resources: &Resources, states: &States, egress: &Egress) -> Self {
+        let providers: Vec<Arc<Provider>> = resources
             .provider_keys
             .iter()
-            .map(|key| Arc::new(Target::new(key, egress)))
+            .map(|key| Arc::new(Provider::new(key, egress)))
+            .collect();
+        // Direct models some group orders by load.
+        let tracked: std::collections::HashSet<usize> = resources
+            .groups
+            .iter()
+            .filter(|g| {
+                matches!(
+                    g.routing.strategy,
+                    Strategy::LeastBusy | Strategy::LeastLatency
+                )
+            })
+            .flat_map(|g| g.routing.targets.iter().map(|t| t.model_index))
             .collect();
 
-        let mut models = HashMap::with_capacity_and_hasher(
-            resources.models.len(),
-            foldhash::fast::FixedState::default(),
-        );
-        let mut model_order = Vec::with_capacity(resources.models.len());
+        let entries = resources.models.len() + resources.groups.len();
+        let mut models =
+            HashMap::with_capacity_and_hasher(entries, foldhash::fast::FixedState::default());
+        let mut model_order = Vec::with_capacity(entries);
+        let mut direct = Vec::with_capacity(resources.models.len());
         let key_of = |index: usize| resources.provider_keys.get(index);
-        for model in &resources.models {
-            let Some(target) = targets.get(model.provider_key_index) else {
+        for (index, model) in resources.models.iter().enumerate() {
+            let Some(provider) = providers.get(model.provider_key_index) else {
+                direct.push(None);
                 continue;
             };
             let (uris, upstream_model_json) =
-                match (target.provider, &key_of(model.provider_key_index)) {
+                match (provider.kind, &key_of(model.provider_key_index)) {
                     (ProviderKind::AzureOpenAi, Some(key)) => (
                         Arc::new(EndpointUris::azure(
                             &key.api_base,
@@ -166,18 +259,41 @@ impl Snapshot {
                         )),
                         None,
                     ),
-                    _ => (target.uris.clone(), Some(json_string(&model.model_name))),
+                    _ => (provider.uris.clone(), Some(json_string(&model.model_name))),
                 };
-            let route = Arc::new(ModelRoute {
+            let state = states
+                .target(&model.display_name)
+                .cloned()
+                .unwrap_or_else(|| {
+                    Arc::new(TargetState::new(&model.display_name, Resilience::default()))
+                });
+            let route = Arc::new(DirectRoute {
                 name: model.display_name.as_str().into(),
+                name_json: json_string(&model.display_name),
+                // Validated display names are visible ASCII or UTF-8; a name that is not a
+                // valid header value is sent as "-" rather than refused.
+                served_by: HeaderValue::from_str(&model.display_name)
+                    .unwrap_or_else(|_| HeaderValue::from_static("-")),
                 upstream_model: model.model_name.clone(),
                 upstream_model_json,
                 timeouts: model.timeouts,
+                cost: model.cost,
                 uris,
-                target: target.clone(),
+                provider: provider.clone(),
+                state,
+                track_load: tracked.contains(&index),
             });
-            models.insert(model.display_name.clone(), route.clone());
-            model_order.push(route);
+            models.insert(model.display_name.clone(), Named::Direct(route.clone()));
+            model_order.push(Named::Direct(route.clone()));
+            direct.push(Some(route));
+        }
+        for group in &resources.groups {
+            let Some(route) = GroupRoute::new(group, &direct, states) else {
+                continue;
+            };
+            let named = Named::Group(Arc::new(route));
+            models.insert(group.display_name.clone(), named.clone());
+            model_order.push(named);
         }
 
         let keys = resources
@@ -200,14 +316,15 @@ impl Snapshot {
             models,
             model_order,
             keys,
+            clock: states.clock,
         }
     }
 
-    pub fn model(&self, name: &str) -> Option<&Arc<ModelRoute>> {
+    pub fn model(&self, name: &str) -> Option<&Named> {
         self.models.get(name)
     }
 
-    pub fn models(&self) -> impl Iterator<Item = &Arc<ModelRoute>> {
+    pub fn models(&self) -> impl Iterator<Item = &Named> {
         self.model_order.iter()
     }
 
@@ -216,7 +333,64 @@ impl Snapshot {
     }
 }
 
-impl Target {
+impl GroupRoute {
+    /// The group of `group`, its targets taken from `direct` (the direct models by index).
+    fn new(
+        group: &ModelGroup,
+        direct: &[Option<Arc<DirectRoute>>],
+        states: &States,
+    ) -> Option<Self> {
+        let routing = &group.routing;
+        let mut targets: Vec<(i32, u32, Arc<DirectRoute>)> = routing
+            .targets
+            .iter()
+            .filter_map(|t| {
+                let route = direct.get(t.model_index)?.clone()?;
+                Some((t.priority, t.weight, route))
+            })
+            .collect();
+        if targets.is_empty() {
+            return None;
+        }
+        // Stable: listed order within one priority.
+        targets.sort_by_key(|(priority, _, _)| std::cmp::Reverse(*priority));
+        let mut tiers = Vec::new();
+        let mut start = 0;
+        while start < targets.len() {
+            let priority = targets[start].0;
+            let end = start
+                + targets[start..]
+                    .iter()
+                    .take_while(|t| t.0 == priority)
+                    .count();
+            let weights: Vec<u32> = targets[start..end].iter().map(|t| t.1).collect();
+            tiers.push(Tier::new(start..end, &weights));
+            start = end;
+        }
+        Some(Self {
+            name: group.display_name.as_str().into(),
+            timeouts: group.timeouts,
+            strategy: routing.strategy,
+            policy: Policy {
+                retries: routing.retries,
+                max_fallbacks: routing.max_fallbacks.unwrap_or(u32::MAX),
+                retry_on_429: routing.retry_on_429,
+                fallback_on_statuses: routing.fallback_on_statuses.clone(),
+                when_all_unavailable: routing.when_all_unavailable,
+                continue_on_cut: routing.continue_on_cut,
+                skip_cooling: true,
+            },
+            members: targets.into_iter().map(|(_, _, route)| route).collect(),
+            tiers,
+            state: states
+                .group(&group.display_name)
+                .cloned()
+                .unwrap_or_default(),
+        })
+    }
+}
+
+impl Provider {
     fn new(key: &ProviderKey, egress: &Egress) -> Self {
         let (uris, auth_header, auth_value) = match key.provider {
             ProviderKind::AzureOpenAi => (
@@ -257,7 +431,7 @@ impl Target {
             .map_or(Route::Direct, |uri| egress.route(&uri));
         Self {
             name: key.display_name.as_str().into(),
-            provider: key.provider,
+            kind: key.provider,
             uris: Arc::new(uris),
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()),
@@ -277,28 +451,47 @@ pub(crate) struct SnapshotCache {
     current: ArcSwap<Built>,
 }
 
+/// Resources as published to every worker, with the shared state of their entries.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub resources: Resources,
+    pub states: States,
+}
+
+impl Loaded {
+    /// `resources` with the state of `previous`'s unchanged entries carried over.
+    pub(crate) fn new(
+        resources: Resources,
+        previous: Option<&Loaded>,
+        settings: Resilience,
+    ) -> Self {
+        let states = States::carry_over(previous.map(|p| &p.states), &resources, settings);
+        Self { resources, states }
+    }
+}
+
 struct Built {
-    source: Arc<Resources>,
+    source: Arc<Loaded>,
     snapshot: Arc<Snapshot>,
 }
 
 impl SnapshotCache {
-    pub(crate) fn new(published: &ArcSwap<Resources>, egress: &Egress) -> Self {
+    pub(crate) fn new(published: &ArcSwap<Loaded>, egress: &Egress) -> Self {
         let source = published.load_full();
-        let snapshot = Arc::new(Snapshot::build(&source, egress));
+        let snapshot = Arc::new(Snapshot::build(&source.resources, &source.states, egress));
         Self {
             current: ArcSwap::from_pointee(Built { source, snapshot }),
         }
     }
 
     /// The snapshot of the resources published now, built here if this worker has not yet.
-    pub(crate) fn get(&self, published: &ArcSwap<Resources>, egress: &Egress) -> Arc<Snapshot> {
+    pub(crate) fn get(&self, published: &ArcSwap<Loaded>, egress: &Egress) -> Arc<Snapshot> {
         let source = published.load();
         let cached = self.current.load();
         if Arc::ptr_eq(&cached.source, &source) {
             return cached.snapshot.clone();
         }
-        let snapshot = Arc::new(Snapshot::build(&source, egress));
+        let snapshot = Arc::new(Snapshot::build(&source.resources, &source.states, egress));
         self.current.store(Arc::new(Built {
             source: Arc::clone(&source),
             snapshot: snapshot.clone(),
@@ -311,12 +504,14 @@ impl SnapshotCache {
 mod tests {
     use super::*;
 
-    fn resources(model: &str) -> Resources {
+    fn resources(model: &str) -> Loaded {
         let yaml = format!(
             "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\n"
         );
-        aisix_config::parse_resources(&yaml, std::path::Path::new("r.yaml"), &|_| None)
-            .unwrap_or_default()
+        let resources =
+            aisix_config::parse_resources(&yaml, std::path::Path::new("r.yaml"), &|_| None)
+                .unwrap_or_default();
+        Loaded::new(resources, None, Resilience::default())
     }
 
     #[test]
@@ -331,7 +526,11 @@ mod tests {
         assert!(cache.get(&published, &egress).model("new").is_some());
         // A request that loaded the old resources before the reload stores its rebuild last.
         cache.current.store(Arc::new(Built {
-            snapshot: Arc::new(Snapshot::build(&old_source, &egress)),
+            snapshot: Arc::new(Snapshot::build(
+                &old_source.resources,
+                &old_source.states,
+                &egress,
+            )),
             source: old_source,
         }));
         let snapshot = cache.get(&published, &egress);
@@ -363,7 +562,11 @@ models:
         let resources =
             aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
         let snapshot = Snapshot::from_resources(&resources);
-        let azure = snapshot.model("a").unwrap();
+        let direct = |name| match snapshot.model(name) {
+            Some(Named::Direct(route)) => route.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        let azure = direct("a");
         assert_eq!(
             azure
                 .uris
@@ -380,17 +583,17 @@ models:
             azure.upstream_model_json.is_none(),
             "Azure takes the deployment from the path"
         );
-        let headers = &azure.target.headers;
+        let headers = &azure.provider.headers;
         assert_eq!(headers["api-key"], "azure-secret");
         assert!(headers["api-key"].is_sensitive());
         assert!(!headers.contains_key("authorization"));
         assert_eq!(headers["openai-organization"], "org-1");
 
-        let openai = snapshot.model("o").unwrap();
+        let openai = direct("o");
         assert_eq!(
             openai.uris.get(Endpoint::Completions).unwrap().to_string(),
             "http://gw.local/v1/completions?tenant=t1"
         );
-        assert_eq!(openai.target.headers["authorization"], "Bearer sk-x");
+        assert_eq!(openai.provider.headers["authorization"], "Bearer sk-x");
     }
 }

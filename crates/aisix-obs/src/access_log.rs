@@ -31,6 +31,25 @@ pub const FLUSH_AT_BYTES: usize = 64 * 1024;
 /// Longest path logged; longer paths are cut.
 const MAX_PATH: usize = 256;
 
+/// One call to a direct model while serving a request, in the order made.
+#[derive(Debug, Clone)]
+pub struct Attempt {
+    /// The direct model's configured name.
+    pub target: Arc<str>,
+    /// Its provider key's configured name (not logged; the `provider` of its upstream errors).
+    pub provider: Arc<str>,
+    /// The upstream's status, when it answered with one.
+    pub status: Option<u16>,
+    /// Sent until the answer was in hand (a stream's first token) or the call failed.
+    pub duration: Duration,
+    /// The error code, when the call failed.
+    pub error: Option<&'static str>,
+    /// How it ended: the `result` label of `aisix_upstream_attempts_total`.
+    pub result: metrics::labels::Outcome,
+    /// The `kind` label of `aisix_upstream_errors_total`, when the provider failed.
+    pub failure: Option<metrics::labels::UpstreamErrorKind>,
+}
+
 /// What one access-log line says. Never holds a key: `key` is the API key's configured name.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Entry<'a> {
@@ -39,7 +58,10 @@ pub struct Entry<'a> {
     /// The path only: a query string may carry secrets.
     pub path: &'a str,
     pub status: u16,
+    /// The direct model that answered (or was tried last).
     pub model: Option<&'a str>,
+    /// The name the client sent, when it named a group.
+    pub group: Option<&'a str>,
     pub provider: Option<&'a str>,
     pub key: Option<&'a str>,
     pub input_tokens: Option<u64>,
@@ -50,6 +72,7 @@ pub struct Entry<'a> {
     pub error: Option<&'a str>,
     pub stream: bool,
     pub overhead: Duration,
+    pub attempts: &'a [Attempt],
 }
 
 /// One thread's pending lines.
@@ -253,6 +276,10 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
     num(out, u64::from(entry.status));
     out.extend_from_slice(b",\"model\":");
     opt_str(out, entry.model);
+    if let Some(group) = entry.group {
+        out.extend_from_slice(b",\"group\":");
+        json_str(out, group);
+    }
     out.extend_from_slice(b",\"provider\":");
     opt_str(out, entry.provider);
     out.extend_from_slice(b",\"api_key\":");
@@ -281,6 +308,24 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
         out,
         u64::try_from(entry.overhead.as_micros()).unwrap_or(u64::MAX),
     );
+    if !entry.attempts.is_empty() {
+        out.extend_from_slice(b",\"attempts\":[");
+        for (i, attempt) in entry.attempts.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            out.extend_from_slice(b"{\"target\":");
+            json_str(out, &attempt.target);
+            out.extend_from_slice(b",\"status\":");
+            opt_num(out, attempt.status.map(u64::from));
+            out.extend_from_slice(b",\"duration_ms\":");
+            millis(out, attempt.duration);
+            out.extend_from_slice(b",\"error\":");
+            opt_str(out, attempt.error);
+            out.push(b'}');
+        }
+        out.push(b']');
+    }
     out.extend_from_slice(b"}\n");
 }
 
@@ -430,7 +475,52 @@ mod tests {
             error: None,
             stream: false,
             overhead: Duration::from_micros(42),
+            ..Entry::default()
         }
+    }
+
+    #[test]
+    fn a_group_request_names_the_group_and_lists_every_attempt() {
+        let attempts = [
+            Attempt {
+                target: "primary".into(),
+                provider: "p".into(),
+                status: Some(503),
+                duration: Duration::from_micros(2_500),
+                error: Some("upstream_error"),
+                result: metrics::labels::Outcome::UpstreamError,
+                failure: Some(metrics::labels::UpstreamErrorKind::Status),
+            },
+            Attempt {
+                target: "backup".into(),
+                provider: "p".into(),
+                status: Some(200),
+                duration: Duration::from_micros(10_000),
+                error: None,
+                result: metrics::labels::Outcome::Success,
+                failure: None,
+            },
+        ];
+        let mut e = entry();
+        e.model = Some("backup");
+        e.group = Some("chat");
+        e.attempts = &attempts;
+        let mut out = Vec::new();
+        format_line(&mut out, &e, UNIX_EPOCH);
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(line["model"], "backup");
+        assert_eq!(line["group"], "chat");
+        assert_eq!(
+            line["attempts"],
+            serde_json::json!([
+                {"target": "primary", "status": 503, "duration_ms": 2.5, "error": "upstream_error"},
+                {"target": "backup", "status": 200, "duration_ms": 10.0, "error": null},
+            ])
+        );
+        let mut out = Vec::new();
+        format_line(&mut out, &entry(), UNIX_EPOCH);
+        let line: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert!(line.get("attempts").is_none() && line.get("group").is_none());
     }
 
     #[test]

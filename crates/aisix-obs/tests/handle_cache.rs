@@ -307,6 +307,14 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::auth_failure(AuthFailure::Expired);
         emit::body_rejected(Endpoint::Completions);
         emit::access_log_dropped(2);
+        emit::upstream_attempt("chat", "primary", Outcome::UpstreamError);
+        emit::upstream_attempt("chat", "backup", Outcome::Success);
+        emit::fallback("chat", "primary", "backup");
+        emit::cooldown("primary");
+        emit::cooldown("backup");
+        emit::targets_cooling(true);
+        emit::targets_cooling(true);
+        emit::targets_cooling(false);
         emit::spend("team-a", "gpt-4o", 0.5);
         emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Tpm);
         emit::ratelimit_backend_error();
@@ -346,6 +354,17 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_request_body_rejections_total", "endpoint" => "completions")
             .increment(1);
         ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
+        ::metrics::counter!("aisix_upstream_attempts_total",
+            "model" => "chat", "target" => "primary", "result" => "upstream_error")
+        .increment(1);
+        ::metrics::counter!("aisix_upstream_attempts_total",
+            "model" => "chat", "target" => "backup", "result" => "success")
+        .increment(1);
+        ::metrics::counter!("aisix_fallbacks_total", "model" => "chat", "from" => "primary", "to" => "backup")
+            .increment(1);
+        ::metrics::counter!("aisix_cooldowns_total", "target" => "primary").increment(1);
+        ::metrics::counter!("aisix_cooldowns_total", "target" => "backup").increment(1);
+        ::metrics::gauge!("aisix_targets_cooling").increment(1.0);
         ::metrics::gauge!("aisix_spend_usd_total", "api_key" => "team-a", "model" => "gpt-4o")
             .increment(0.5);
         ::metrics::counter!("aisix_ratelimit_rejections_total", "scope" => "api_key", "kind" => "tpm")

@@ -1,8 +1,8 @@
 //! A scriptable LLM provider on 127.0.0.1: real HTTP (HTTP/1.1 with keep-alive, or HTTP/2 with
 //! prior knowledge) on worker threads of its own, scripted replies (status, delay, SSE frames,
 //! disconnects), a record of what it received, and a fast path for benchmarks. What unscripted
-//! requests get is the dialect's default answer ([`dialect`]; today [`openai`]) or, on the fast
-//! path, precomputed chat completions ([`fast`]).
+//! requests get is the dialect's default answer ([`dialect`]: [`openai`] unless the builder
+//! says [`anthropic`]) or, on the fast path, precomputed chat completions ([`fast`]).
 //!
 //! ```
 //! use std::time::Duration;
@@ -17,6 +17,7 @@
 //! assert!(!seen_two, "nothing was sent in this example");
 //! ```
 
+pub mod anthropic;
 mod body;
 pub mod dialect;
 pub mod fast;
@@ -53,8 +54,9 @@ const BACKLOG: i32 = 4096;
 ///
 /// Answers come, in this order of precedence, from the queue ([`MockProvider::enqueue`], one
 /// reply per request, first in first out), the standing reply ([`MockProvider::set_default`]),
-/// or the default: the dialect's answer ([`openai`]), or the fast path's precomputed one
-/// ([`MockBuilder::fast`]). Scripted replies apply to any path.
+/// or the default: the dialect's answer ([`openai`], or [`anthropic`] by
+/// [`MockBuilder::dialect`]), or the fast path's precomputed one ([`MockBuilder::fast`]).
+/// Scripted replies apply to any path.
 pub struct MockProvider {
     addr: SocketAddr,
     state: Arc<State>,
@@ -69,6 +71,7 @@ pub struct MockBuilder {
     addr: SocketAddr,
     workers: usize,
     fast: Option<Pacing>,
+    dialect: Dialect,
 }
 
 impl MockBuilder {
@@ -93,6 +96,13 @@ impl MockBuilder {
         self
     }
 
+    /// The dialect unscripted requests are answered in, and whose terminator ends a scripted
+    /// stream (default [`Dialect::OpenAi`]).
+    pub fn dialect(mut self, dialect: Dialect) -> MockBuilder {
+        self.dialect = dialect;
+        self
+    }
+
     /// Binds every listener and starts the workers; works from a plain `#[test]` and from
     /// inside `#[tokio::test]` alike.
     pub fn start(self) -> io::Result<MockProvider> {
@@ -104,6 +114,7 @@ impl MockBuilder {
         let state = Arc::new(State::new(
             self.fast.as_ref().map(fast::Answers::new),
             listeners.len(),
+            self.dialect,
         ));
         let (stop, stopped) = watch::channel(());
         let mut provider = MockProvider {
@@ -169,6 +180,7 @@ impl MockProvider {
             addr: (Ipv4Addr::LOCALHOST, 0).into(),
             workers: 1,
             fast: None,
+            dialect: Dialect::default(),
         }
     }
 
@@ -185,6 +197,20 @@ impl MockProvider {
         MockProvider::try_start().expect("mock provider failed to start")
     }
 
+    /// Starts a mock that speaks Anthropic's Messages API (see [`anthropic`]); panics as
+    /// [`MockProvider::start`] does.
+    #[track_caller]
+    #[allow(
+        clippy::expect_used,
+        reason = "test setup: a mock that cannot start leaves the test nothing to do"
+    )]
+    pub fn start_anthropic() -> MockProvider {
+        MockProvider::builder()
+            .dialect(Dialect::Anthropic)
+            .start()
+            .expect("mock provider failed to start")
+    }
+
     /// [`MockProvider::start`], returning the error instead of panicking.
     pub fn try_start() -> io::Result<MockProvider> {
         MockProvider::builder().start()
@@ -199,9 +225,34 @@ impl MockProvider {
         format!("http://{}/v1", self.addr)
     }
 
+    /// `http://127.0.0.1:PORT`: the base URL an Anthropic client or provider config expects
+    /// (Anthropic's paths carry their own `/v1`).
+    pub fn origin(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
     /// Queues a reply for one request; queued replies are used first in, first out.
     pub fn enqueue(&self, reply: Reply) {
         self.state.script(|script| script.queue.push_back(reply));
+    }
+
+    /// Queues a reply for one request to `path` (such as `/v1/chat/completions`); replies for
+    /// a path are used first in, first out, before the common queue.
+    pub fn enqueue_for(&self, path: &str, reply: Reply) {
+        self.state.script(|script| {
+            script
+                .by_path
+                .entry(path.to_owned())
+                .or_default()
+                .push_back(reply)
+        });
+    }
+
+    /// Scripts the reply of the request with ordinal `n` (1 for the first the mock receives),
+    /// whatever else is scripted.
+    pub fn reply_at(&self, n: usize, reply: Reply) {
+        self.state
+            .script(|script| script.by_ordinal.insert(n, reply));
     }
 
     /// Replies still queued (not yet used by a request).

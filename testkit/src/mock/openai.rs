@@ -227,7 +227,7 @@ fn error(status: StatusCode, code: Option<&str>, message: &str) -> Answer {
     json_answer(status, error_body("invalid_request_error", code, message))
 }
 
-fn json_answer(status: StatusCode, body: Value) -> Answer {
+pub(crate) fn json_answer(status: StatusCode, body: Value) -> Answer {
     Answer {
         status,
         content_type: "application/json",
@@ -268,7 +268,7 @@ fn usage(prompt_tokens: usize, completion_tokens: usize) -> Value {
 }
 
 /// Words in a string, in the `text` of content parts, recursively in arrays; one per token id.
-fn count_tokens(value: &Value) -> usize {
+pub(crate) fn count_tokens(value: &Value) -> usize {
     match value {
         Value::String(text) => text.split_whitespace().count(),
         Value::Number(_) => 1,

@@ -1,6 +1,7 @@
 //! What the mock saw: one [`RecordedRequest`] per request received, for assertions.
 
 use std::collections::BTreeMap;
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::{Method, Version, request::Parts};
@@ -20,6 +21,8 @@ pub struct RecordedRequest {
     pub body: Bytes,
     /// Which accepted connection carried it: 1 for the first connection, 2 for the second, …
     pub connection: usize,
+    /// When its body had arrived in full.
+    pub received_at: Instant,
 }
 
 impl RecordedRequest {
@@ -43,6 +46,7 @@ impl RecordedRequest {
             headers,
             body,
             connection,
+            received_at: Instant::now(),
         }
     }
 

@@ -8,7 +8,7 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use serde_json::{Value, json};
 
 use super::dialect::Dialect;
-use super::openai;
+use super::{anthropic, openai};
 
 /// What the mock sends for one request.
 ///
@@ -44,6 +44,10 @@ pub(crate) enum Content {
     Sse(Vec<Frame>),
     /// Close the connection without a response (on HTTP/2: reset the stream).
     NoResponse,
+    /// Reset the TCP connection (RST, no FIN) without a response.
+    Reset,
+    /// Never answer: the request waits until the peer gives up.
+    Silence,
 }
 
 /// How a response body ends once its last frame is sent.
@@ -64,6 +68,12 @@ impl Reply {
     /// (`Reply::openai().delay_head(..)`, `Reply::openai().frame_delay(..).hang()`).
     pub fn openai() -> Reply {
         Reply::dialect_default(Dialect::OpenAi)
+    }
+
+    /// The default, Anthropic-like answer for whatever was requested, for the modifiers
+    /// (`Reply::anthropic().frame_delay(..).disconnect()`).
+    pub fn anthropic() -> Reply {
+        Reply::dialect_default(Dialect::Anthropic)
     }
 
     /// The dialect's default answer for whatever was requested: what an unscripted request
@@ -93,8 +103,16 @@ impl Reply {
         Reply::status(code).json(openai::error_body(error_type, None, message))
     }
 
-    /// A `200 text/event-stream` response made of these frames; by default it ends with
-    /// `data: [DONE]`.
+    /// `status` with Anthropic's error envelope:
+    /// `{"type":"error","error":{"type","message"}}`.
+    #[track_caller]
+    pub fn anthropic_error(code: u16, error_type: &str, message: &str) -> Reply {
+        Reply::status(code).json(anthropic::error_body(error_type, message))
+    }
+
+    /// A `200 text/event-stream` response made of these frames; by default it ends with the
+    /// mock's [dialect terminator](Dialect::terminator) (`data: [DONE]`, or Anthropic's
+    /// `message_stop`).
     pub fn sse(frames: impl IntoIterator<Item = Frame>) -> Reply {
         Reply::new(StatusCode::OK, Content::Sse(frames.into_iter().collect()))
             .header("content-type", "text/event-stream")
@@ -104,6 +122,30 @@ impl Reply {
     /// Close the connection without sending any response (on HTTP/2: reset the stream).
     pub fn close() -> Reply {
         Reply::new(StatusCode::OK, Content::NoResponse)
+    }
+
+    /// Reset the connection before any response: the socket is closed with `SO_LINGER` 0, so
+    /// the peer reads a TCP RST, as from a crashed or overloaded server (HTTP/1.1 only; on
+    /// HTTP/2 the stream is reset).
+    pub fn reset() -> Reply {
+        Reply::new(StatusCode::OK, Content::Reset)
+    }
+
+    /// Never answer: no head, no close, until the peer goes away (counted in
+    /// [`MockProvider::requests_abandoned`](super::MockProvider::requests_abandoned)).
+    pub fn silence() -> Reply {
+        Reply::new(StatusCode::OK, Content::Silence)
+    }
+
+    /// A chat completion stream of these content pieces, as OpenAI sends it: a role chunk, one
+    /// chunk per piece, a finish chunk (`stop`), the usage chunk (prompt tokens as given,
+    /// completion tokens one per piece), then `data: [DONE]` unless the ending says otherwise.
+    pub fn chat_stream(model: &str, pieces: &[&str], prompt_tokens: u64) -> Reply {
+        let mut frames = vec![Frame::chat_role(model)];
+        frames.extend(pieces.iter().map(|piece| Frame::chat_delta(model, piece)));
+        frames.push(Frame::chat_finish(model, "stop"));
+        frames.push(Frame::chat_usage(model, prompt_tokens, pieces.len() as u64));
+        Reply::sse(frames)
     }
 
     /// Replace the body with this JSON value and set `content-type: application/json`.
@@ -148,8 +190,8 @@ impl Reply {
         self
     }
 
-    /// After the last frame, close the connection abruptly: no `[DONE]`, no terminating chunk,
-    /// so the peer sees an incomplete body.
+    /// After the last frame, close the connection abruptly: no terminator frame, no
+    /// terminating chunk, so the peer sees an incomplete body.
     pub fn disconnect(mut self) -> Reply {
         self.ending = Ending::Disconnect;
         self
@@ -161,7 +203,8 @@ impl Reply {
         self
     }
 
-    /// End the body normally but without the `data: [DONE]` frame.
+    /// End the body normally but without the terminator frame (`data: [DONE]`, or Anthropic's
+    /// `message_stop`).
     pub fn without_done(mut self) -> Reply {
         self.ending = Ending::Eof;
         self
@@ -198,6 +241,11 @@ impl Frame {
         Frame::data(&value.to_string())
     }
 
+    /// `event: {name}\ndata: {compact JSON}\n\n`, Anthropic's framing.
+    pub fn event(name: &str, value: Value) -> Frame {
+        Frame::raw(format!("event: {name}\ndata: {value}\n\n"))
+    }
+
     /// Exactly these bytes: comments, `event:` lines, split or malformed events.
     pub fn raw(bytes: impl Into<Bytes>) -> Frame {
         Frame {
@@ -213,6 +261,45 @@ impl Frame {
 
     /// A `chat.completion.chunk` whose only choice carries this content delta.
     pub fn chat_delta(model: &str, content: &str) -> Frame {
+        Frame::chat_chunk(model, json!({"content": content}), Value::Null)
+    }
+
+    /// The first chunk of a chat stream: the assistant's role and empty content.
+    pub fn chat_role(model: &str) -> Frame {
+        Frame::chat_chunk(
+            model,
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )
+    }
+
+    /// A chat chunk that finishes its only choice with `reason` (`stop`, `length`, ...).
+    pub fn chat_finish(model: &str, reason: &str) -> Frame {
+        Frame::chat_chunk(model, json!({}), json!(reason))
+    }
+
+    /// The usage-only last chunk of a chat stream.
+    pub fn chat_usage(model: &str, prompt_tokens: u64, completion_tokens: u64) -> Frame {
+        Frame::json(json!({
+            "id": "chatcmpl-mock",
+            "object": "chat.completion.chunk",
+            "created": openai::CREATED,
+            "model": model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": completion_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+            },
+        }))
+    }
+
+    /// An event whose data is a JSON object cut off in the middle.
+    pub fn malformed() -> Frame {
+        Frame::raw("data: {\"id\":\"chatcmpl-mock\",\"choices\":[{\"delta\":{\"cont\n\n")
+    }
+
+    fn chat_chunk(model: &str, delta: Value, finish_reason: Value) -> Frame {
         Frame::json(json!({
             "id": "chatcmpl-mock",
             "object": "chat.completion.chunk",
@@ -220,11 +307,16 @@ impl Frame {
             "model": model,
             "choices": [{
                 "index": 0,
-                "delta": {"content": content},
+                "delta": delta,
                 "logprobs": null,
-                "finish_reason": null,
+                "finish_reason": finish_reason,
             }],
         }))
+    }
+
+    /// The bytes this frame sends.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
 
     /// Wait this long before sending this frame.

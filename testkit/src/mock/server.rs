@@ -4,8 +4,12 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::io;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering::Relaxed;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -16,11 +20,11 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use super::body::{Finish, Frames, MockBody};
-use super::dialect::Dialect;
 use super::record::RecordedRequest;
 use super::reply::{Content, Ending, Frame, Reply};
 use super::state::State;
@@ -58,8 +62,11 @@ pub(crate) async fn serve(
         let worker = Arc::clone(&worker);
         tokio::spawn(async move {
             let service_worker = Arc::clone(&worker);
-            let service =
-                service_fn(move |req| handle(Arc::clone(&service_worker), connection, req));
+            let stream = Resettable::new(stream);
+            let reset = stream.reset.clone();
+            let service = service_fn(move |req| {
+                handle(Arc::clone(&service_worker), connection, reset.clone(), req)
+            });
             // An error here is the peer or a scripted disconnect ending the connection early;
             // either way it is closed now.
             let _ = builder
@@ -86,6 +93,7 @@ impl std::error::Error for NoResponse {}
 async fn handle(
     worker: Arc<Worker>,
     connection: usize,
+    reset: Arc<AtomicBool>,
     req: Request<Incoming>,
 ) -> Result<Response<MockBody>, NoResponse> {
     let (parts, body) = req.into_parts();
@@ -101,8 +109,19 @@ async fn handle(
     let request = RecordedRequest::new(&parts, body, connection);
     let seq = state.arrived(worker.index, state.records().then(|| request.clone()));
     let reply = state
-        .next_reply()
-        .unwrap_or_else(|| Reply::dialect_default(Dialect::default()));
+        .next_reply(seq, &request.path)
+        .unwrap_or_else(|| Reply::dialect_default(state.dialect));
+    match reply.content {
+        Content::Reset => {
+            reset.store(true, Relaxed);
+            return Err(NoResponse);
+        }
+        Content::Silence => {
+            let _head = HeadGuard { state, sent: false };
+            return std::future::pending().await;
+        }
+        _ => {}
+    }
 
     let mut head = HeadGuard { state, sent: false };
     if !reply.head_delay.is_zero() {
@@ -112,6 +131,70 @@ async fn handle(
     drop(head);
 
     respond(reply, &request, seq, Arc::clone(&worker))
+}
+
+/// A connection's socket that closes with a TCP reset when its service asks for one.
+struct Resettable {
+    stream: TcpStream,
+    reset: Arc<AtomicBool>,
+}
+
+impl Resettable {
+    fn new(stream: TcpStream) -> Resettable {
+        Resettable {
+            stream,
+            reset: Arc::new(AtomicBool::new(false)),
+        }
+    }
+}
+
+impl Drop for Resettable {
+    fn drop(&mut self) {
+        if self.reset.load(Relaxed) {
+            // Linger 0: close(2) sends RST and discards anything unsent.
+            let _ = socket2::SockRef::from(&self.stream).set_linger(Some(Duration::ZERO));
+        }
+    }
+}
+
+impl AsyncRead for Resettable {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Resettable {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
 }
 
 /// Counts a request whose peer left before its response head was due.
@@ -135,10 +218,13 @@ fn respond(
     worker: Arc<Worker>,
 ) -> Result<Response<MockBody>, NoResponse> {
     let mut headers = HeaderMap::new();
+    // A default answer ends as its own dialect does; a scripted stream as the mock's.
+    let mut dialect = worker.state.dialect;
     let (status, mut frames, sse) = match reply.content {
-        Content::NoResponse => return Err(NoResponse),
-        Content::Dialect(dialect) => {
-            let answer = dialect.answer(request, seq);
+        Content::NoResponse | Content::Reset | Content::Silence => return Err(NoResponse),
+        Content::Dialect(answered) => {
+            dialect = answered;
+            let answer = answered.answer(request, seq);
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
             if answer.sse {
                 headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -156,7 +242,7 @@ fn respond(
         headers.append(name, value);
     }
     if sse && reply.ending == Ending::Done {
-        frames.push(Frame::done());
+        frames.push(dialect.terminator());
     }
 
     let chunks: VecDeque<(Duration, Bytes)> = frames

@@ -2,11 +2,12 @@
 //! the counters. Per-request counts live on each worker's own cache line; what happens once per
 //! connection or only on faults is counted once for the whole mock.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use super::dialect::Dialect;
 use super::fast;
 use super::record::RecordedRequest;
 use super::reply::Reply;
@@ -19,6 +20,8 @@ pub(crate) struct State {
     /// `None` on the fast path, which records nothing.
     requests: Option<Mutex<Vec<RecordedRequest>>>,
     pub(crate) fast: Option<fast::Answers>,
+    /// What unscripted requests get, and how a scripted stream ends.
+    pub(crate) dialect: Dialect,
     workers: Box<[WorkerCounters]>,
     pub(crate) connections_accepted: AtomicUsize,
     pub(crate) connections_closed: AtomicUsize,
@@ -37,15 +40,29 @@ struct WorkerCounters {
 pub(crate) struct Script {
     pub(crate) queue: VecDeque<Reply>,
     pub(crate) standing: Option<Reply>,
+    /// Replies for one path each, first in first out, before the common queue.
+    pub(crate) by_path: HashMap<String, VecDeque<Reply>>,
+    /// The reply of the request with this ordinal (1 for the first), before everything else.
+    pub(crate) by_ordinal: BTreeMap<usize, Reply>,
+}
+
+impl Script {
+    fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+            && self.standing.is_none()
+            && self.by_path.values().all(VecDeque::is_empty)
+            && self.by_ordinal.is_empty()
+    }
 }
 
 impl State {
-    pub(crate) fn new(fast: Option<fast::Answers>, workers: usize) -> State {
+    pub(crate) fn new(fast: Option<fast::Answers>, workers: usize, dialect: Dialect) -> State {
         State {
             script: Mutex::default(),
             scripted: AtomicBool::new(false),
             requests: fast.is_none().then(Mutex::default),
             fast,
+            dialect,
             workers: (0..workers.max(1))
                 .map(|_| WorkerCounters::default())
                 .collect(),
@@ -60,19 +77,24 @@ impl State {
     pub(crate) fn script<R>(&self, f: impl FnOnce(&mut Script) -> R) -> R {
         let mut script = lock(&self.script);
         let result = f(&mut script);
-        self.scripted.store(
-            !script.queue.is_empty() || script.standing.is_some(),
-            Relaxed,
-        );
+        self.scripted.store(!script.is_empty(), Relaxed);
         result
     }
 
-    /// The scripted reply for the next request, if anything is scripted.
-    pub(crate) fn next_reply(&self) -> Option<Reply> {
+    /// The scripted reply for request number `seq` to `path`, if anything is scripted for it:
+    /// by its ordinal, by its path, from the queue, or the standing reply, in that order.
+    pub(crate) fn next_reply(&self, seq: usize, path: &str) -> Option<Reply> {
         if !self.scripted.load(Relaxed) {
             return None;
         }
-        self.script(|script| script.queue.pop_front().or_else(|| script.standing.clone()))
+        self.script(|script| {
+            script
+                .by_ordinal
+                .remove(&seq)
+                .or_else(|| script.by_path.get_mut(path)?.pop_front())
+                .or_else(|| script.queue.pop_front())
+                .or_else(|| script.standing.clone())
+        })
     }
 
     /// Whether a scripted reply is waiting (then the fast path steps aside).

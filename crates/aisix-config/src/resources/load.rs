@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_yaml::Value;
 
+use super::group::{self, GroupDraft};
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
 use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
@@ -128,10 +129,22 @@ fn read_document(
         .into_iter()
         .map(|(value, path)| read_provider_key(report, value, path))
         .collect();
-    let models: Vec<_> = models
-        .into_iter()
-        .map(|(value, path)| read_model(report, value, path))
-        .collect();
+    let mut drafts = Vec::new();
+    let mut groups = Vec::new();
+    // Direct models and groups share one list and one namespace, in file order.
+    let mut names = Vec::with_capacity(models.len());
+    for (value, path) in models {
+        match read_entry(report, value, path) {
+            Entry::Direct(draft) => {
+                names.push(draft.name.clone());
+                drafts.push(draft);
+            }
+            Entry::Group(draft) => {
+                names.push(draft.name.clone());
+                groups.push(draft);
+            }
+        }
+    }
     let api_keys: Vec<_> = api_keys
         .into_iter()
         .map(|(value, path)| read_api_key(report, value, path, env))
@@ -142,14 +155,21 @@ fn read_document(
         "provider_keys",
         provider_keys.iter().map(|d| d.name.as_deref()),
     );
-    check_unique_names(report, "models", models.iter().map(|d| d.name.as_deref()));
+    check_unique_names(report, "models", names.iter().map(Option::as_deref));
     check_unique_names(
         report,
         "api_keys",
         api_keys.iter().map(|d| d.name.as_deref()),
     );
     check_unique_key_hashes(report, &api_keys);
-    let models = resolve_provider_keys(report, &provider_keys, models);
+    let direct: HashMap<&str, usize> = drafts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| Some((d.name.as_deref()?, i)))
+        .collect();
+    let group_names: Vec<Option<String>> = groups.iter().map(|g| g.name.clone()).collect();
+    let groups = group::resolve_targets(report, &direct, &group_names, groups);
+    let models = resolve_provider_keys(report, &provider_keys, drafts);
 
     if !report.is_clean() {
         return None;
@@ -160,6 +180,7 @@ fn read_document(
             .map(|d| d.built)
             .collect::<Option<_>>()?,
         models: models.into_iter().collect::<Option<_>>()?,
+        groups: groups.into_iter().collect::<Option<_>>()?,
         api_keys: api_keys
             .into_iter()
             .map(|d| d.built)
@@ -385,7 +406,7 @@ fn static_headers(report: &mut Report, value: &Value, path: &str) -> Option<Vec<
 
 /// An optional field as read (`None` absent, `Some(None)` given but wrong) to what the entry
 /// holds (`Some(None)` absent, `None` wrong).
-fn given<T>(field: Option<Option<T>>) -> Option<Option<T>> {
+pub(super) fn given<T>(field: Option<Option<T>>) -> Option<Option<T>> {
     field.map_or(Some(None), |value| value.map(Some))
 }
 
@@ -477,20 +498,61 @@ struct ModelDraft {
     provider: Option<ProviderKind>,
     model_name: Option<String>,
     provider_key: Option<String>,
-    /// Each `None` when absent; `Some(None)` when given but wrong.
-    connect_timeout: Option<Option<Duration>>,
-    first_token_timeout: Option<Option<Duration>>,
-    stream_idle_timeout: Option<Option<Duration>>,
-    timeout: Option<Option<Duration>>,
+    /// `None` when one of them was wrong.
+    timeouts: Option<TimeoutOverrides>,
     rate_limit: Option<Option<RateLimit>>,
     cost: Option<Option<Cost>>,
 }
 
-fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
+/// A `models[]` entry: a direct model, or a group when it has `routing`.
+enum Entry {
+    Direct(ModelDraft),
+    Group(GroupDraft),
+}
+
+fn read_entry(report: &mut Report, value: &Value, path: String) -> Entry {
     let Some(mut fields) = Fields::new(report, path.clone(), value) else {
-        return ModelDraft::default();
+        return Entry::Direct(ModelDraft::default());
     };
     let name = display_name(report, &mut fields);
+    if group::is_group(value) {
+        let timeouts = read_timeouts(report, &mut fields);
+        let rate_limit = fields
+            .optional(report, "rate_limit")
+            .map(|(v, p)| read_rate_limit(report, v, &p));
+        return Entry::Group(group::read_group(
+            report, fields, name, timeouts, rate_limit,
+        ));
+    }
+    Entry::Direct(read_model(report, fields, path, name))
+}
+
+/// `timeout`, `connect_timeout`, `first_token_timeout` and `stream_idle_timeout` (ms) of a
+/// model or group; `None` when one of them is wrong.
+fn read_timeouts(report: &mut Report, fields: &mut Fields<'_>) -> Option<TimeoutOverrides> {
+    let mut millis = |name| {
+        fields.optional(report, name).map(|(v, p)| {
+            positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis)
+        })
+    };
+    let total = millis("timeout");
+    let connect = millis("connect_timeout");
+    let first_token = millis("first_token_timeout");
+    let stream_idle = millis("stream_idle_timeout");
+    Some(TimeoutOverrides {
+        connect: given(connect)?,
+        first_token: given(first_token)?,
+        stream_idle: given(stream_idle)?,
+        total: given(total)?,
+    })
+}
+
+fn read_model(
+    report: &mut Report,
+    mut fields: Fields<'_>,
+    path: String,
+    name: Option<String>,
+) -> ModelDraft {
     let provider = fields
         .required(report, "provider")
         .and_then(|(v, p)| provider_kind(report, v, &p));
@@ -502,15 +564,7 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         .required(report, "provider_key")
         .and_then(|(v, p)| non_empty_string(report, v, &p))
         .map(str::to_owned);
-    let mut millis = |name| {
-        fields.optional(report, name).map(|(v, p)| {
-            positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis)
-        })
-    };
-    let timeout = millis("timeout");
-    let connect_timeout = millis("connect_timeout");
-    let first_token_timeout = millis("first_token_timeout");
-    let stream_idle_timeout = millis("stream_idle_timeout");
+    let timeouts = read_timeouts(report, &mut fields);
     let rate_limit = fields
         .optional(report, "rate_limit")
         .map(|(v, p)| read_rate_limit(report, v, &p));
@@ -524,10 +578,7 @@ fn read_model(report: &mut Report, value: &Value, path: String) -> ModelDraft {
         provider,
         model_name,
         provider_key,
-        connect_timeout,
-        first_token_timeout,
-        stream_idle_timeout,
-        timeout,
+        timeouts,
         rate_limit,
         cost,
     }
@@ -585,12 +636,7 @@ fn resolve_provider_keys(
                 model_name: model.model_name?,
                 provider_key: reference.to_owned(),
                 provider_key_index: index,
-                timeouts: TimeoutOverrides {
-                    connect: given(model.connect_timeout)?,
-                    first_token: given(model.first_token_timeout)?,
-                    stream_idle: given(model.stream_idle_timeout)?,
-                    total: given(model.timeout)?,
-                },
+                timeouts: model.timeouts?,
                 rate_limit: given(model.rate_limit)?.unwrap_or_default(),
                 cost: given(model.cost)?,
             })

@@ -1,8 +1,9 @@
-//! The resources file (`resources.yaml`): provider keys, models and API keys (with their limits,
-//! prices and budgets), read strictly with
-//! `${VAR}` interpolation and checked across entries. Serving them is the gateway's job.
+//! The resources file (`resources.yaml`): provider keys, models (direct models and groups) and
+//! API keys (with their limits, prices and budgets), read strictly with `${VAR}` interpolation
+//! and checked across entries. Serving them is the gateway's job.
 
 mod diff;
+mod group;
 mod interpolate;
 mod key;
 mod limits;
@@ -13,6 +14,7 @@ mod rfc3339;
 mod types;
 
 pub use diff::{CollectionDiff, ResourcesDiff};
+pub use group::{GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
 pub use key::{KeyHash, hash_key};
 pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};

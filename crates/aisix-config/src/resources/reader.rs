@@ -261,6 +261,28 @@ pub(super) fn positive_integer(
     }
 }
 
+/// An integer in `min..=max`, also as a string so a `${VAR}` can supply it.
+pub(super) fn integer(
+    report: &mut Report,
+    value: &Value,
+    path: &str,
+    min: i64,
+    max: i64,
+) -> Option<i64> {
+    let n = match value {
+        Value::Number(n) => n.as_i64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    };
+    match n {
+        Some(n) if (min..=max).contains(&n) => Some(n),
+        _ => {
+            report.error(path, format!("expected an integer from {min} to {max}"));
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::time::SystemTime;
 
+use super::group::ModelGroup;
 use super::key::KeyHash;
 use super::limits::{Budget, Cost, RateLimit};
 use super::pattern::ModelPattern;
@@ -14,7 +15,11 @@ use crate::timeouts::TimeoutOverrides;
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Resources {
     pub provider_keys: Vec<ProviderKey>,
+    /// The direct models of `models[]`, in file order.
     pub models: Vec<Model>,
+    /// The groups of `models[]` (entries with `routing`), in file order; their names and the
+    /// direct models' share one namespace.
+    pub groups: Vec<ModelGroup>,
     pub api_keys: Vec<ApiKey>,
 }
 

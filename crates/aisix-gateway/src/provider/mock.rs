@@ -9,6 +9,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use std::time::Duration;
+
+use http::{HeaderValue, StatusCode};
+
+use super::{Answer, Call};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::wire::usage::Usage;
@@ -36,6 +41,31 @@ struct MockRequest {
     input: Option<Value>,
     #[serde(default)]
     encoding_format: Option<String>,
+}
+
+/// The adapter: answers at once, streams included (as one SSE body).
+pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let inbound = call.inbound;
+    let model = if call.rename {
+        &*call.route.name
+    } else {
+        &call.route.upstream_model
+    };
+    let reply = respond(
+        inbound.endpoint,
+        model,
+        &inbound.body,
+        inbound.stream,
+        inbound.client_wants_usage(),
+        call.request_id.to_str().unwrap_or_default(),
+    )?;
+    Ok(Answer::Complete {
+        status: StatusCode::OK,
+        content_type: HeaderValue::from_static(reply.content_type),
+        body: reply.body,
+        usage: Some(reply.usage),
+        waited: Duration::ZERO,
+    })
 }
 
 /// Answers `body` (already validated by the inspector) for `model`.

@@ -1,5 +1,190 @@
-//! Providers: how a routed request reaches a model. `openai` speaks HTTP to any
-//! OpenAI-compatible server; `mock` answers locally, for demos and tests.
+//! Providers: how one attempt reaches a direct model and comes back in the client's dialect.
+//! This is the adapter seam, and the attempt loop sees nothing else of a provider:
+//!
+//! - [`call`] picks the adapter by the direct model's provider kind. The adapter builds the
+//!   upstream request from the client's [`Inbound`] (translating it when the provider speaks
+//!   another dialect), sends it through [`exchange`] within the attempt's deadlines, and turns
+//!   every failure into a [`GatewayError`] whose kind says whether another try may help (an
+//!   error status's body becomes the provider's error object in the client's dialect).
+//! - A whole answer comes back as [`Answer::Complete`]: the body already in the client's
+//!   dialect, with its usage and (for groups) its `model` naming the direct model.
+//! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
+//!   turns each upstream event into the client's (usage read, completeness and the first
+//!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
+//!   its first token when another attempt could still follow.
+//!
+//! A new provider (another dialect) is a module with its `call`, an arm in [`call`], and, for
+//! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
 
+pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
+
+use std::time::Duration;
+
+use aisix_config::ProviderKind;
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use hyper::body::Incoming;
+
+use crate::deadline::Deadlines;
+use crate::error::{ErrorKind, GatewayError};
+use crate::inbound::Inbound;
+use crate::snapshot::DirectRoute;
+use crate::upstream::{Lease, Pool};
+use crate::wire::usage::Usage;
+
+/// What one attempt needs to reach a direct model.
+pub(crate) struct Call<'a> {
+    pub pool: &'a Pool,
+    pub route: &'a DirectRoute,
+    pub inbound: &'a Inbound,
+    pub deadlines: &'a Deadlines,
+    pub request_id: &'a HeaderValue,
+    /// Answers name the direct model in `model` (the client named a group).
+    pub rename: bool,
+}
+
+/// A direct model's answer, in the client's dialect.
+pub(crate) enum Answer {
+    Complete {
+        status: StatusCode,
+        content_type: HeaderValue,
+        body: Bytes,
+        usage: Option<Usage>,
+        /// From sending until the whole body was in.
+        waited: Duration,
+    },
+    Stream {
+        status: StatusCode,
+        body: Incoming,
+        lease: Option<Lease>,
+        map: StreamMap,
+        /// From sending until the response head arrived.
+        waited: Duration,
+    },
+}
+
+/// Calls the direct model of `call` with its provider's adapter.
+pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
+    match call.route.provider.kind {
+        ProviderKind::Mock => mock::call(&call),
+        ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
+    }
+}
+
+/// How one upstream stream's events become the client's: the per-event half of an adapter.
+#[derive(Debug)]
+pub(crate) enum StreamMap {
+    /// OpenAI events to an OpenAI client, relayed as they are.
+    OpenAi(openai::Passthrough),
+}
+
+/// What the client gets for one upstream event.
+#[derive(Debug, Default)]
+pub(crate) struct Step {
+    pub edit: Edit,
+    /// The event ends the stream (`data: [DONE]`).
+    pub done: bool,
+    /// The usage the event reports (for the request's record).
+    pub usage: Option<Usage>,
+    /// The event shows the stream has failed (an error event, a malformed chunk).
+    pub failure: Option<ErrorKind>,
+}
+
+/// What becomes of an event.
+#[derive(Debug, Default)]
+pub(crate) enum Edit {
+    /// Relayed as it came (no copy).
+    #[default]
+    Keep,
+    Drop,
+    /// Relayed as these bytes instead.
+    Replace(Bytes),
+}
+
+impl StreamMap {
+    /// Reads one complete event.
+    pub(crate) fn event(&mut self, event: &[u8]) -> Step {
+        match self {
+            StreamMap::OpenAi(map) => map.event(event),
+        }
+    }
+
+    /// The stream has carried content (its first token), so it can no longer be replaced by
+    /// another attempt's.
+    pub(crate) fn started(&self) -> bool {
+        match self {
+            StreamMap::OpenAi(map) => map.started(),
+        }
+    }
+
+    /// Every choice has finished: the stream is complete even if its end marker never comes.
+    pub(crate) fn complete(&self) -> bool {
+        match self {
+            StreamMap::OpenAi(map) => map.complete(),
+        }
+    }
+
+    /// What ends a complete stream in the client's dialect, sent when the upstream left it out.
+    pub(crate) fn end_marker(&self) -> Bytes {
+        match self {
+            StreamMap::OpenAi(_) => Bytes::from_static(b"data: [DONE]\n\n"),
+        }
+    }
+
+    /// The text sent so far, when the map keeps it (for a continuation).
+    pub(crate) fn text(&self) -> Option<&str> {
+        match self {
+            StreamMap::OpenAi(map) => map.text(),
+        }
+    }
+
+    /// Keeps the text sent from here on, after `so_far`, for a continuation.
+    pub(crate) fn keep_text(&mut self, so_far: &str) {
+        match self {
+            StreamMap::OpenAi(map) => map.keep_text(so_far),
+        }
+    }
+
+    /// What the stream consumed so far, to carry into a continuation.
+    pub(crate) fn carried(&self) -> Carried {
+        match self {
+            StreamMap::OpenAi(map) => map.carried(),
+        }
+    }
+
+    /// This stream continues another one: its preamble is not sent again, and its usage is
+    /// added to what the other consumed.
+    pub(crate) fn continuing(&mut self, before: Carried) {
+        match self {
+            StreamMap::OpenAi(map) => map.continuing(before),
+        }
+    }
+}
+
+/// What a stream cut short consumed, carried into its continuation's usage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Carried {
+    /// The usage it reported, if any (servers with continuous usage report it per chunk).
+    pub usage: Option<Usage>,
+    /// Its content chunks: its completion tokens when it reported none.
+    pub pieces: u64,
+}
+
+impl Carried {
+    /// The cut stream's usage and `next`'s (its continuation's) together. A cut stream that
+    /// reported none is counted as `pieces` completion tokens and, since the continuation's
+    /// prompt is the original prompt plus the text already sent, that prompt less `pieces`.
+    pub(crate) fn plus(self, next: Usage) -> Usage {
+        let before = self.usage.unwrap_or_else(|| {
+            let prompt = next.prompt_tokens.saturating_sub(self.pieces);
+            Usage {
+                prompt_tokens: prompt,
+                completion_tokens: self.pieces,
+                total_tokens: prompt + self.pieces,
+            }
+        });
+        before.plus(next)
+    }
+}

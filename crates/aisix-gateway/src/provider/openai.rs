@@ -1,58 +1,50 @@
-//! The OpenAI-compatible upstream: builds the upstream request from scratch (only the gateway's
-//! own headers and the provider key travel; nothing of the client's), sends it through the
-//! worker's pool, and maps every failure to a [`GatewayError`] without leaking upstream bodies,
-//! hosts or credentials.
+//! The OpenAI-compatible adapter (`openai`, `azure_openai`): builds the upstream request from
+//! scratch (only the gateway's own headers and the provider key travel; nothing of the
+//! client's), relays whole answers and streams to OpenAI clients without re-serializing them,
+//! and passes a provider's 4xx error object through with its credential scrubbed.
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
-use http::{HeaderValue, Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
-use tokio::time::Instant;
+use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
+use http::{HeaderValue, Method, Request, StatusCode};
+use http_body_util::Full;
 
-use crate::deadline::Deadlines;
-use crate::endpoint::Endpoint;
+use super::exchange::{self, MAX_UPSTREAM_BODY, Rejection};
+use super::{Answer, Call, Carried, Edit, Step, StreamMap};
 use crate::error::{ErrorKind, GatewayError};
-use crate::snapshot::{ModelRoute, Target};
-use crate::upstream::{ConnectError, Lease, Pool, SendError};
-
-/// Largest non-streaming upstream body the gateway buffers (embeddings can be large).
-const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
-/// Largest upstream error body read to relay its message.
-const MAX_ERROR_BODY: usize = 64 * 1024;
+use crate::snapshot::Provider;
+use crate::wire::sse::{self, Event};
+use crate::wire::usage::{self, Usage};
+use crate::wire::{Dialect, chunk};
 
 static GATEWAY_AGENT: HeaderValue =
     HeaderValue::from_static(concat!("aisix/", env!("CARGO_PKG_VERSION")));
 
-/// The upstream's successful answer: a whole body, or a stream still arriving.
-pub(crate) enum Reply {
-    Complete {
-        content_type: HeaderValue,
-        body: Bytes,
-    },
-    Stream(Response<Incoming>, Option<Lease>),
-}
-
-/// Sends `body` to the route's target for `endpoint` and waits for the head (streams) or the
+/// Sends the client's request to the direct model and waits for the head (streams) or the
 /// whole body (everything else): the head by the first-byte deadline, the body by the end.
-pub(crate) async fn call(
-    pool: &Pool,
-    route: &ModelRoute,
-    endpoint: Endpoint,
-    body: Bytes,
-    stream: bool,
-    request_id: &HeaderValue,
-    deadlines: &Deadlines,
-) -> Result<(StatusCode, Reply), GatewayError> {
-    let target = &*route.target;
-    let deadline = deadlines.end;
-    let Some(uri) = route.uris.get(endpoint) else {
-        tracing::error!(provider = %target.name, "api_base is not a usable URI");
+pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let Call {
+        pool,
+        route,
+        inbound,
+        deadlines,
+        request_id,
+        rename,
+    } = *call;
+    let provider = &*route.provider;
+    let stream = inbound.stream;
+    let Some(uri) = route.uris.get(inbound.endpoint) else {
+        tracing::error!(provider = %provider.name, "api_base is not a usable URI");
         return Err(GatewayError::new(
             ErrorKind::Internal,
             "The gateway could not build the upstream request.",
         ));
     };
+    let include_usage = stream && provider.stream_usage;
+    let body = inbound.inspected.rewrite(
+        &inbound.body,
+        route.upstream_model_json.as_deref(),
+        include_usage,
+    );
     let mut request = Request::builder()
         .method(Method::POST)
         .uri(uri.clone())
@@ -65,147 +57,366 @@ pub(crate) async fn call(
         .header("x-request-id", request_id.clone())
         .body(Full::new(body))
         .map_err(|e| {
-            tracing::error!(provider = %target.name, error = %e, "cannot build the upstream request");
+            tracing::error!(provider = %provider.name, error = %e, "cannot build the upstream request");
             GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
         })?;
-    for (name, value) in &target.headers {
+    for (name, value) in &provider.headers {
         request.headers_mut().insert(name, value.clone());
     }
 
-    let sending = pool.send(request, &target.route, deadlines.connect);
-    let (response, lease) = match tokio::time::timeout_at(deadlines.first_byte, sending).await {
-        Ok(Ok(sent)) => sent,
-        Ok(Err(error)) => return Err(transport_error(&target.name, &error)),
-        Err(_) => return Err(timeout(&target.name)),
-    };
-    let status = response.status();
+    let head = exchange::send(pool, provider, request, deadlines).await?;
+    let status = head.response.status();
     if !status.is_success() {
-        return Err(upstream_status(target, response, lease, deadline).await);
+        let rejection = exchange::rejection(head, deadlines.end, &provider.name).await;
+        return Err(error(&rejection, provider));
     }
-    let is_sse = response
-        .headers()
-        .get(CONTENT_TYPE)
+    let content_type = head.response.headers().get(CONTENT_TYPE).cloned();
+    let is_sse = content_type
+        .as_ref()
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"));
+    let rename = rename.then(|| route.name_json.clone());
     if stream && is_sse {
-        return Ok((status, Reply::Stream(response, lease)));
+        return Ok(Answer::Stream {
+            status,
+            body: head.response.into_body(),
+            lease: head.lease,
+            map: match inbound.dialect {
+                Dialect::OpenAi => StreamMap::OpenAi(Passthrough::new(
+                    !inbound.client_wants_usage(),
+                    rename,
+                    inbound.inspected.choices,
+                )),
+            },
+            waited: head.waited,
+        });
     }
-    let content_type = response
-        .headers()
-        .get(CONTENT_TYPE)
-        .cloned()
-        .unwrap_or_else(|| HeaderValue::from_static("application/json"));
-    let body = read_body(
-        response.into_body(),
+    let body = exchange::read_body(
+        head.response.into_body(),
+        head.lease,
         MAX_UPSTREAM_BODY,
-        deadline,
-        &target.name,
+        deadlines.end,
+        &provider.name,
     )
     .await?;
-    if let Some(lease) = lease {
-        lease.release();
+    let usage = usage::from_response(&body);
+    let body = match rename.and_then(|name| chunk::with_model(&body, &name)) {
+        Some(renamed) => Bytes::from(renamed),
+        None => body,
+    };
+    Ok(Answer::Complete {
+        status,
+        content_type: content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")),
+        body,
+        usage,
+        waited: head.waited,
+    })
+}
+
+/// The error for an upstream error status, with the provider's own `{"error": ...}` object
+/// (its key scrubbed) for the 4xx a client may see.
+fn error(rejection: &Rejection, provider: &Provider) -> GatewayError {
+    let mut error = rejection.error();
+    if rejection.passes_through() {
+        error.upstream_body = openai_error_body(&rejection.body, provider);
     }
-    Ok((status, Reply::Complete { content_type, body }))
-}
-
-async fn read_body(
-    body: Incoming,
-    limit: usize,
-    deadline: Instant,
-    provider: &str,
-) -> Result<Bytes, GatewayError> {
-    match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) => {
-            tracing::warn!(provider, %error, "upstream response body failed");
-            Err(GatewayError::new(
-                ErrorKind::UpstreamUnavailable,
-                "The upstream provider's response was cut off.",
-            ))
-        }
-        Err(_) => Err(timeout(provider)),
-    }
-}
-
-fn transport_error(provider: &str, error: &SendError) -> GatewayError {
-    tracing::warn!(provider, %error, "upstream request failed");
-    let message = match error {
-        SendError::Connect(ConnectError::TimedOut) => {
-            "The gateway could not connect to the upstream provider in time."
-        }
-        SendError::Connect(ConnectError::Failed(_)) => {
-            "The gateway could not connect to the upstream provider."
-        }
-        SendError::Request(_) => "The connection to the upstream provider failed.",
-    };
-    GatewayError::new(ErrorKind::UpstreamUnavailable, message)
-}
-
-fn timeout(provider: &str) -> GatewayError {
-    tracing::warn!(provider, "upstream request timed out");
-    GatewayError::new(
-        ErrorKind::UpstreamTimeout,
-        "The upstream provider did not answer in time.",
-    )
-}
-
-/// Maps an upstream error status. 5xx becomes 502 with our own message; 4xx keeps its status
-/// and the provider's error object, unless it concerns the provider credentials (401/403),
-/// which the client cannot act on and must not learn about.
-async fn upstream_status(
-    target: &Target,
-    response: Response<Incoming>,
-    lease: Option<Lease>,
-    deadline: Instant,
-) -> GatewayError {
-    let status = response.status();
-    let retry_after = response.headers().get(RETRY_AFTER).cloned();
-    let body = match read_body(response.into_body(), MAX_ERROR_BODY, deadline, &target.name).await {
-        Ok(body) => {
-            // Read to the end: the connection can serve the next request.
-            if let Some(lease) = lease {
-                lease.release();
-            }
-            body
-        }
-        Err(_) => Bytes::new(),
-    };
-    tracing::warn!(provider = %target.name, status = status.as_u16(), "upstream answered with an error status");
-
-    let mut error = if status.is_server_error() || !status.is_client_error() {
-        GatewayError::new(
-            ErrorKind::UpstreamServerError,
-            format!("The upstream provider failed (status {}).", status.as_u16()),
-        )
-    } else {
-        let mut error = GatewayError::new(
-            ErrorKind::UpstreamClientError(status),
-            format!(
-                "The upstream provider rejected the request (status {}).",
-                status.as_u16()
-            ),
-        );
-        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
-            error.message = "The upstream provider rejected the gateway's credentials.".to_owned();
-        } else {
-            error.upstream_body = openai_error_body(&body, target);
-        }
-        error
-    };
-    error.retry_after = retry_after;
     error
 }
 
 /// The provider's `{"error": {...}}` body if it is one, with the provider key scrubbed.
-fn openai_error_body(body: &[u8], target: &Target) -> Option<Bytes> {
+fn openai_error_body(body: &[u8], provider: &Provider) -> Option<Bytes> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     if !value.get("error").is_some_and(serde_json::Value::is_object) {
         return None;
     }
     let text = value.to_string();
-    let secret = target.secret.as_deref().filter(|k| k.len() >= 8);
+    let secret = provider.secret.as_deref().filter(|k| k.len() >= 8);
     Some(Bytes::from(match secret {
         Some(key) => text.replace(key, "***"),
         None => text,
     }))
+}
+
+/// OpenAI events relayed to an OpenAI client as they are. Per event after the first token: a
+/// scan for the data line, `[DONE]` and usage (as before), two byte checks for a malformed
+/// payload and a scan for a finish; a chunk is parsed only until its first token, when it
+/// finishes a choice, or while the text is kept for a continuation.
+#[derive(Debug)]
+pub(crate) struct Passthrough {
+    /// The client did not ask for the usage-only chunk: it is dropped.
+    strip_usage_chunk: bool,
+    /// The direct model's name as a JSON string, put in each chunk's `model` (groups).
+    rename: Option<Bytes>,
+    /// Choices the answer has (`n`).
+    choices: u32,
+    /// Choices finished so far, one bit each (OpenAI allows at most 128).
+    finished: u128,
+    /// Content has come (the first token).
+    started: bool,
+    /// The text of choice 0 so far, kept when the stream may have to be continued.
+    text: Option<String>,
+    /// Content chunks relayed, counted while the text is kept (one token each, as OpenAI
+    /// streams them).
+    pieces: u64,
+    /// This stream continues another: what that one consumed is added to what this reports.
+    before: Option<Carried>,
+    /// The usage reported so far, `before`'s added.
+    total: Option<Usage>,
+}
+
+impl Passthrough {
+    pub(crate) fn new(strip_usage_chunk: bool, rename: Option<Bytes>, choices: u32) -> Self {
+        Self {
+            strip_usage_chunk,
+            rename,
+            choices,
+            finished: 0,
+            started: false,
+            text: None,
+            pieces: 0,
+            before: None,
+            total: None,
+        }
+    }
+
+    /// Keeps the text of choice 0 from here on, after `so_far`.
+    pub(crate) fn keep_text(&mut self, so_far: &str) {
+        self.text = Some(so_far.to_owned());
+    }
+
+    pub(super) fn event(&mut self, event: &[u8]) -> Step {
+        if sse::is_error_event(event) {
+            return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
+        }
+        let Some(data) = sse::data_payload(event) else {
+            // Comments and events without data pass as they are.
+            return Step::default();
+        };
+        let mut step = Step::default();
+        match sse::classify_data(data) {
+            Event::Done => {
+                step.done = true;
+                return step;
+            }
+            Event::Usage { usage, usage_only } => {
+                let total = self.before.map_or(usage, |before| before.plus(usage));
+                self.total = Some(total);
+                step.usage = Some(total);
+                if usage_only && self.strip_usage_chunk {
+                    step.edit = Edit::Drop;
+                    return step;
+                }
+                if total != usage
+                    && let Some(summed) = usage::with_usage(event, total)
+                {
+                    step.edit = Edit::Replace(Bytes::from(summed));
+                }
+            }
+            Event::Other => {}
+        }
+        if !chunk::is_object(data) {
+            return failure(ErrorKind::UpstreamMalformed);
+        }
+        if chunk::is_error(data) {
+            return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
+        }
+        if !self.started || self.text.is_some() || chunk::may_finish(data) {
+            let Some(facts) = chunk::read(data) else {
+                return failure(ErrorKind::UpstreamMalformed);
+            };
+            if self.before.is_some() && !self.started && !facts.content && step.usage.is_none() {
+                // A continuation's preamble (its role chunk): the client has had one.
+                step.edit = Edit::Drop;
+                return step;
+            }
+            self.started |= facts.content;
+            for index in facts.finished {
+                if index < 128 {
+                    self.finished |= 1 << index;
+                }
+            }
+            if let Some(text) = self.text.as_mut() {
+                if facts.content {
+                    self.pieces += 1;
+                }
+                if let Some(more) = facts.text {
+                    text.push_str(&more);
+                }
+            }
+        }
+        if let Some(name) = &self.rename {
+            let current = match &step.edit {
+                Edit::Replace(bytes) => bytes.as_ref(),
+                _ => event,
+            };
+            if let Some(renamed) = chunk::with_model(current, name) {
+                step.edit = Edit::Replace(Bytes::from(renamed));
+            }
+        }
+        step
+    }
+
+    pub(super) fn started(&self) -> bool {
+        self.started
+    }
+
+    pub(super) fn complete(&self) -> bool {
+        self.choices <= 128 && self.finished.count_ones() >= self.choices
+    }
+
+    pub(super) fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    /// What this stream consumed so far (with what it continued, if anything).
+    pub(super) fn carried(&self) -> Carried {
+        match (self.total, self.before) {
+            (Some(total), _) => Carried {
+                usage: Some(total),
+                pieces: 0,
+            },
+            (None, None) => Carried {
+                usage: None,
+                pieces: self.pieces,
+            },
+            (None, Some(before)) => Carried {
+                usage: before.usage.map(|u| {
+                    u.plus(Usage {
+                        prompt_tokens: 0,
+                        completion_tokens: self.pieces,
+                        total_tokens: self.pieces,
+                    })
+                }),
+                pieces: before.pieces + self.pieces,
+            },
+        }
+    }
+
+    pub(super) fn continuing(&mut self, before: Carried) {
+        self.before = Some(before);
+    }
+}
+
+fn failure(kind: ErrorKind) -> Step {
+    Step {
+        failure: Some(kind),
+        ..Step::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::openai::json_string;
+
+    fn chunk(content: &str, finish: Option<&str>) -> String {
+        let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
+        format!(
+            "data: {{\"id\":\"c\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":{finish}}}]}}\n\n"
+        )
+    }
+
+    #[test]
+    fn the_first_token_and_the_finish_are_noticed() {
+        let mut map = Passthrough::new(true, None, 1);
+        let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
+        assert!(matches!(map.event(role.as_bytes()).edit, Edit::Keep));
+        assert!(!map.started());
+        map.event(chunk("Hi", None).as_bytes());
+        assert!(map.started() && !map.complete());
+        map.event(chunk("", Some("stop")).as_bytes());
+        assert!(map.complete());
+        assert!(map.event(b"data: [DONE]\n\n").done);
+    }
+
+    #[test]
+    fn broken_and_error_events_fail_the_stream() {
+        let mut map = Passthrough::new(true, None, 1);
+        let cut = map.event(b"data: {\"choices\":[{\"delta\":\n\n");
+        assert_eq!(cut.failure, Some(ErrorKind::UpstreamMalformed));
+        let error = map.event(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
+        assert_eq!(
+            error.failure,
+            Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY))
+        );
+        let typed = map.event(b"event: error\ndata: {}\n\n");
+        assert_eq!(
+            typed.failure,
+            Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY))
+        );
+        assert!(matches!(map.event(b": ping\n\n").edit, Edit::Keep));
+    }
+
+    #[test]
+    fn a_group_renames_every_chunk_and_a_continuation_sums_usage() {
+        let mut map = Passthrough::new(false, Some(json_string("primary")), 1);
+        let step = map.event(chunk("Hi", None).as_bytes());
+        let Edit::Replace(renamed) = step.edit else {
+            panic!("{step:?}")
+        };
+        assert!(
+            std::str::from_utf8(&renamed)
+                .unwrap()
+                .contains("\"model\":\"primary\"")
+        );
+
+        let mut next = Passthrough::new(false, None, 1);
+        next.continuing(Carried {
+            usage: Some(Usage {
+                prompt_tokens: 10,
+                completion_tokens: 4,
+                total_tokens: 14,
+            }),
+            pieces: 0,
+        });
+        let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
+        assert!(matches!(next.event(role.as_bytes()).edit, Edit::Drop));
+        let usage = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,\"total_tokens\":15}}\n\n";
+        let step = next.event(usage);
+        assert_eq!(
+            step.usage,
+            Some(Usage {
+                prompt_tokens: 22,
+                completion_tokens: 7,
+                total_tokens: 29
+            })
+        );
+        let Edit::Replace(summed) = step.edit else {
+            panic!("{step:?}")
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(summed.strip_prefix(b"data: ").unwrap()).unwrap();
+        assert_eq!(value["usage"]["completion_tokens"], 7);
+    }
+
+    #[test]
+    fn the_text_is_kept_when_asked_and_a_silent_cut_is_estimated() {
+        let mut map = Passthrough::new(true, None, 1);
+        map.keep_text("");
+        map.event(chunk("Hel", None).as_bytes());
+        map.event(chunk("lo", None).as_bytes());
+        assert_eq!(map.text(), Some("Hello"));
+        let carried = map.carried();
+        assert_eq!(
+            carried,
+            Carried {
+                usage: None,
+                pieces: 2
+            }
+        );
+        // The continuation's prompt (12) holds the original prompt and the 2 tokens sent.
+        let next = Usage {
+            prompt_tokens: 12,
+            completion_tokens: 3,
+            total_tokens: 15,
+        };
+        assert_eq!(
+            carried.plus(next),
+            Usage {
+                prompt_tokens: 22,
+                completion_tokens: 5,
+                total_tokens: 27
+            }
+        );
+    }
 }

@@ -1,6 +1,19 @@
 //! Wire formats at the byte level: inspecting and editing OpenAI request bodies without
-//! re-serializing them, splitting SSE streams into events, and reading token usage.
+//! re-serializing them, splitting SSE streams into events, reading token usage and what stream
+//! chunks say, and the translation between OpenAI chat completions and Anthropic's Messages API.
 
+pub mod anthropic;
+pub mod chat;
+pub mod chunk;
+pub mod content;
+pub mod json;
 pub mod openai;
 pub mod sse;
 pub mod usage;
+
+/// An API's wire format, as clients and providers speak it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI's chat and legacy completions and embeddings.
+    OpenAi,
+}

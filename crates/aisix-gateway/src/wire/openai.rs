@@ -26,6 +26,8 @@ pub enum BodyError {
 pub struct Inspected {
     pub model: String,
     pub stream: bool,
+    /// `n`: how many choices the answer has (1 when absent).
+    pub choices: u32,
     /// `max_completion_tokens`, else `max_tokens`, when given as a non-negative integer (the
     /// limiter's output estimate; anything else is left for the provider to judge).
     pub max_output_tokens: Option<u64>,
@@ -52,6 +54,7 @@ struct Probe<'a> {
     #[serde(borrow)]
     stream_options: Option<&'a RawValue>,
     #[serde(borrow)]
+    n: Option<&'a RawValue>,
     max_tokens: Option<&'a RawValue>,
     #[serde(borrow)]
     max_completion_tokens: Option<&'a RawValue>,
@@ -91,6 +94,13 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         Some(_) => return Err(BodyError::InvalidField("stream", "a boolean")),
     };
 
+    // Not ours to judge: a provider refuses an `n` it does not accept.
+    let choices = probe
+        .n
+        .and_then(|n| n.get().parse::<u32>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(1);
+
     let stream_options = match probe.stream_options {
         Some(raw) if raw.get() != "null" => {
             let options: StreamOptionsProbe = serde_json::from_str(raw.get())
@@ -111,6 +121,7 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     Ok(Inspected {
         model: model.into_owned(),
         stream,
+        choices,
         max_output_tokens,
         model_span: span_of(body, model_raw.get()),
         stream_options,
@@ -316,6 +327,9 @@ mod tests {
             inspect(br#"{"model":"m","stream":"yes"}"#),
             Err(BodyError::InvalidField("stream", "a boolean"))
         );
+        assert_eq!(inspect(br#"{"model":"m","n":0}"#).unwrap().choices, 1);
+        assert_eq!(inspect(br#"{"model":"m","n":3}"#).unwrap().choices, 3);
+        assert_eq!(inspect(br#"{"model":"m"}"#).unwrap().choices, 1);
     }
 
     #[test]

@@ -5,9 +5,16 @@
 //! Lines end in LF, CRLF or a lone CR, as the SSE specification allows, and an empty line ends
 //! an event. The [`Splitter`] carries its line state from one piece of the stream to the next,
 //! so every byte is looked at once however the stream is cut (linear time).
+//!
+//! Also the fields of an event (name and data) for the translators, and the OpenAI in-band
+//! error event.
+
+use std::borrow::Cow;
 
 use memchr::memmem;
 use serde::Deserialize;
+
+use bytes::Bytes;
 
 use super::usage::Usage;
 
@@ -99,9 +106,14 @@ struct ChunkProbe {
 
 /// Classifies one complete event.
 pub fn classify(event: &[u8]) -> Event {
-    let Some(data) = data_payload(event) else {
-        return Event::Other;
-    };
+    match data_payload(event) {
+        Some(data) => classify_data(data),
+        None => Event::Other,
+    }
+}
+
+/// Classifies an event by its `data` payload.
+pub fn classify_data(data: &[u8]) -> Event {
     if data.trim_ascii() == b"[DONE]" {
         return Event::Done;
     }
@@ -122,7 +134,7 @@ pub fn classify(event: &[u8]) -> Event {
 
 /// The payload of the event's `data:` line. OpenAI sends one data line per event; an event
 /// with several is not a chunk the gateway needs to read.
-fn data_payload(event: &[u8]) -> Option<&[u8]> {
+pub fn data_payload(event: &[u8]) -> Option<&[u8]> {
     let mut payload = None;
     for line in lines(event) {
         if let Some(rest) = line.strip_prefix(b"data:") {
@@ -133,6 +145,14 @@ fn data_payload(event: &[u8]) -> Option<&[u8]> {
         }
     }
     payload
+}
+
+/// Whether the event says `event: error`, as servers do to report a failure mid-stream.
+pub fn is_error_event(event: &[u8]) -> bool {
+    lines(event).any(|line| {
+        line.strip_prefix(b"event:")
+            .is_some_and(|name| name.trim_ascii() == b"error")
+    })
 }
 
 /// The lines of an event, without their LF, CRLF or CR endings.
@@ -167,6 +187,58 @@ fn has_usage_object(data: &[u8]) -> bool {
 
 /// An SSE comment that keeps proxies from closing a quiet stream.
 pub const KEEPALIVE: &[u8] = b": keep-alive\n\n";
+
+/// The fields of one event: its name (the last `event:` line) and its data (every `data:`
+/// line, joined by newlines, as the SSE specification says). Comments and other fields are
+/// skipped. Linear in the event's length; copies only an event with several data lines.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Fields<'a> {
+    pub name: Option<&'a [u8]>,
+    pub data: Option<Cow<'a, [u8]>>,
+}
+
+/// Reads the fields of one complete event.
+pub fn fields(event: &[u8]) -> Fields<'_> {
+    let mut fields = Fields::default();
+    for line in event.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() || line[0] == b':' {
+            continue;
+        }
+        let (field, value) = match memchr::memchr(b':', line) {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match field {
+            b"event" => fields.name = Some(value),
+            b"data" => {
+                fields.data = Some(match fields.data.take() {
+                    None => Cow::Borrowed(value),
+                    Some(joined) => {
+                        let mut joined = joined.into_owned();
+                        joined.push(b'\n');
+                        joined.extend_from_slice(value);
+                        Cow::Owned(joined)
+                    }
+                });
+            }
+            _ => {}
+        }
+    }
+    fields
+}
+
+/// The in-band error that ends an OpenAI-style stream which cannot complete (no `[DONE]`
+/// follows it).
+pub fn error_event(code: &str, message: &str) -> Bytes {
+    let event = serde_json::json!({
+        "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
+    });
+    Bytes::from(format!("event: error\ndata: {event}\n\n"))
+}
 
 #[cfg(test)]
 mod tests {
@@ -337,6 +409,24 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn error_events_are_recognised_by_their_type() {
+        assert!(is_error_event(b"event: error\ndata: {}\n\n"));
+        assert!(is_error_event(b"id: 1\r\nevent:error\r\n\r\n"));
+        assert!(!is_error_event(b"data: {\"event\": \"error\"}\n\n"));
+    }
+
+    #[test]
+    fn fields_are_read_in_either_newline_style_with_data_lines_joined() {
+        let plain = fields(b"event: message_start\ndata: {\"a\":1}\n\n");
+        assert_eq!(plain.name, Some(&b"message_start"[..]));
+        assert_eq!(plain.data.as_deref(), Some(&b"{\"a\":1}"[..]));
+        let crlf = fields(b": c\r\nevent:ping\r\ndata: a\r\ndata:b\r\nid: 3\r\n\r\n");
+        assert_eq!(crlf.name, Some(&b"ping"[..]));
+        assert_eq!(crlf.data.as_deref(), Some(&b"a\nb"[..]));
+        assert_eq!(fields(b": only a comment\n\n"), Fields::default());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Token usage as OpenAI reports it, read from response bodies and stream chunks.
 
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// Tokens one request consumed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -11,6 +12,17 @@ pub struct Usage {
     pub completion_tokens: u64,
     #[serde(default)]
     pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Both usages together (a stream and its continuation).
+    pub fn plus(self, other: Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
+            completion_tokens: self.completion_tokens + other.completion_tokens,
+            total_tokens: self.total_tokens + other.total_tokens,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -28,16 +40,38 @@ pub fn from_response(body: &[u8]) -> Option<Usage> {
     last_usage_object(body).or_else(|| serde_json::from_slice::<UsageProbe>(body).ok()?.usage)
 }
 
-fn last_usage_object(body: &[u8]) -> Option<Usage> {
-    let at = memchr::memmem::rfind(body, b"\"usage\"")?;
-    let value = body[at + 7..]
-        .trim_ascii_start()
-        .strip_prefix(b":")?
-        .trim_ascii_start();
+/// The object after the last `"usage":` key of `body`, read as a `T` (whatever follows the
+/// object is not looked at). A `"usage"` inside a string value is escaped and never matches.
+pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
+    let (start, _) = last_usage_span(body)?;
+    T::deserialize(&mut serde_json::Deserializer::from_slice(&body[start..])).ok()
+}
+/// The byte range of the last `"usage"` object value in `json`.
+fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
+    let at = memchr::memmem::rfind(json, b"\"usage\"")? + 7;
+    let rest = json[at..].trim_ascii_start().strip_prefix(b":")?;
+    let value = rest.trim_ascii_start();
     if value.first() != Some(&b'{') {
         return None;
     }
-    Usage::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()
+    let start = json.len() - value.len();
+    let raw: &serde_json::value::RawValue =
+        serde::Deserialize::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()?;
+    Some((start, start + raw.get().len()))
+}
+
+/// `json` (an answer or a chunk) with its usage object replaced by `usage`.
+pub fn with_usage(json: &[u8], usage: Usage) -> Option<Vec<u8>> {
+    let (start, end) = last_usage_span(json)?;
+    let object = format!(
+        "{{\"prompt_tokens\":{},\"completion_tokens\":{},\"total_tokens\":{}}}",
+        usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
+    );
+    let mut out = Vec::with_capacity(json.len() + object.len());
+    out.extend_from_slice(&json[..start]);
+    out.extend_from_slice(object.as_bytes());
+    out.extend_from_slice(&json[end..]);
+    Some(out)
 }
 
 #[cfg(test)]
@@ -74,6 +108,22 @@ mod tests {
         assert_eq!(from_response(br#"{"id":"x"}"#), None);
         assert_eq!(from_response(br#"{"usage":null}"#), None);
         assert_eq!(from_response(b"garbage"), None);
+    }
+
+    #[test]
+    fn usage_is_replaced_in_place() {
+        let chunk = b"data: {\"choices\":[],\"usage\": {\"prompt_tokens\":1,\"completion_tokens\":2,\"total_tokens\":3,\"x\":{}}}\n\n";
+        let usage = Usage {
+            prompt_tokens: 10,
+            completion_tokens: 20,
+            total_tokens: 30,
+        };
+        let out = with_usage(chunk, usage).unwrap();
+        assert_eq!(
+            std::str::from_utf8(&out).unwrap(),
+            "data: {\"choices\":[],\"usage\": {\"prompt_tokens\":10,\"completion_tokens\":20,\"total_tokens\":30}}\n\n"
+        );
+        assert_eq!(with_usage(b"{\"usage\":null}", usage), None);
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub enum FamilyId {
     ConfigReloads,
     ConfigLastReloadSuccess,
     ConfigInfo,
+    UpstreamAttempts,
+    Fallbacks,
+    Cooldowns,
+    TargetsCooling,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -284,6 +288,42 @@ pub static CONFIG_INFO: Family<1> = Family {
     labels: ["hash"],
 };
 
+pub static UPSTREAM_ATTEMPTS: Family<3> = Family {
+    id: FamilyId::UpstreamAttempts,
+    name: "aisix_upstream_attempts_total",
+    help: "Calls to direct models, by the model the client named, the direct model tried (target) and the result.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["model", "target", "result"],
+};
+
+pub static FALLBACKS: Family<3> = Family {
+    id: FamilyId::Fallbacks,
+    name: "aisix_fallbacks_total",
+    help: "Requests that moved from one direct model of a group to the next, by group, from and to.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["model", "from", "to"],
+};
+
+pub static COOLDOWNS: Family<1> = Family {
+    id: FamilyId::Cooldowns,
+    name: "aisix_cooldowns_total",
+    help: "Cooldowns started, by direct model: repeated failures (or a long Retry-After) took it out of rotation.",
+    kind: Kind::Counter,
+    unit: Unit::Count,
+    labels: ["target"],
+};
+
+pub static TARGETS_COOLING: Family<0> = Family {
+    id: FamilyId::TargetsCooling,
+    name: "aisix_targets_cooling",
+    help: "Direct models cooling down now, those waiting for their half-open probe included.",
+    kind: Kind::Gauge,
+    unit: Unit::Count,
+    labels: [],
+};
+
 /// Not exported: names the handle-cache entry that holds every handle of a finished request
 /// (see `cache::RequestHandles`), keyed by the request's labels.
 pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
@@ -296,7 +336,7 @@ pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
 };
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 19] = [
+pub static CATALOG: [FamilyInfo; 23] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -316,6 +356,10 @@ pub static CATALOG: [FamilyInfo; 19] = [
     CONFIG_RELOADS.info(),
     CONFIG_LAST_RELOAD_SUCCESS.info(),
     CONFIG_INFO.info(),
+    UPSTREAM_ATTEMPTS.info(),
+    FALLBACKS.info(),
+    COOLDOWNS.info(),
+    TARGETS_COOLING.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

@@ -15,9 +15,9 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, RATELIMIT_BACKEND_ERRORS,
-    RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL, UPSTREAM_ERRORS,
-    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS,
+    RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL,
+    TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::labels::{
     AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
@@ -88,6 +88,35 @@ pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
 pub fn upstream_error(provider: &str, kind: UpstreamErrorKind) {
     cache::counter(&UPSTREAM_ERRORS, [provider, kind.as_str()], |c| {
         c.increment(1)
+    });
+}
+
+/// One call to the direct model `target` ended with `result`, for a request that named `model`
+/// (the same name, or the group's).
+pub fn upstream_attempt(model: &str, target: &str, result: Outcome) {
+    cache::counter(&UPSTREAM_ATTEMPTS, [model, target, result.as_str()], |c| {
+        c.increment(1)
+    });
+}
+
+/// A request to the group `model` moved on from the direct model `from` to `to`.
+pub fn fallback(model: &str, from: &str, to: &str) {
+    cache::counter(&FALLBACKS, [model, from, to], |c| c.increment(1));
+}
+
+/// The direct model `target` started a cooldown (`aisix_cooldowns_total{target}`).
+pub fn cooldown(target: &str) {
+    cache::counter(&COOLDOWNS, [target], |c| c.increment(1));
+}
+
+/// One more (`cooling`) or one fewer direct model is cooling down (`aisix_targets_cooling`).
+pub fn targets_cooling(cooling: bool) {
+    cache::gauge(&TARGETS_COOLING, [], |g| {
+        if cooling {
+            g.increment(1.0)
+        } else {
+            g.decrement(1.0)
+        }
     });
 }
 

@@ -109,6 +109,8 @@ label_enum! {
         StreamCut => "stream_cut",
         /// A stream event was larger than `upstream.max_sse_event_bytes`.
         EventTooLarge => "event_too_large",
+        /// A stream event was not what the provider's dialect sends.
+        Malformed => "malformed",
     }
 }
 

@@ -15,8 +15,8 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 use super::cache::{self, METADATA};
 use super::catalog::{
     self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, CONFIG_INFO, CONFIG_LAST_RELOAD_SUCCESS,
-    CONFIG_RELOADS, Kind, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, WORKER_CONNECTIONS_OPEN,
-    WORKER_REQUESTS,
+    CONFIG_RELOADS, Kind, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
+    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::float_counter::FloatCounters;
 use super::histogram::Histograms;
@@ -171,6 +171,10 @@ impl Metrics {
         recorder
             .register_counter(&cache::key_of(&RATELIMIT_BACKEND_ERRORS, &[]), &METADATA)
             .increment(0);
+        // No direct model cools down until one does: 0 from the first scrape.
+        recorder
+            .register_gauge(&cache::key_of(&TARGETS_COOLING, &[]), &METADATA)
+            .increment(0.0);
         Ok(Self { recorder })
     }
 

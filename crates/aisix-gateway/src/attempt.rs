@@ -1,0 +1,453 @@
+//! The attempt loop: walks a request's [`Plan`], calling one direct model at a time through its
+//! provider adapter, until one answers or nothing is left to try. Dialect-agnostic: an attempt
+//! is (direct model, the adapter's request from the client's) → the adapter's answer in the
+//! client's dialect, or a [`GatewayError`] whose kind says whether another try may help.
+//!
+//! The rules, in order of the loop:
+//! - A group skips direct models that are cooling down; when every one is, the request gets
+//!   503 `all_candidates_unavailable` with `Retry-After` at the nearest cooldown's end, unless
+//!   the group says `when_all_unavailable: try_anyway`. A direct model named by the client is
+//!   always called.
+//! - A retryable failure (connect error, reset before the head, 5xx, 408, a stream that failed
+//!   before its first token, 429 with `retry_on_429`) is retried on the same direct model up to
+//!   `retries` times, after a jittered backoff or the upstream's `Retry-After`, while the
+//!   model's retry budget allows and the request's deadline leaves room; then the request falls
+//!   over to the next direct model (at most `max_fallbacks` times).
+//! - A direct model that never answered (first-byte timeout) is not retried: the request falls
+//!   over at once. A `Retry-After` longer than [`retry::LONG_WAIT`] is not waited for either.
+//! - Any other 4xx is returned as it is, or falls over when its status is in
+//!   `fallback_on_statuses`. Nothing is tried after the request's own deadline.
+//! - A stream is held until its first token while another attempt could still follow, so one
+//!   that fails before it falls over too; after it, the relay streams (and, with
+//!   `continue_on_cut`, asks [`Attempts::continuation`] for the rest of an answer cut short).
+//!
+//! Every attempt is written to the request's record (target, status, duration, result) and
+//! reported to its direct model's shared state (cooldown, budget, load).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aisix_config::WhenAllUnavailable;
+use aisix_obs::access_log::Attempt;
+use aisix_obs::metrics::labels::Outcome;
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use tokio::time::Instant;
+
+use crate::account::Record;
+use crate::deadline;
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::inbound::Inbound;
+use crate::provider::{self, Answer, Call, Carried, StreamMap};
+use crate::route::Plan;
+use crate::route::retry::{self, LONG_WAIT};
+use crate::route::state::{Admission, Clock};
+use crate::snapshot::DirectRoute;
+use crate::stream::{Events, StreamSettings};
+use crate::upstream::Pool;
+
+/// What every attempt of one worker needs.
+#[derive(Clone)]
+pub(crate) struct Ctx {
+    pub pool: Pool,
+    pub deadlines: deadline::Defaults,
+    pub stream: StreamSettings,
+    pub clock: Clock,
+}
+
+/// A direct model's answer, ready for the relay.
+pub(crate) enum Served {
+    Complete {
+        status: StatusCode,
+        content_type: HeaderValue,
+        body: Bytes,
+    },
+    Stream(Box<Events>),
+}
+
+/// One request's walk through its plan.
+pub(crate) struct Attempts {
+    ctx: Ctx,
+    plan: Plan,
+    inbound: Inbound,
+    request_id: HeaderValue,
+    received: Instant,
+    /// The plan's next direct model.
+    next: usize,
+    /// Direct models called so far.
+    called: u32,
+    /// The direct model that answered.
+    answered: Option<Arc<DirectRoute>>,
+}
+
+/// Where a failed attempt leaves the request.
+enum Move {
+    /// Try this direct model again.
+    Retry(Duration),
+    /// On to the next direct model.
+    Next,
+    /// The request ends with this error.
+    Stop,
+}
+
+/// The end of [`Attempts::continuation`].
+pub(crate) enum Continued {
+    /// The next direct model took over the stream.
+    Resumed {
+        events: Box<Events>,
+        record: Record,
+        rest: Box<Attempts>,
+    },
+    /// Nothing could continue it: the stream ends with this error.
+    Failed(GatewayError, Record),
+}
+
+impl Attempts {
+    pub(crate) fn new(
+        ctx: Ctx,
+        plan: Plan,
+        inbound: Inbound,
+        request_id: HeaderValue,
+        received: Instant,
+    ) -> Self {
+        Self {
+            ctx,
+            plan,
+            inbound,
+            request_id,
+            received,
+            next: 0,
+            called: 0,
+            answered: None,
+        }
+    }
+
+    /// The `x-aisix-served-by` of the answer: the direct model that gave it.
+    pub(crate) fn served_by(&self) -> Option<HeaderValue> {
+        self.answered.as_ref().map(|route| route.served_by.clone())
+    }
+
+    /// Whether a stream cut after its first token may be continued on the next direct model.
+    pub(crate) fn continues_cut_streams(&self) -> bool {
+        self.plan.policy().continue_on_cut && self.next < self.plan.len()
+    }
+
+    /// The attempt loop: the first answer of the plan's direct models, or the error to return.
+    pub(crate) async fn run(&mut self, record: &mut Record) -> Result<Served, GatewayError> {
+        record.group = self.plan.group().map(|g| g.name.clone());
+        // Until a direct model is called, the request is counted against the name it used.
+        record.model = Some(self.plan.name().clone());
+        let mut last_error = None;
+        let mut cooling_until: Option<u64> = None;
+        let mut ignore_cooling = false;
+        loop {
+            while let Some(target) = self.next_target(ignore_cooling, &mut cooling_until) {
+                match self.call_target(&target, record).await {
+                    Ok(served) => return Ok(served),
+                    Err((error, Move::Stop)) => return Err(error),
+                    Err((error, _)) => last_error = Some(error),
+                }
+            }
+            if let Some(error) = last_error {
+                return Err(error);
+            }
+            match (cooling_until, self.plan.policy().when_all_unavailable) {
+                (Some(_), WhenAllUnavailable::TryAnyway) if !ignore_cooling => {
+                    ignore_cooling = true;
+                    self.next = 0;
+                }
+                _ => return Err(self.all_unavailable(cooling_until)),
+            }
+        }
+    }
+
+    /// The next direct model to call, skipping those cooling down (noting the soonest end);
+    /// `None` when the plan (or its fallbacks) are spent.
+    fn next_target(
+        &mut self,
+        ignore_cooling: bool,
+        cooling_until: &mut Option<u64>,
+    ) -> Option<Arc<DirectRoute>> {
+        let policy = self.plan.policy();
+        if self.called > policy.max_fallbacks {
+            return None;
+        }
+        while let Some(target) = self.plan.target(self.next).cloned() {
+            self.next += 1;
+            if policy.skip_cooling
+                && !ignore_cooling
+                && let Admission::Cooling(until) = target.state.admit(self.ctx.clock.now_ms())
+            {
+                *cooling_until = Some(cooling_until.map_or(until, |u: u64| u.min(until)));
+                continue;
+            }
+            self.called += 1;
+            return Some(target);
+        }
+        None
+    }
+
+    /// Whether another direct model may be called after the current one.
+    fn may_fall_over(&self) -> bool {
+        self.next < self.plan.len() && self.called <= self.plan.policy().max_fallbacks
+    }
+
+    /// Calls `target`, retrying it as the policy allows.
+    async fn call_target(
+        &mut self,
+        target: &Arc<DirectRoute>,
+        record: &mut Record,
+    ) -> Result<Served, (GatewayError, Move)> {
+        let retries = self.plan.policy().retries;
+        if retries > 0 {
+            target.state.budget_request(self.ctx.clock.now_ms());
+        }
+        let mut retry = 0;
+        loop {
+            let hold = retry < retries || self.may_fall_over();
+            let error = match self
+                .attempt(target, record, &self.inbound, hold, |_| {})
+                .await
+            {
+                Ok(served) => {
+                    self.answered = Some(target.clone());
+                    return Ok(served);
+                }
+                Err(error) => error,
+            };
+            match self.judge(target, &error, retry) {
+                Move::Retry(pause) => {
+                    tracing::debug!(target = %target.name, retry = retry + 1, ?pause, "retrying");
+                    tokio::time::sleep(pause).await;
+                    record.upstream_wait += pause;
+                    retry += 1;
+                }
+                next => return Err((error, next)),
+            }
+        }
+    }
+
+    /// Reports a failed call to its direct model's state and decides what comes next.
+    fn judge(&self, target: &DirectRoute, error: &GatewayError, retry: u32) -> Move {
+        let meaning = error.meaning();
+        let policy = self.plan.policy();
+        let now = self.ctx.clock.now_ms();
+        let retry_after = error.retry_after.as_ref().and_then(retry::retry_after);
+        if meaning.side != Side::Upstream {
+            return Move::Stop;
+        }
+        if !meaning.retryable {
+            let listed = error
+                .upstream_status()
+                .is_some_and(|s| policy.fallback_on_statuses.contains(&s));
+            return if listed { Move::Next } else { Move::Stop };
+        }
+        target.state.failed(now, retry_after, LONG_WAIT);
+        let end = self.ctx.clock.ms_at(self.deadline_end(target));
+        if now >= end {
+            return Move::Stop;
+        }
+        let never_answered = error.kind == ErrorKind::UpstreamTimeout;
+        let rate_limited = error.upstream_status() == Some(429);
+        let long_wait = retry_after.is_some_and(|wait| wait > LONG_WAIT);
+        if never_answered || long_wait || (rate_limited && !policy.retry_on_429) {
+            return Move::Next;
+        }
+        if retry >= policy.retries || !target.state.budget_retry(now) {
+            return Move::Next;
+        }
+        let pause = retry::pause(retry + 1, retry_after);
+        let pause_ms = u64::try_from(pause.as_millis()).unwrap_or(u64::MAX);
+        if now.saturating_add(pause_ms) >= end {
+            return Move::Next;
+        }
+        Move::Retry(pause)
+    }
+
+    /// When the request must be done by, for a call to `target`.
+    fn deadline_end(&self, target: &DirectRoute) -> Instant {
+        self.ctx
+            .deadlines
+            .upstream(&self.plan.timeouts(target), self.received, self.received)
+            .end
+    }
+
+    /// One call to `target` with `inbound`, written to the record; a stream is held until its
+    /// first token when `hold` (`prepare` sets its map up first).
+    async fn attempt(
+        &self,
+        target: &Arc<DirectRoute>,
+        record: &mut Record,
+        inbound: &Inbound,
+        hold: bool,
+        prepare: impl FnOnce(&mut StreamMap),
+    ) -> Result<Served, GatewayError> {
+        let sent_at = Instant::now();
+        let deadlines =
+            self.ctx
+                .deadlines
+                .upstream(&self.plan.timeouts(target), self.received, sent_at);
+        let in_flight = target.track_load.then(|| target.state.busy());
+        // Named before the call: a client that leaves during it is counted against this model.
+        record.model = Some(target.name.clone());
+        record.provider = Some(target.provider.name.clone());
+        record.cost = target.cost;
+        let answer = provider::call(Call {
+            pool: &self.ctx.pool,
+            route: target,
+            inbound,
+            deadlines: &deadlines,
+            request_id: &self.request_id,
+            rename: self.plan.group().is_some(),
+        })
+        .await;
+        let mut status = None;
+        let result = match answer {
+            Ok(Answer::Complete {
+                status: answered,
+                content_type,
+                body,
+                usage,
+                waited,
+            }) => {
+                status = Some(answered);
+                if target.track_load {
+                    target.state.observe_ttfb(waited);
+                }
+                record.usage = usage;
+                Ok(Served::Complete {
+                    status: answered,
+                    content_type,
+                    body,
+                })
+            }
+            Ok(Answer::Stream {
+                status: answered,
+                body,
+                lease,
+                mut map,
+                waited,
+            }) => {
+                status = Some(answered);
+                if target.track_load {
+                    target.state.observe_ttfb(waited);
+                }
+                if self.plan.policy().continue_on_cut {
+                    map.keep_text("");
+                }
+                prepare(&mut map);
+                let mut events = Box::new(Events::new(
+                    body,
+                    lease,
+                    map,
+                    self.ctx.stream,
+                    deadlines,
+                    sent_at,
+                    in_flight,
+                ));
+                if hold {
+                    events.hold().await.map(|()| Served::Stream(events))
+                } else {
+                    Ok(Served::Stream(events))
+                }
+            }
+            Err(error) => Err(error),
+        };
+        if result.is_ok() {
+            target.state.succeeded();
+        }
+        let duration = sent_at.elapsed();
+        record.upstream_wait += duration;
+        let error = result.as_ref().err();
+        record.upstream_status = status
+            .map(|s| s.as_u16())
+            .or_else(|| error.and_then(GatewayError::upstream_status));
+        let meaning = error.map(GatewayError::meaning);
+        record.attempts.push(Attempt {
+            target: target.name.clone(),
+            provider: target.provider.name.clone(),
+            status: record.upstream_status,
+            duration,
+            error: meaning.map(|m| m.code),
+            result: meaning.map_or(Outcome::Success, |m| m.outcome),
+            failure: meaning.and_then(|m| m.upstream_error),
+        });
+        result
+    }
+
+    /// 503 `all_candidates_unavailable`, to retry when the soonest cooldown ends.
+    fn all_unavailable(&self, until: Option<u64>) -> GatewayError {
+        let mut error = GatewayError::new(
+            ErrorKind::AllCandidatesUnavailable,
+            format!(
+                "Every model of '{}' is cooling down after failures; retry later.",
+                self.plan.name()
+            ),
+        );
+        let wait_ms = until.map_or(0, |u| u.saturating_sub(self.ctx.clock.now_ms()));
+        error.retry_after = Some(HeaderValue::from(wait_ms.div_ceil(1000).max(1)));
+        error
+    }
+
+    /// Asks the plan's next direct models, in turn, to continue a stream cut after its first
+    /// token (`cause`): the client's request plus an assistant message holding `text`, the
+    /// text already sent. The first whose continuation reaches its own first token takes over
+    /// (its usage added to `carried`). One that refuses the request (a 4xx, as for a trailing
+    /// assistant message it does not take) ends the stream with its error; it is never
+    /// restarted from the beginning.
+    pub(crate) async fn continuation(
+        mut self: Box<Self>,
+        mut record: Record,
+        text: String,
+        carried: Carried,
+        cause: GatewayError,
+    ) -> Continued {
+        let Some(inbound) = self.inbound.continuation(&text) else {
+            return Continued::Failed(cause, record);
+        };
+        let mut last = cause;
+        let mut cooling = None;
+        while let Some(target) = self.next_target(false, &mut cooling) {
+            if Instant::now() >= self.deadline_end(&target) {
+                break;
+            }
+            let prepare = |map: &mut StreamMap| {
+                map.continuing(carried);
+                map.keep_text(&text);
+            };
+            match self
+                .attempt(&target, &mut record, &inbound, true, prepare)
+                .await
+            {
+                Ok(Served::Stream(events)) => {
+                    self.answered = Some(target);
+                    return Continued::Resumed {
+                        events,
+                        record,
+                        rest: self,
+                    };
+                }
+                Ok(Served::Complete { .. }) => {
+                    last = GatewayError::new(
+                        ErrorKind::UpstreamMalformed,
+                        "The upstream answered a stream request with a whole answer.",
+                    );
+                }
+                Err(error) => {
+                    if error.meaning().side == Side::Upstream && error.retryable() {
+                        target.state.failed(
+                            self.ctx.clock.now_ms(),
+                            error.retry_after.as_ref().and_then(retry::retry_after),
+                            LONG_WAIT,
+                        );
+                    }
+                    if !error.retryable() {
+                        return Continued::Failed(error, record);
+                    }
+                    last = error;
+                }
+            }
+        }
+        Continued::Failed(last, record)
+    }
+}

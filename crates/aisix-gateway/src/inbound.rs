@@ -1,0 +1,115 @@
+//! The inspect phase and what it yields: the client's request as every attempt reads it, its
+//! endpoint, dialect, body bytes and the fields the gateway acts on (found by one validating
+//! parse), and, for a stream cut short, the request that asks the next model to continue it.
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::endpoint::{Endpoint, Proxied};
+use crate::error::{ErrorKind, GatewayError};
+use crate::wire::Dialect;
+use crate::wire::openai::{BodyError, Inspected, inspect as inspect_body};
+
+/// A client's model request, inspected.
+#[derive(Debug, Clone)]
+pub(crate) struct Inbound {
+    pub endpoint: Endpoint,
+    /// The wire format the client speaks, and gets its answer in.
+    pub dialect: Dialect,
+    pub body: Bytes,
+    pub inspected: Inspected,
+    /// The client asked for a stream, on an endpoint that streams.
+    pub stream: bool,
+}
+
+/// The inspect phase: validates `body` as a request to `endpoint` and finds the model it names.
+pub(crate) fn inspect(endpoint: Endpoint, body: Bytes) -> Result<Inbound, GatewayError> {
+    let inspected = inspect_body(&body).map_err(body_error)?;
+    let stream = inspected.stream && endpoint.can_stream();
+    Ok(Inbound {
+        endpoint,
+        dialect: endpoint.dialect(),
+        body,
+        inspected,
+        stream,
+    })
+}
+
+impl Inbound {
+    /// Whether the client asked for the usage-only final chunk of a stream.
+    pub(crate) fn client_wants_usage(&self) -> bool {
+        self.inspected.client_wants_usage()
+    }
+
+    /// The request that asks a model to continue an answer that so far reads `text`: the same
+    /// request with an assistant message holding `text` after the client's messages. `None`
+    /// when the endpoint has no messages to add to, or the answer has several choices.
+    pub(crate) fn continuation(&self, text: &str) -> Option<Inbound> {
+        if self.endpoint != Endpoint::ChatCompletions || self.inspected.choices != 1 {
+            return None;
+        }
+        let mut body: serde_json::Map<String, Value> = serde_json::from_slice(&self.body).ok()?;
+        let Some(Value::Array(messages)) = body.get_mut("messages") else {
+            return None;
+        };
+        messages.push(serde_json::json!({"role": "assistant", "content": text}));
+        let body = Bytes::from(serde_json::to_vec(&body).ok()?);
+        inspect(self.endpoint, body).ok()
+    }
+}
+
+fn body_error(error: BodyError) -> GatewayError {
+    match error {
+        BodyError::InvalidJson(message) => GatewayError::new(ErrorKind::InvalidJson, message),
+        BodyError::MissingModel => GatewayError::new(
+            ErrorKind::InvalidRequest,
+            "You must provide a model parameter.",
+        )
+        .with_param("model"),
+        BodyError::InvalidField(field, expected) => GatewayError::new(
+            ErrorKind::InvalidRequest,
+            format!("'{field}' must be {expected}."),
+        )
+        .with_param(field),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continuation_adds_the_text_so_far_as_an_assistant_message() {
+        let inbound = inspect(
+            Endpoint::ChatCompletions,
+            Bytes::from_static(
+                br#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"Hi"}],"temperature":0.5}"#,
+            ),
+        )
+        .unwrap();
+        let next = inbound.continuation("Hello, wor").unwrap();
+        let body: Value = serde_json::from_slice(&next.body).unwrap();
+        assert_eq!(
+            body["messages"],
+            serde_json::json!([
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello, wor"},
+            ])
+        );
+        assert_eq!(body["temperature"], 0.5);
+        assert!(next.stream && next.inspected.model == "chat");
+
+        let several = inspect(
+            Endpoint::ChatCompletions,
+            Bytes::from_static(br#"{"model":"chat","n":2,"messages":[]}"#),
+        )
+        .unwrap();
+        assert!(several.continuation("x").is_none());
+        let legacy = inspect(
+            Endpoint::Completions,
+            Bytes::from_static(br#"{"model":"chat","prompt":"x"}"#),
+        )
+        .unwrap();
+        assert!(legacy.continuation("x").is_none());
+    }
+}

@@ -1,0 +1,91 @@
+//! Routing: which direct models may answer a request and in which order ([`Plan`], the route
+//! phase), the state they share across workers ([`state`]), the strategies that order a
+//! group's targets ([`strategy`]) and the pauses between retries ([`retry`]). Walking a plan is
+//! the attempt loop's job.
+
+pub(crate) mod retry;
+pub(crate) mod state;
+pub(crate) mod strategy;
+
+use std::sync::Arc;
+
+use aisix_config::TimeoutOverrides;
+
+use crate::snapshot::{DirectRoute, GroupRoute, Named, Policy};
+
+/// The rules of a request to a direct model.
+static DIRECT: Policy = Policy::DIRECT;
+
+/// The direct models one request may call, in order, and the rules for moving among them.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    named: Named,
+    /// For a group: its members in the order this request tries them.
+    order: Vec<usize>,
+}
+
+impl Plan {
+    /// The route phase: a direct model is a plan of one; a group's targets are ordered by its
+    /// strategy (which takes one turn of its rotation).
+    pub(crate) fn new(named: &Named) -> Self {
+        let order = match named {
+            Named::Direct(_) => Vec::new(),
+            Named::Group(group) => {
+                let turn = group.state.next_turn();
+                strategy::order(group.strategy, &group.tiers, turn, |i| {
+                    group.members.get(i).map_or(0, |m| match group.strategy {
+                        aisix_config::Strategy::LeastLatency => m.state.ttfb_us(),
+                        _ => u64::from(m.state.in_flight()),
+                    })
+                })
+            }
+        };
+        Self {
+            named: named.clone(),
+            order,
+        }
+    }
+
+    /// The name the client sent.
+    pub(crate) fn name(&self) -> &Arc<str> {
+        self.named.name()
+    }
+
+    pub(crate) fn group(&self) -> Option<&Arc<GroupRoute>> {
+        match &self.named {
+            Named::Group(group) => Some(group),
+            Named::Direct(_) => None,
+        }
+    }
+
+    pub(crate) fn policy(&self) -> &Policy {
+        match &self.named {
+            Named::Group(group) => &group.policy,
+            Named::Direct(_) => &DIRECT,
+        }
+    }
+
+    /// The `index`th direct model to try.
+    pub(crate) fn target(&self, index: usize) -> Option<&Arc<DirectRoute>> {
+        match &self.named {
+            Named::Direct(direct) => (index == 0).then_some(direct),
+            Named::Group(group) => group.members.get(*self.order.get(index)?),
+        }
+    }
+
+    /// How many direct models the plan holds.
+    pub(crate) fn len(&self) -> usize {
+        match &self.named {
+            Named::Direct(_) => 1,
+            Named::Group(_) => self.order.len(),
+        }
+    }
+
+    /// The deadlines of a call to `target`: the group's own over the direct model's.
+    pub(crate) fn timeouts(&self, target: &DirectRoute) -> TimeoutOverrides {
+        match &self.named {
+            Named::Group(group) => group.timeouts.over(&target.timeouts),
+            Named::Direct(_) => target.timeouts,
+        }
+    }
+}

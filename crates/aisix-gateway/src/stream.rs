@@ -1,0 +1,712 @@
+//! One upstream stream, read event by event into the client's dialect: the part of relaying
+//! that the attempt loop's hold and the response body share.
+//!
+//! - Events are found by [`Splitter`], which scans each byte once; the incomplete rest is kept
+//!   and bounded by `upstream.max_sse_event_bytes`. Each complete event goes through the
+//!   adapter's [`StreamMap`], which keeps it, drops it or replaces it; kept events are not
+//!   copied.
+//! - Held ([`Events::hold`]), nothing is sent: the stream is read until its first token, so a
+//!   stream that fails before it can be replaced by another attempt. What was read stays in
+//!   the outbox and goes out first once relayed: the hold costs no copy and no task.
+//! - Relayed ([`Events::poll_relay`]), every complete event the upstream has ready goes out in
+//!   one frame: frames hyper already holds are drained before anything is written, and the end
+//!   of the stream goes out with the last data.
+//! - `data: [DONE]` ends the stream at once; a stream whose every choice has finished is
+//!   complete without it (the end marker is added). One that ends otherwise, breaks, sends a
+//!   malformed or error event, misses its first-token or whole-request deadline, or goes silent
+//!   past its idle deadline, has failed: its error is for the relay to send (or to continue
+//!   past). Silence shorter than that is bridged with SSE comments every
+//!   `downstream.sse_keepalive_interval_secs` while relaying.
+
+use std::future::{Future, poll_fn};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http_body::Body;
+use hyper::body::Incoming;
+use tokio::time::{Instant, Sleep};
+
+use crate::deadline::Deadlines;
+use crate::error::{ErrorKind, GatewayError};
+use crate::provider::{Edit, StreamMap};
+use crate::route::state::InFlight;
+use crate::upstream::Lease;
+use crate::wire::sse::{self, Splitter};
+use crate::wire::usage::Usage;
+
+/// How many turns in a row the relay yields without a new upstream frame before it writes what
+/// it holds. The upstream connection's task hands over one frame per turn of its own, and it
+/// takes two turns of the worker to get one (measured with strace on a 23-event burst: one
+/// turn still wrote every event alone). A turn costs a task poll, no system call.
+const QUIET_TURNS: u8 = 2;
+
+/// Knobs of every relayed stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StreamSettings {
+    pub keepalive: Option<Duration>,
+    pub max_event_bytes: usize,
+}
+
+/// What the stream has for the client next.
+#[derive(Debug)]
+pub(crate) enum Next {
+    Data(Bytes),
+    /// The stream is over and complete; nothing more comes.
+    End,
+    /// The stream failed; what was read before the failure is taken with [`Events::take_out`].
+    Failed(GatewayError),
+}
+
+pub(crate) struct Events {
+    /// `None` once finished (or handed back to the pool to finish).
+    upstream: Option<Incoming>,
+    /// The upstream connection, handed back once the stream has been read to the end.
+    lease: Option<Lease>,
+    map: StreamMap,
+    splitter: Splitter,
+    /// Bytes of an event not complete yet.
+    partial: BytesMut,
+    /// Complete events not sent yet.
+    out: Outbox,
+    /// Turns yielded in a row without a new upstream frame, while holding output.
+    yields: u8,
+    /// `[DONE]` came: the stream is complete, only the upstream body's end is still awaited.
+    done: bool,
+    /// Nothing more comes from the upstream; what is in `out` is the end.
+    finished: bool,
+    failure: Option<GatewayError>,
+    settings: StreamSettings,
+    deadlines: Deadlines,
+    timer: Pin<Box<Sleep>>,
+    last_upstream: Instant,
+    last_sent: Instant,
+    /// When the upstream call was sent, for time to first token.
+    sent_at: Instant,
+    ttft: Option<Duration>,
+    usage: Option<Usage>,
+    /// Counts the call in its direct model's load while the stream lives.
+    _in_flight: Option<InFlight>,
+}
+
+/// Output gathered for one write: the first piece kept as it came (no copy for the common
+/// case of one upstream frame), later ones appended.
+#[derive(Default)]
+struct Outbox {
+    first: Option<Bytes>,
+    more: BytesMut,
+}
+
+impl Outbox {
+    fn push(&mut self, bytes: Bytes) {
+        if bytes.is_empty() {
+            return;
+        }
+        match self.first.take() {
+            None if self.more.is_empty() => self.first = Some(bytes),
+            first => {
+                if let Some(first) = first {
+                    self.more.extend_from_slice(&first);
+                }
+                self.more.extend_from_slice(&bytes);
+            }
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none() && self.more.is_empty()
+    }
+
+    fn take(&mut self) -> Bytes {
+        self.first
+            .take()
+            .unwrap_or_else(|| self.more.split().freeze())
+    }
+}
+
+/// What a run of events came to.
+#[derive(Debug, Default)]
+struct Scanned {
+    /// Bytes of events read (up to `[DONE]` or a failure, excluded).
+    complete: usize,
+    /// The events to send when some were dropped or replaced; `None` means all `complete`
+    /// bytes go out.
+    kept: Option<BytesMut>,
+    done: bool,
+    usage: Option<Usage>,
+    failure: Option<ErrorKind>,
+}
+
+/// Splits the events of `buf` whose bytes before `at` were scanned already, runs each through
+/// `map`, and stops after `[DONE]` or at a failure.
+fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize) -> Scanned {
+    let mut scanned = Scanned::default();
+    while let Some(len) = splitter.next_end(&buf[at..]) {
+        let end = at + len;
+        let event = &buf[scanned.complete..end];
+        let step = map.event(event);
+        if step.failure.is_some() {
+            scanned.failure = step.failure;
+            break;
+        }
+        if step.usage.is_some() {
+            scanned.usage = step.usage;
+        }
+        scanned.done = step.done;
+        let complete = scanned.complete;
+        match step.edit {
+            Edit::Keep => {
+                if let Some(kept) = scanned.kept.as_mut() {
+                    kept.extend_from_slice(event);
+                }
+            }
+            // From here on the output is a copy.
+            Edit::Drop => {
+                scanned
+                    .kept
+                    .get_or_insert_with(|| BytesMut::from(&buf[..complete]));
+            }
+            Edit::Replace(bytes) => scanned
+                .kept
+                .get_or_insert_with(|| BytesMut::from(&buf[..complete]))
+                .extend_from_slice(&bytes),
+        }
+        scanned.complete = end;
+        at = end;
+        if scanned.done {
+            break;
+        }
+    }
+    scanned
+}
+
+impl Events {
+    pub(crate) fn new(
+        upstream: Incoming,
+        lease: Option<Lease>,
+        map: StreamMap,
+        settings: StreamSettings,
+        deadlines: Deadlines,
+        sent_at: Instant,
+        in_flight: Option<InFlight>,
+    ) -> Self {
+        let now = Instant::now();
+        let mut events = Self {
+            upstream: Some(upstream),
+            lease,
+            map,
+            splitter: Splitter::default(),
+            partial: BytesMut::new(),
+            out: Outbox::default(),
+            yields: 0,
+            done: false,
+            finished: false,
+            failure: None,
+            settings,
+            deadlines,
+            timer: Box::pin(tokio::time::sleep_until(now)),
+            last_upstream: now,
+            last_sent: now,
+            sent_at,
+            ttft: None,
+            usage: None,
+            _in_flight: in_flight,
+        };
+        let wake = events.next_wake(false);
+        events.timer.as_mut().reset(wake);
+        events
+    }
+
+    pub(crate) fn map(&self) -> &StreamMap {
+        &self.map
+    }
+
+    /// Time from sending the call to its first token.
+    pub(crate) fn ttft(&self) -> Option<Duration> {
+        self.ttft
+    }
+
+    /// The usage the stream reported last.
+    pub(crate) fn usage(&self) -> Option<Usage> {
+        self.usage
+    }
+
+    /// What was read and not sent.
+    pub(crate) fn take_out(&mut self) -> Bytes {
+        self.out.take()
+    }
+
+    /// Reads until the first token (or the stream's complete end), sending nothing: `Err` if
+    /// the stream fails first.
+    pub(crate) async fn hold(&mut self) -> Result<(), GatewayError> {
+        poll_fn(|cx| self.poll_held(cx)).await
+    }
+
+    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), GatewayError>> {
+        loop {
+            if let Some(error) = self.failure.take() {
+                return Poll::Ready(Err(error));
+            }
+            if self.finished || self.done || self.map.started() {
+                return Poll::Ready(Ok(()));
+            }
+            match self.poll_upstream(cx) {
+                Poll::Ready(()) => continue,
+                Poll::Pending => {
+                    if self.poll_deadlines(cx, true).is_pending() {
+                        return Poll::Pending;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The next frame for the client.
+    pub(crate) fn poll_relay(&mut self, cx: &mut Context<'_>) -> Poll<Next> {
+        loop {
+            if let Some(error) = self.failure.take() {
+                return Poll::Ready(Next::Failed(error));
+            }
+            if self.finished {
+                return Poll::Ready(if self.out.is_empty() {
+                    Next::End
+                } else {
+                    Next::Data(self.out.take())
+                });
+            }
+            if self.upstream.is_none() {
+                self.ended();
+                continue;
+            }
+            match self.poll_upstream(cx) {
+                Poll::Ready(()) => continue,
+                Poll::Pending if self.done || !self.out.is_empty() => {
+                    // The upstream's connection task may hold more frames of the same read (or
+                    // the body's end, after `[DONE]`): let it run before writing, so a burst
+                    // leaves in one write and a finished connection is reused at once.
+                    if self.yields < QUIET_TURNS {
+                        self.yields += 1;
+                        cx.waker().wake_by_ref();
+                        return Poll::Pending;
+                    }
+                    self.yields = 0;
+                    if self.done {
+                        self.finish();
+                        continue;
+                    }
+                    self.last_sent = Instant::now();
+                    return Poll::Ready(Next::Data(self.out.take()));
+                }
+                Poll::Pending => match self.poll_deadlines(cx, false) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(Some(keepalive)) => return Poll::Ready(Next::Data(keepalive)),
+                    // A deadline failed the stream: its error goes out next.
+                    Poll::Ready(None) => continue,
+                },
+            }
+        }
+    }
+
+    /// Takes in what the upstream has ready: `Ready` when something changed (a frame, the
+    /// end), `Pending` when it has nothing now.
+    fn poll_upstream(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let Some(upstream) = self.upstream.as_mut() else {
+            self.ended();
+            return Poll::Ready(());
+        };
+        match Pin::new(upstream).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => {
+                let Ok(data) = frame.into_data() else {
+                    return Poll::Ready(());
+                };
+                if data.is_empty() {
+                    return Poll::Ready(());
+                }
+                if self.done {
+                    // Bytes after `[DONE]`: not relayed, and the connection is not reused.
+                    self.lease = None;
+                    self.finish();
+                    return Poll::Ready(());
+                }
+                self.last_upstream = Instant::now();
+                self.yields = 0;
+                self.accept(data);
+            }
+            Poll::Ready(Some(Err(error))) => {
+                tracing::debug!(%error, "upstream stream broke");
+                // A broken body's connection is not reused.
+                self.lease = None;
+                self.upstream = None;
+                self.ended();
+            }
+            Poll::Ready(None) => {
+                self.upstream = None;
+                self.ended();
+            }
+            Poll::Pending => return Poll::Pending,
+        }
+        Poll::Ready(())
+    }
+
+    /// The upstream body is over: complete if `[DONE]` came or every choice finished, cut
+    /// otherwise.
+    fn ended(&mut self) {
+        if self.finished {
+            return;
+        }
+        if self.done {
+            self.finish();
+        } else if self.map.complete() {
+            self.out.push(self.map.end_marker());
+            self.finish();
+        } else {
+            self.fail(GatewayError::new(
+                ErrorKind::StreamCut,
+                "The upstream stream ended before it was complete.",
+            ));
+        }
+    }
+
+    /// Takes in one upstream frame: complete events go to the outbox, the rest waits.
+    fn accept(&mut self, data: Bytes) {
+        let was_started = self.map.started();
+        let (scanned, complete) = if self.partial.is_empty() {
+            let scanned = scan(&mut self.map, &mut self.splitter, &data, 0);
+            if !scanned.done && scanned.failure.is_none() {
+                self.partial.extend_from_slice(&data[scanned.complete..]);
+            }
+            let complete = data.slice(..scanned.complete);
+            (scanned, complete)
+        } else {
+            // Only the new bytes are scanned; the splitter remembers where the old ones left off.
+            let scanned_before = self.partial.len();
+            self.partial.extend_from_slice(&data);
+            let scanned = scan(
+                &mut self.map,
+                &mut self.splitter,
+                &self.partial,
+                scanned_before,
+            );
+            let complete = self.partial.split_to(scanned.complete).freeze();
+            (scanned, complete)
+        };
+        if !was_started && self.map.started() {
+            self.ttft = Some(self.sent_at.elapsed());
+        }
+        if scanned.usage.is_some() {
+            self.usage = scanned.usage;
+        }
+        self.out
+            .push(scanned.kept.map_or(complete, BytesMut::freeze));
+        if let Some(kind) = scanned.failure {
+            let message = match kind {
+                ErrorKind::UpstreamMalformed => {
+                    "The upstream sent an event the gateway cannot read."
+                }
+                _ => "The upstream reported an error in the stream.",
+            };
+            self.fail(GatewayError::new(kind, message));
+        } else if scanned.done {
+            self.partial.clear();
+            self.done = true;
+        } else if self.partial.len() > self.settings.max_event_bytes {
+            self.fail(GatewayError::new(
+                ErrorKind::StreamEventTooLarge,
+                "The upstream sent an event larger than the gateway relays.",
+            ));
+        }
+    }
+
+    /// Ends the stream with `error`; its connection is not reused.
+    fn fail(&mut self, error: GatewayError) {
+        self.lease = None;
+        self.upstream = None;
+        self.finished = true;
+        self.failure = Some(error);
+    }
+
+    /// The stream is complete: its connection goes back to the pool once the upstream body
+    /// has ended (at once when it has already; a connection whose body went on after `[DONE]`
+    /// has had its lease dropped before).
+    fn finish(&mut self) {
+        self.finished = true;
+        match (self.lease.take(), self.upstream.take()) {
+            (Some(lease), Some(upstream)) => lease.release_after(upstream),
+            (Some(lease), None) => lease.release(),
+            _ => {}
+        }
+    }
+
+    fn next_wake(&self, holding: bool) -> Instant {
+        let silence = if self.map.started() {
+            self.last_upstream + self.deadlines.stream_idle
+        } else {
+            self.deadlines.first_byte
+        };
+        let due = silence.min(self.deadlines.end);
+        match self.settings.keepalive {
+            Some(every) if !holding => due.min(self.last_sent + every),
+            _ => due,
+        }
+    }
+
+    /// The upstream is quiet: sends a keep-alive comment (unless holding), fails a missed
+    /// deadline, or waits.
+    fn poll_deadlines(&mut self, cx: &mut Context<'_>, holding: bool) -> Poll<Option<Bytes>> {
+        let wake = self.next_wake(holding);
+        if self.timer.deadline() != wake {
+            self.timer.as_mut().reset(wake);
+        }
+        if self.timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        let now = Instant::now();
+        let started = self.map.started();
+        if now >= self.deadlines.end {
+            self.fail(GatewayError::new(
+                ErrorKind::UpstreamTimeout,
+                "The upstream provider did not finish in time.",
+            ));
+        } else if !started && now >= self.deadlines.first_byte {
+            self.fail(GatewayError::new(
+                ErrorKind::UpstreamTimeout,
+                "The upstream provider did not start answering in time.",
+            ));
+        } else if started && now >= self.last_upstream + self.deadlines.stream_idle {
+            self.fail(GatewayError::new(
+                ErrorKind::StreamTimeout,
+                "The upstream stream went silent for too long.",
+            ));
+        } else if holding {
+            return Poll::Ready(None);
+        } else {
+            self.last_sent = now;
+            return Poll::Ready(Some(Bytes::from_static(sse::KEEPALIVE)));
+        }
+        Poll::Ready(None)
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field("done", &self.done)
+            .field("finished", &self.finished)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use http::Request;
+    use http_body_util::Full;
+    use hyper_util::rt::TokioIo;
+    use tokio::io::AsyncWriteExt;
+
+    use super::*;
+    use crate::provider::openai::Passthrough;
+
+    /// Events over a real hyper HTTP/1.1 response whose raw bytes (head and chunked body) the
+    /// upstream writes in one go; the upstream keeps its end open unless `close`.
+    async fn events_of(raw: Vec<u8>, close: bool, max_event_bytes: usize) -> Events {
+        let (client, mut server) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            let mut head = [0u8; 1024];
+            let _ = tokio::io::AsyncReadExt::read(&mut server, &mut head).await;
+            server.write_all(&raw).await.unwrap();
+            if !close {
+                tokio::time::sleep(Duration::from_secs(3600)).await;
+            }
+        });
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let request = Request::post("/v1/chat/completions")
+            .header("host", "up")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let now = Instant::now();
+        let settings = StreamSettings {
+            keepalive: None,
+            max_event_bytes,
+        };
+        let deadlines = Deadlines {
+            connect: Duration::from_secs(1),
+            first_byte: now + Duration::from_secs(60),
+            stream_idle: Duration::from_secs(60),
+            end: now + Duration::from_secs(60),
+        };
+        Events::new(
+            response.into_body(),
+            None,
+            StreamMap::OpenAi(Passthrough::new(true, None, 1)),
+            settings,
+            deadlines,
+            now,
+            None,
+        )
+    }
+
+    fn chunked(events: &[String]) -> Vec<u8> {
+        let mut raw = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for event in events {
+            raw.extend_from_slice(format!("{:x}\r\n{event}\r\n", event.len()).as_bytes());
+        }
+        raw
+    }
+
+    fn burst(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"))
+            .collect()
+    }
+
+    fn finish() -> String {
+        "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".to_owned()
+    }
+
+    /// Relays to the end: each frame produced, and the failure if the stream failed.
+    async fn frames(mut events: Events) -> (Vec<Bytes>, Option<GatewayError>, Events) {
+        let mut out = Vec::new();
+        loop {
+            match poll_fn(|cx| events.poll_relay(cx)).await {
+                Next::Data(data) => out.push(data),
+                Next::End => return (out, None, events),
+                Next::Failed(error) => {
+                    out.push(events.take_out());
+                    return (out, Some(error), events);
+                }
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_ready_frames_goes_out_as_one_frame_that_ends_the_stream() {
+        let mut events = burst(23);
+        events.push("data: [DONE]\n\n".to_owned());
+        let mut raw = chunked(&events);
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let (frames, failure, _) = frames(events_of(raw, true, 1 << 20).await).await;
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(frames[0], events.concat());
+        assert!(failure.is_none());
+    }
+
+    #[tokio::test]
+    async fn done_ends_the_client_stream_at_once_and_nothing_after_it_is_relayed() {
+        let mut events = burst(2);
+        events.push("data: [DONE]\n\n".to_owned());
+        events.push("data: {\"late\":true}\n\n".to_owned());
+        // No final chunk, and the upstream keeps its connection open.
+        let (frames, failure, _) = frames(events_of(chunked(&events), false, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(!text.contains("late"), "{text}");
+        assert!(failure.is_none());
+    }
+
+    #[tokio::test]
+    async fn cr_and_crlf_streams_are_split_and_classified() {
+        let events = [
+            "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\r".to_owned(),
+            "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":3,\"total_tokens\":5}}\r\n\r\n".to_owned(),
+            "data: [DONE]\r\n\r\n".to_owned(),
+        ];
+        let (frames, failure, events_after) =
+            frames(events_of(chunked(&events), false, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert_eq!(
+            text,
+            format!("{}{}", events[0], events[2]),
+            "the usage-only chunk is not asked for"
+        );
+        assert_eq!(events_after.usage().map(|u| u.completion_tokens), Some(3));
+        assert!(failure.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_event_past_the_bound_fails_the_stream_after_what_came_before() {
+        let events = [
+            burst(1).concat(),
+            format!("data: {}", "x".repeat(3000)),
+            "y".repeat(3000),
+        ];
+        let (frames, failure, _) = frames(events_of(chunked(&events), false, 4096).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(text.starts_with(&events[0]), "{text}");
+        assert!(!text.contains("xxx"), "the partial event is not relayed");
+        assert_eq!(
+            failure.map(|e| e.kind),
+            Some(ErrorKind::StreamEventTooLarge)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_stream_whose_choices_all_finished_is_complete_without_done() {
+        let mut events = burst(2);
+        events.push(finish());
+        let mut raw = chunked(&events);
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let (frames, failure, _) = frames(events_of(raw, true, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(failure.is_none(), "{failure:?}");
+        assert_eq!(text, format!("{}data: [DONE]\n\n", events.concat()));
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ends_unfinished_is_cut() {
+        let mut raw = chunked(&burst(2));
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let (frames, failure, _) = frames(events_of(raw, true, 1 << 20).await).await;
+        let text = String::from_utf8(frames.concat()).unwrap();
+        assert!(!text.contains("[DONE]"), "{text}");
+        assert_eq!(failure.map(|e| e.kind), Some(ErrorKind::StreamCut));
+    }
+
+    #[tokio::test]
+    async fn the_hold_reads_past_the_preamble_to_the_first_token_and_keeps_it() {
+        let mut events = vec![
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n".to_owned(),
+        ];
+        events.extend(burst(1));
+        events.push("data: [DONE]\n\n".to_owned());
+        let mut held = events_of(chunked(&events), false, 1 << 20).await;
+        held.hold().await.unwrap();
+        assert!(held.map().started() && held.ttft().is_some());
+        let (frames, failure, _) = frames(held).await;
+        assert!(failure.is_none());
+        assert_eq!(String::from_utf8(frames.concat()).unwrap(), events.concat());
+
+        let mut raw = chunked(&events[..1]);
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let mut cut = events_of(raw, true, 1 << 20).await;
+        assert_eq!(
+            cut.hold().await.map_err(|e| e.kind),
+            Err(ErrorKind::StreamCut)
+        );
+        let mut malformed = events_of(
+            chunked(&["data: {\"choices\":[{\"del\n\n".to_owned()]),
+            false,
+            1 << 20,
+        )
+        .await;
+        assert_eq!(
+            malformed.hold().await.map_err(|e| e.kind),
+            Err(ErrorKind::UpstreamMalformed)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_held_stream_without_a_first_token_misses_its_deadline() {
+        let role =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
+        let mut events = events_of(chunked(&[role]), false, 1 << 20).await;
+        let error = events.hold().await.unwrap_err();
+        assert_eq!(error.kind, ErrorKind::UpstreamTimeout);
+    }
+}

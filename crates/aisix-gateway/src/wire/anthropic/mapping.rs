@@ -1,0 +1,119 @@
+//! The small vocabularies both directions share: Anthropic's `stop_reason` against OpenAI's
+//! `finish_reason`, and usage with the prompt cache's read and write counts.
+
+use crate::wire::chat::{ChatUsage, PromptTokensDetails};
+
+use super::types::TokenUsage;
+
+/// OpenAI's `finish_reason` for Anthropic's `stop_reason`.
+pub fn finish_reason(stop_reason: &str) -> &'static str {
+    match stop_reason {
+        "max_tokens" | "model_context_window_exceeded" => "length",
+        "tool_use" => "tool_calls",
+        "refusal" => "content_filter",
+        // end_turn, stop_sequence, pause_turn, and anything newer.
+        _ => "stop",
+    }
+}
+
+/// Anthropic's `stop_reason` for OpenAI's `finish_reason`.
+pub fn stop_reason(finish_reason: &str) -> &'static str {
+    match finish_reason {
+        "length" => "max_tokens",
+        "tool_calls" | "function_call" => "tool_use",
+        "content_filter" => "refusal",
+        _ => "end_turn",
+    }
+}
+
+/// OpenAI's usage for Anthropic's: `prompt_tokens` counts cached tokens too, cache reads are
+/// `prompt_tokens_details.cached_tokens`, and both cache counts ride along under Anthropic's
+/// names when the upstream reported them.
+pub fn usage_to_openai(usage: &TokenUsage) -> ChatUsage {
+    let prompt_tokens = usage.prompt_tokens();
+    ChatUsage {
+        prompt_tokens,
+        completion_tokens: usage.output_tokens,
+        total_tokens: prompt_tokens.saturating_add(usage.output_tokens),
+        prompt_tokens_details: Some(PromptTokensDetails {
+            cached_tokens: Some(usage.cache_read()),
+        }),
+        cache_creation_input_tokens: usage.cache_creation_input_tokens,
+        cache_read_input_tokens: usage.cache_read_input_tokens,
+    }
+}
+
+/// Anthropic's usage for OpenAI's: the cached tokens come out of `input_tokens`. The inverse
+/// of [`usage_to_openai`].
+pub fn usage_from_openai(usage: &ChatUsage) -> TokenUsage {
+    let cache_read = usage
+        .cache_read_input_tokens
+        .or_else(|| usage.prompt_tokens_details.and_then(|d| d.cached_tokens));
+    let cache_write = usage.cache_creation_input_tokens;
+    TokenUsage {
+        input_tokens: usage
+            .prompt_tokens
+            .saturating_sub(cache_read.unwrap_or(0))
+            .saturating_sub(cache_write.unwrap_or(0)),
+        output_tokens: usage.completion_tokens,
+        cache_creation_input_tokens: cache_write,
+        cache_read_input_tokens: cache_read,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stop_reason_has_a_finish_reason_and_back() {
+        for (stop, finish) in [
+            ("end_turn", "stop"),
+            ("max_tokens", "length"),
+            ("tool_use", "tool_calls"),
+            ("refusal", "content_filter"),
+        ] {
+            assert_eq!(finish_reason(stop), finish);
+            assert_eq!(stop_reason(finish), stop);
+        }
+        assert_eq!(finish_reason("stop_sequence"), "stop");
+        assert_eq!(finish_reason("pause_turn"), "stop");
+        assert_eq!(finish_reason("model_context_window_exceeded"), "length");
+        assert_eq!(stop_reason("function_call"), "tool_use");
+    }
+
+    #[test]
+    fn cache_reads_and_writes_survive_a_round_trip() {
+        let usage = TokenUsage {
+            input_tokens: 10,
+            output_tokens: 4,
+            cache_creation_input_tokens: Some(7),
+            cache_read_input_tokens: Some(100),
+        };
+        let openai = usage_to_openai(&usage);
+        assert_eq!(openai.prompt_tokens, 117);
+        assert_eq!(openai.total_tokens, 121);
+        assert_eq!(
+            openai.prompt_tokens_details.unwrap().cached_tokens,
+            Some(100)
+        );
+        assert_eq!(usage_from_openai(&openai), usage);
+    }
+
+    #[test]
+    fn openai_cached_tokens_become_cache_reads() {
+        let openai = ChatUsage {
+            prompt_tokens: 50,
+            completion_tokens: 5,
+            total_tokens: 55,
+            prompt_tokens_details: Some(PromptTokensDetails {
+                cached_tokens: Some(30),
+            }),
+            ..ChatUsage::default()
+        };
+        let usage = usage_from_openai(&openai);
+        assert_eq!(usage.input_tokens, 20);
+        assert_eq!(usage.cache_read_input_tokens, Some(30));
+        assert_eq!(usage.prompt_tokens(), 50);
+    }
+}

@@ -1,0 +1,280 @@
+//! An Anthropic Messages request as an OpenAI chat request, typed: the system prompt as the
+//! first message, tool results as `tool` messages right after the calls they answer, blocks
+//! as content parts, `tool_use` as `tool_calls`, and streams asking for usage.
+
+use crate::wire::chat::{
+    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData, FunctionCall,
+    FunctionDef, ImageUrl, NamedFunction, StreamOptions, ToolCall,
+};
+use crate::wire::content::TextOr;
+
+use super::super::types::{Block, MessagesRequest, Role, Source, Tool, ToolChoice};
+use super::{RequestError, invalid};
+
+/// The typed half of [`to_openai`](super::to_openai); `model` is left as the client sent it.
+pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, RequestError> {
+    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    match request.system {
+        Some(TextOr::Text(text)) => messages.push(ChatMessage::System {
+            content: TextOr::Text(text),
+        }),
+        Some(TextOr::Parts(blocks)) if !blocks.is_empty() => messages.push(ChatMessage::System {
+            content: TextOr::Parts(
+                blocks
+                    .into_iter()
+                    .map(|b| ContentPart::Text { text: b.text })
+                    .collect(),
+            ),
+        }),
+        _ => {}
+    }
+    for (i, message) in request.messages.into_iter().enumerate() {
+        match message.role {
+            Role::User => user_messages(message.content, i, &mut messages)?,
+            Role::Assistant => messages.push(assistant_message(message.content, i)?),
+        }
+    }
+
+    let has_tools = request.tools.as_ref().is_some_and(|t| !t.is_empty());
+    let tools = match request.tools {
+        Some(tools) => Some(
+            tools
+                .into_iter()
+                .enumerate()
+                .map(|(i, tool)| openai_tool(tool, i))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        None => None,
+    };
+    let (tool_choice, parallel_tool_calls) = match request.tool_choice {
+        // OpenAI refuses a tool_choice without tools; without tools there is nothing to choose.
+        Some(choice) if has_tools => openai_tool_choice(choice),
+        _ => (None, None),
+    };
+    let stream = request.stream == Some(true);
+
+    Ok(ChatRequest {
+        model: request.model,
+        messages,
+        max_tokens: request.max_tokens,
+        max_completion_tokens: None,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        stop: request
+            .stop_sequences
+            .filter(|s| !s.is_empty())
+            .map(TextOr::Parts),
+        stream: stream.then_some(true),
+        stream_options: stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+        tools,
+        tool_choice,
+        parallel_tool_calls,
+        user: request.metadata.and_then(|m| m.user_id),
+        n: None,
+        response_format: None,
+    })
+}
+
+/// A user turn: its tool results become `tool` messages (which must follow the assistant's
+/// calls directly), then the rest is one user message. Images inside tool results, which an
+/// OpenAI tool message cannot hold, lead that user message.
+fn user_messages(
+    content: TextOr<Block>,
+    i: usize,
+    out: &mut Vec<ChatMessage>,
+) -> Result<(), RequestError> {
+    let blocks = match content {
+        TextOr::Text(text) => {
+            out.push(ChatMessage::User {
+                content: TextOr::Text(text),
+            });
+            return Ok(());
+        }
+        TextOr::Parts(blocks) => blocks,
+    };
+    let mut lifted = Vec::new();
+    let mut parts = Vec::with_capacity(blocks.len());
+    for (j, block) in blocks.into_iter().enumerate() {
+        match block {
+            Block::ToolResult {
+                tool_use_id,
+                content,
+                is_error: _,
+            } => {
+                let content = match content {
+                    None => TextOr::Text(String::new()),
+                    Some(TextOr::Text(text)) => TextOr::Text(text),
+                    Some(TextOr::Parts(inner)) => {
+                        // One string, the blocks' texts on their own lines: what every
+                        // OpenAI-compatible server accepts in a tool message.
+                        let mut texts = String::new();
+                        for (k, block) in inner.into_iter().enumerate() {
+                            match block {
+                                Block::Text { text } => {
+                                    if !texts.is_empty() {
+                                        texts.push('\n');
+                                    }
+                                    texts.push_str(&text);
+                                }
+                                Block::Image { .. } | Block::Document { .. } => {
+                                    lifted.push(openai_part(block, i, j)?)
+                                }
+                                _ => {
+                                    return Err(invalid(format!(
+                                        "messages[{i}].content[{j}].content[{k}]: a tool result may hold only text, images and documents"
+                                    )));
+                                }
+                            }
+                        }
+                        TextOr::Text(texts)
+                    }
+                };
+                out.push(ChatMessage::Tool {
+                    content,
+                    tool_call_id: tool_use_id,
+                });
+            }
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
+            Block::ToolUse { .. } => {
+                return Err(invalid(format!(
+                    "messages[{i}].content[{j}]: tool_use blocks belong in assistant messages"
+                )));
+            }
+            block => parts.push(openai_part(block, i, j)?),
+        }
+    }
+    lifted.extend(parts);
+    if !lifted.is_empty() {
+        out.push(ChatMessage::User {
+            content: TextOr::Parts(lifted),
+        });
+    }
+    Ok(())
+}
+
+fn openai_part(block: Block, i: usize, j: usize) -> Result<ContentPart, RequestError> {
+    Ok(match block {
+        Block::Text { text } => ContentPart::Text { text },
+        Block::Image { source } => ContentPart::ImageUrl {
+            image_url: ImageUrl {
+                url: match source {
+                    Source::Base64 { media_type, data } => {
+                        format!("data:{media_type};base64,{data}")
+                    }
+                    Source::Url { url } => url,
+                },
+                detail: None,
+            },
+        },
+        Block::Document {
+            source: Source::Base64 { media_type, data },
+        } => ContentPart::File {
+            file: FileData {
+                file_data: Some(format!("data:{media_type};base64,{data}")),
+                file_id: None,
+                filename: Some("document.pdf".to_owned()),
+            },
+        },
+        Block::Document { .. } => {
+            return Err(invalid(format!(
+                "messages[{i}].content[{j}].source: only base64 documents are supported by this model's provider"
+            )));
+        }
+        _ => {
+            return Err(invalid(format!(
+                "messages[{i}].content[{j}]: this block is not supported in a user message by this model's provider"
+            )));
+        }
+    })
+}
+
+fn assistant_message(content: TextOr<Block>, i: usize) -> Result<ChatMessage, RequestError> {
+    let blocks = match content {
+        TextOr::Text(text) => {
+            return Ok(ChatMessage::Assistant {
+                content: Some(TextOr::Text(text)),
+                refusal: None,
+                tool_calls: None,
+            });
+        }
+        TextOr::Parts(blocks) => blocks,
+    };
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    for (j, block) in blocks.into_iter().enumerate() {
+        match block {
+            Block::Text { text: piece } => text.push_str(&piece),
+            Block::ToolUse { id, name, input } => calls.push(ToolCall {
+                id,
+                kind: "function".to_owned(),
+                function: FunctionCall {
+                    name,
+                    arguments: input.to_string(),
+                },
+            }),
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
+            _ => {
+                return Err(invalid(format!(
+                    "messages[{i}].content[{j}]: an assistant message may hold only text, tool_use and thinking blocks"
+                )));
+            }
+        }
+    }
+    Ok(ChatMessage::Assistant {
+        content: (!text.is_empty() || calls.is_empty()).then_some(TextOr::Text(text)),
+        refusal: None,
+        tool_calls: (!calls.is_empty()).then_some(calls),
+    })
+}
+
+fn openai_tool(tool: Tool, i: usize) -> Result<ChatTool, RequestError> {
+    if let Some(kind) = tool.kind.as_deref()
+        && kind != "custom"
+    {
+        return Err(invalid(format!(
+            "tools[{i}].type: server tool `{kind}` is not supported by this model's provider"
+        )));
+    }
+    let Some(parameters) = tool.input_schema else {
+        return Err(invalid(format!("tools[{i}].input_schema: Field required")));
+    };
+    Ok(ChatTool {
+        kind: "function".to_owned(),
+        function: Some(FunctionDef {
+            name: tool.name,
+            description: tool.description,
+            parameters: Some(parameters),
+        }),
+    })
+}
+
+fn openai_tool_choice(choice: ToolChoice) -> (Option<ChatToolChoice>, Option<bool>) {
+    let (choice, disable) = match choice {
+        ToolChoice::Auto {
+            disable_parallel_tool_use,
+        } => (
+            ChatToolChoice::Mode("auto".into()),
+            disable_parallel_tool_use,
+        ),
+        ToolChoice::Any {
+            disable_parallel_tool_use,
+        } => (
+            ChatToolChoice::Mode("required".into()),
+            disable_parallel_tool_use,
+        ),
+        ToolChoice::Tool {
+            name,
+            disable_parallel_tool_use,
+        } => (
+            ChatToolChoice::Function {
+                kind: "function".into(),
+                function: NamedFunction { name },
+            },
+            disable_parallel_tool_use,
+        ),
+        ToolChoice::None => (ChatToolChoice::Mode("none".into()), None),
+    };
+    (Some(choice), (disable == Some(true)).then_some(false))
+}

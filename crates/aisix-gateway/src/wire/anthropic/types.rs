@@ -1,0 +1,236 @@
+//! Anthropic's Messages API as typed values: the request, the response, and token usage, for
+//! the paths that translate a body. Fields the translators do not read are not modelled.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::wire::content::TextOr;
+use crate::wire::usage::Usage;
+
+/// `POST /v1/messages` (and `/v1/messages/count_tokens`, which has no `max_tokens`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct MessagesRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    /// Required by `/v1/messages`; the translator checks it, so that count_tokens can share
+    /// the type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<TextOr<TextBlock>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_sequences: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_p: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub top_k: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<Tool>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_choice: Option<ToolChoice>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Metadata>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    User,
+    Assistant,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: TextOr<Block>,
+}
+
+/// A `text` block where only text is allowed (`system`).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename = "text")]
+pub struct TextBlock {
+    pub text: String,
+}
+
+/// A content block a client may send.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Block {
+    Text {
+        text: String,
+    },
+    Image {
+        source: Source,
+    },
+    Document {
+        source: Source,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    ToolResult {
+        tool_use_id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        content: Option<TextOr<Block>>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        is_error: Option<bool>,
+    },
+    /// Extended thinking from an earlier turn; an OpenAI upstream has no place for it.
+    Thinking {
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+}
+
+/// Where an image or a document comes from.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Source {
+    Base64 { media_type: String, data: String },
+    Url { url: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Absent on Anthropic's server tools, which carry a versioned `type` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_schema: Option<Value>,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToolChoice {
+    Auto {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Any {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    Tool {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        disable_parallel_tool_use: Option<bool>,
+    },
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Metadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<String>,
+}
+
+/// A complete (non-streaming) answer of `/v1/messages`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct MessageResponse {
+    pub id: String,
+    #[serde(rename = "type", default = "message_type")]
+    pub kind: String,
+    #[serde(default = "assistant")]
+    pub role: Role,
+    pub content: Vec<ResponseBlock>,
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    #[serde(default)]
+    pub stop_sequence: Option<String>,
+    pub usage: TokenUsage,
+}
+
+/// A content block of an answer. Blocks an OpenAI client has no place for (server tool calls
+/// and their results) read as [`ResponseBlock::Other`] and are left out of translations.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ResponseBlock {
+    Text {
+        text: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    Thinking {
+        thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        data: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+/// Tokens of one answer, split as Anthropic reports them: `input_tokens` excludes the tokens
+/// read from and written to the prompt cache.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+pub struct TokenUsage {
+    #[serde(default)]
+    pub input_tokens: u64,
+    #[serde(default)]
+    pub output_tokens: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_creation_input_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_input_tokens: Option<u64>,
+}
+
+impl TokenUsage {
+    pub fn cache_read(&self) -> u64 {
+        self.cache_read_input_tokens.unwrap_or(0)
+    }
+
+    pub fn cache_write(&self) -> u64 {
+        self.cache_creation_input_tokens.unwrap_or(0)
+    }
+
+    /// Every prompt token, cached or not: what OpenAI calls `prompt_tokens`.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read())
+            .saturating_add(self.cache_write())
+    }
+
+    /// The gateway's accounting view (prompt and completion tokens).
+    pub fn to_usage(&self) -> Usage {
+        let prompt_tokens = self.prompt_tokens();
+        Usage {
+            prompt_tokens,
+            completion_tokens: self.output_tokens,
+            total_tokens: prompt_tokens.saturating_add(self.output_tokens),
+        }
+    }
+}
+
+/// `POST /v1/messages/count_tokens`'s answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+pub struct TokenCount {
+    pub input_tokens: u64,
+}
+
+fn message_type() -> String {
+    "message".to_owned()
+}
+
+fn assistant() -> Role {
+    Role::Assistant
+}

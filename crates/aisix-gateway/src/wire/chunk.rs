@@ -1,0 +1,199 @@
+//! OpenAI stream chunks beyond their usage: whether one carries content (its first token), which
+//! choices it finishes, the text it adds, and where its `model` is. The cheap checks scan bytes;
+//! a chunk is parsed only when one of them says it must be (a finish, or while the caller still
+//! waits for the first token or keeps the text).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use memchr::memmem;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// What a parsed chunk says about its choices.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ChunkFacts {
+    /// Some choice carries content: text, a tool call, a refusal, reasoning, or a finish.
+    pub content: bool,
+    /// The indices of the choices it finishes.
+    pub finished: Vec<u32>,
+    /// The text it adds to choice 0 (`delta.content`, or `text` of a legacy completion).
+    pub text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    choices: Vec<Choice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    #[serde(default)]
+    index: u32,
+    #[serde(borrow, default)]
+    delta: Option<BTreeMap<Cow<'a, str>, &'a RawValue>>,
+    #[serde(borrow, default)]
+    text: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    finish_reason: Option<&'a RawValue>,
+}
+
+/// Reads a chunk's `data` payload; `None` when it is not a chunk (not JSON, no choices).
+pub fn read(data: &[u8]) -> Option<ChunkFacts> {
+    let chunk: Chunk<'_> = serde_json::from_slice(data).ok()?;
+    let mut facts = ChunkFacts::default();
+    for choice in chunk.choices {
+        let finished = choice.finish_reason.is_some_and(|r| r.get() != "null");
+        if finished {
+            facts.finished.push(choice.index);
+        }
+        let mut text = choice.text.filter(|t| !t.is_empty());
+        let mut content = finished || text.is_some();
+        for (key, value) in choice.delta.iter().flatten() {
+            let value = value.get();
+            if key == "role" || value == "null" || value == "\"\"" {
+                continue;
+            }
+            content = true;
+            if key == "content" {
+                text = serde_json::from_str::<Cow<'_, str>>(value).ok();
+            }
+        }
+        facts.content |= content;
+        if choice.index == 0
+            && let Some(text) = text
+        {
+            facts.text = Some(text.into_owned());
+        }
+    }
+    Some(facts)
+}
+
+/// Whether some `"finish_reason"` in `data` has a value other than `null`: only then is a
+/// chunk worth parsing for the choices it finishes.
+pub fn may_finish(data: &[u8]) -> bool {
+    memmem::find_iter(data, b"\"finish_reason\"").any(|at| {
+        let rest = data[at + 15..].trim_ascii_start();
+        rest.strip_prefix(b":")
+            .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
+    })
+}
+
+/// Whether a `data` payload is shaped like a JSON object at all: a stream that sends anything
+/// else (a cut-off object, plain text) is malformed. Two byte checks, no parse.
+pub fn is_object(data: &[u8]) -> bool {
+    let data = data.trim_ascii();
+    data.first() == Some(&b'{') && data.last() == Some(&b'}')
+}
+
+/// Whether a `data` payload is an error object (`{"error": ...}`) rather than a chunk.
+pub fn is_error(data: &[u8]) -> bool {
+    data.trim_ascii_start()
+        .strip_prefix(b"{")
+        .is_some_and(|rest| rest.trim_ascii_start().starts_with(b"\"error\""))
+}
+
+/// The byte range of the first `"model"` string value in `json` (an answer or a chunk, where
+/// `model` comes before the choices), quotes included. A `"model"` inside a string is escaped
+/// (`\"model\"`) and never matches.
+pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
+    let at = memmem::find(json, b"\"model\"")? + 7;
+    let rest = &json[at..];
+    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+    if rest[colon] != b':' {
+        return None;
+    }
+    let value_start = at
+        + colon
+        + 1
+        + json[at + colon + 1..]
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())?;
+    if json[value_start] != b'"' {
+        return None;
+    }
+    let mut i = value_start + 1;
+    while i < json.len() {
+        match json[i] {
+            b'\\' => i += 2,
+            b'"' => return Some((value_start, i + 1)),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// `json` with its `model` value replaced by `model` (a JSON string literal), or `None` when it
+/// has no model or already says `model`.
+pub fn with_model(json: &[u8], model: &[u8]) -> Option<Vec<u8>> {
+    let (start, end) = model_span(json)?;
+    if &json[start..end] == model {
+        return None;
+    }
+    let mut out = Vec::with_capacity(json.len() + model.len());
+    out.extend_from_slice(&json[..start]);
+    out.extend_from_slice(model);
+    out.extend_from_slice(&json[end..]);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_only_chunk_is_not_content_and_a_delta_is() {
+        let role = br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+        assert_eq!(read(role), Some(ChunkFacts::default()));
+        let delta = br#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let facts = read(delta).unwrap();
+        assert!(facts.content && facts.finished.is_empty());
+        assert_eq!(facts.text.as_deref(), Some("Hel"));
+        let tool = br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
+        assert!(read(tool).unwrap().content);
+        let legacy = br#"{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}"#;
+        assert_eq!(read(legacy).unwrap().text.as_deref(), Some("Hi"));
+    }
+
+    #[test]
+    fn finishes_are_found_per_choice() {
+        let chunk = br#"{"choices":[{"index":1,"delta":{},"finish_reason":"stop"},{"index":0,"delta":{"content":"x"},"finish_reason":null}]}"#;
+        assert!(may_finish(chunk));
+        let facts = read(chunk).unwrap();
+        assert_eq!(facts.finished, [1]);
+        assert!(facts.content);
+        assert!(!may_finish(
+            br#"{"choices":[{"delta":{"content":"finish_reason"},"finish_reason" : null}]}"#
+        ));
+        assert!(may_finish(br#"{"choices":[{"finish_reason" : "length"}]}"#));
+    }
+
+    #[test]
+    fn malformed_and_error_payloads_are_told_apart_from_chunks() {
+        assert!(is_object(b" {\"choices\":[]} "));
+        assert!(!is_object(b"{\"choices\":[{\"delta\":"));
+        assert!(!is_object(b"hello"));
+        assert!(is_error(br#"{ "error": {"message": "overloaded"}}"#));
+        assert!(!is_error(br#"{"choices":[],"error_count":1}"#));
+        assert_eq!(read(b"{\"choices\":[{\"delta\":"), None);
+    }
+
+    #[test]
+    fn the_model_value_is_replaced_in_place() {
+        let chunk =
+            br#"{"id":"c","model" : "up-x","choices":[{"delta":{"content":"say \"model\": 1"}}]}"#;
+        let out = with_model(chunk, br#""primary""#).unwrap();
+        assert_eq!(
+            out,
+            br#"{"id":"c","model" : "primary","choices":[{"delta":{"content":"say \"model\": 1"}}]}"#
+        );
+        assert_eq!(with_model(&out, br#""primary""#), None, "already named");
+        assert_eq!(with_model(br#"{"id":"x"}"#, br#""p""#), None);
+        let escaped = br#"{"model":"a\"b","x":1}"#;
+        assert_eq!(
+            with_model(escaped, br#""p""#).unwrap(),
+            br#"{"model":"p","x":1}"#
+        );
+    }
+}

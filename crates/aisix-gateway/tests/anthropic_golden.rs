@@ -1,0 +1,240 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Golden files for every translation between OpenAI chat completions and Anthropic's Messages
+//! API: requests, complete answers, streams (and the passthrough usage scan), error bodies.
+//! Inputs are `tests/golden/anthropic/<kind>/<direction>/<case>.in.*`; the expected output sits
+//! beside each as `<case>.out.*` (JSON compared as values, SSE byte for byte), and a stream's
+//! completion and usage as `<case>.report.json`.
+//!
+//! After a deliberate change, `AISIX_BLESS=1 cargo test -p aisix-gateway --test
+//! anthropic_golden` rewrites the expected files; review the diff before committing it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use aisix_gateway::wire::anthropic::stream::{ToAnthropic, ToOpenAi};
+use aisix_gateway::wire::anthropic::{error, request, response};
+use serde_json::{Value, json};
+
+use common::Streamed;
+
+/// The `created` time the translations to OpenAI report.
+const CREATED: u64 = 1_700_000_000;
+const ANTHROPIC_MODEL: &str = "claude-upstream";
+const OPENAI_MODEL: &str = "gpt-upstream";
+
+fn golden(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/anthropic")
+        .join(dir)
+}
+
+fn bless() -> bool {
+    std::env::var_os("AISIX_BLESS").is_some_and(|v| v == "1")
+}
+
+/// Every `<case>.in.<ext>` of `dir`, sorted, with its bytes.
+fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
+    let suffix = format!(".in.{ext}");
+    let mut cases: Vec<_> = std::fs::read_dir(golden(dir))
+        .unwrap_or_else(|e| panic!("{dir}: {e}"))
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| {
+            let name = path
+                .file_name()?
+                .to_str()?
+                .strip_suffix(&suffix)?
+                .to_owned();
+            let bytes = std::fs::read(&path).unwrap();
+            Some((name, path, bytes))
+        })
+        .collect();
+    cases.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!cases.is_empty(), "no golden cases in {dir}");
+    cases
+}
+
+/// Mismatches of one test, reported together at its end.
+#[derive(Default)]
+struct Diffs(Vec<String>);
+
+impl Diffs {
+    fn expect(&mut self, input: &Path, suffix: &str, actual: Vec<u8>, as_json: bool) {
+        let name = input.file_name().unwrap().to_str().unwrap();
+        let stem = name.split(".in.").next().unwrap();
+        let path = input.with_file_name(format!("{stem}.{suffix}"));
+        let actual = if as_json {
+            let value: Value = serde_json::from_slice(&actual).unwrap_or_else(|e| {
+                panic!(
+                    "{name}: output is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&actual)
+                )
+            });
+            let mut pretty = serde_json::to_vec_pretty(&value).unwrap();
+            pretty.push(b'\n');
+            pretty
+        } else {
+            actual
+        };
+        if bless() {
+            std::fs::write(&path, &actual).unwrap();
+            return;
+        }
+        let Ok(expected) = std::fs::read(&path) else {
+            self.0.push(format!(
+                "{}: missing (run with AISIX_BLESS=1)",
+                path.display()
+            ));
+            return;
+        };
+        let same = if as_json {
+            serde_json::from_slice::<Value>(&expected).ok()
+                == serde_json::from_slice::<Value>(&actual).ok()
+        } else {
+            expected == actual
+        };
+        if !same {
+            self.0.push(format!(
+                "{}:\n--- expected\n{}\n--- actual\n{}",
+                path.display(),
+                String::from_utf8_lossy(&expected),
+                String::from_utf8_lossy(&actual)
+            ));
+        }
+    }
+
+    fn answer(&mut self, input: &Path, answer: response::Answer) {
+        self.expect(input, "out.json", answer.body.to_vec(), true);
+        let usage = serde_json::to_vec(&answer.usage).unwrap();
+        self.expect(input, "usage.json", usage, true);
+    }
+
+    fn stream(&mut self, input: &Path, streamed: Streamed) {
+        let report = json!({"complete": streamed.complete, "usage": streamed.usage});
+        self.expect(input, "out.sse", streamed.out, false);
+        self.expect(input, "report.json", report.to_string().into_bytes(), true);
+    }
+
+    fn check(self) {
+        assert!(
+            self.0.is_empty(),
+            "golden mismatches:\n{}",
+            self.0.join("\n\n")
+        );
+    }
+}
+
+#[test]
+fn openai_requests_translate_to_anthropic_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("request/to_anthropic", "json") {
+        let out = request::to_anthropic(&input, ANTHROPIC_MODEL, request::DEFAULT_MAX_TOKENS)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "out.json", out.body.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn anthropic_requests_translate_to_openai_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("request/to_openai", "json") {
+        let out =
+            request::to_openai(&input, OPENAI_MODEL).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "out.json", out.body.to_vec(), true);
+    }
+    for (name, path, input) in cases("request/count_tokens", "json") {
+        let out = request::count_tokens_to_openai(&input, OPENAI_MODEL)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "out.json", out.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn anthropic_answers_translate_to_openai_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("response/to_openai", "json") {
+        let answer =
+            response::to_openai(&input, CREATED).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.answer(&path, answer);
+    }
+    diffs.check();
+}
+
+#[test]
+fn openai_answers_translate_to_anthropic_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("response/to_anthropic", "json") {
+        let answer = response::to_anthropic(&input).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.answer(&path, answer);
+    }
+    diffs.check();
+}
+
+#[test]
+fn anthropic_streams_translate_to_openai_chunks_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("stream/to_openai", "sse") {
+        let streamed = common::translate(&mut ToOpenAi::new(true, CREATED), [&input[..]]);
+        diffs.stream(&path, streamed);
+    }
+    diffs.check();
+}
+
+#[test]
+fn anthropic_streams_relayed_unchanged_report_their_usage_and_end_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("stream/to_openai", "sse") {
+        let streamed = common::scan([&input[..]]);
+        // The client gets the upstream's bytes unchanged, then whatever the scan appends.
+        assert!(streamed.out.starts_with(&input), "{}", path.display());
+        let appended = String::from_utf8_lossy(&streamed.out[input.len()..]).into_owned();
+        let report = json!({
+            "complete": streamed.complete,
+            "usage": streamed.usage,
+            "appended": appended,
+        });
+        diffs.expect(
+            &path,
+            "passthrough.json",
+            report.to_string().into_bytes(),
+            true,
+        );
+    }
+    diffs.check();
+}
+
+#[test]
+fn openai_streams_translate_to_anthropic_events_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("stream/to_anthropic", "sse") {
+        let streamed = common::translate(&mut ToAnthropic::new(), [&input[..]]);
+        diffs.stream(&path, streamed);
+    }
+    diffs.check();
+}
+
+/// The status an error case stands for: the number its name starts with.
+fn status_of(name: &str) -> u16 {
+    name.split('_')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{name}: name must start with a status"))
+}
+
+#[test]
+fn upstream_error_bodies_cross_to_the_other_envelope_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("error/to_openai", "json") {
+        let out = error::upstream_to_openai(status_of(&name), &input, None)
+            .unwrap_or_else(|| panic!("{name}: not translated"));
+        diffs.expect(&path, "out.json", out.to_vec(), true);
+    }
+    for (name, path, input) in cases("error/to_anthropic", "json") {
+        let out = error::upstream_to_anthropic(status_of(&name), &input, None)
+            .unwrap_or_else(|| panic!("{name}: not translated"));
+        diffs.expect(&path, "out.json", out.to_vec(), true);
+    }
+    diffs.check();
+}

@@ -1,0 +1,185 @@
+//! Streams through a model group: held until their first token, so one that fails before it
+//! falls over unseen; after it, relayed as they come, and a failure ends the stream with an
+//! error event and no `[DONE]`, unless the group continues it on the next target. A stream
+//! whose every choice finished is complete without `[DONE]`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use aisix_e2e::both_modes;
+use aisix_e2e::mock::{Frame, Reply as Mock};
+use aisix_e2e::prom::sample;
+use aisix_e2e::routing::{Rig, streamed, wait};
+use serde_json::json;
+
+/// `chat`: `primary`, then `backup`, with these entry-level keys and routing keys.
+fn group(entry: &str, routing: &str) -> String {
+    format!(
+        "  - display_name: chat\n{entry}    routing:\n      targets: [{{model: primary}}, {{model: backup}}]\n{routing}"
+    )
+}
+
+const UP: &str = "up-primary";
+
+both_modes! {
+    async fn a_first_token_that_takes_too_long_falls_over_before_anything_is_sent(mode: Mode) {
+        let rig = Rig::start(mode, &group("    first_token_timeout: 800\n", ""), &[]);
+        rig.primary.enqueue(Mock::sse([
+            Frame::chat_role(UP),
+            Frame::chat_delta(UP, "late").after(Duration::from_secs(20)),
+        ]));
+        let reply = rig.chat("chat", true, "slow-first-token", json!({})).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.header("x-aisix-served-by"), Some("backup"));
+        let stream = streamed(&reply.text());
+        assert_eq!(stream.text, "Hello from the mock provider.", "{}", reply.text());
+        assert_eq!(stream.models, ["backup"]);
+        assert!(stream.done && stream.error.is_none());
+        wait(&rig.primary, "the slow stream to be dropped", |m| m.streams_cancelled() == 1);
+        let line = rig.gateway.access_line("slow-first-token");
+        assert_eq!(line["attempts"][0]["error"], "upstream_timeout");
+        assert_eq!(line["model"], "backup");
+        assert!(line["ttft_ms"].is_number(), "{line}");
+    }
+}
+
+both_modes! {
+    async fn a_stream_that_breaks_before_its_first_token_falls_over(mode: Mode) {
+        let rig = Rig::start(mode, &group("", ""), &[]);
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP)]).disconnect());
+        let stream = streamed(&rig.chat("chat", true, "cut-early", json!({})).await.text());
+        assert!(stream.done && stream.models == ["backup"], "{stream:?}");
+
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::malformed()]));
+        let stream = streamed(&rig.chat("chat", true, "malformed-early", json!({})).await.text());
+        assert!(stream.done && stream.models == ["backup"], "{stream:?}");
+
+        rig.primary.enqueue(Mock::sse([Frame::raw("data: {\"error\":{\"message\":\"overloaded\"}}\n\n")]));
+        let stream = streamed(&rig.chat("chat", true, "error-early", json!({})).await.text());
+        assert!(stream.done && stream.models == ["backup"], "{stream:?}");
+        let codes: Vec<String> = ["cut-early", "malformed-early", "error-early"]
+            .iter()
+            .map(|id| rig.gateway.access_line(id)["attempts"][0]["error"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(codes, ["stream_cut", "upstream_malformed", "upstream_error"]);
+    }
+}
+
+both_modes! {
+    async fn a_stream_cut_or_stalled_mid_answer_ends_with_an_error_event_and_no_done(mode: Mode) {
+        let rig = Rig::start(mode, &group("    stream_idle_timeout: 600\n", ""), &[]);
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hel")]).disconnect());
+        let stream = streamed(&rig.chat("chat", true, "cut", json!({})).await.text());
+        assert_eq!(stream.text, "Hel");
+        assert_eq!(stream.error.as_deref(), Some("stream_cut"));
+        assert!(!stream.done);
+
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hel")]).hang());
+        let stream = streamed(&rig.chat("chat", true, "stalled", json!({})).await.text());
+        assert_eq!((stream.text.as_str(), stream.error.as_deref()), ("Hel", Some("stream_timeout")));
+        assert!(!stream.done);
+        assert_eq!(rig.backup.request_count(), 0, "nothing falls over once the client has content");
+
+        let line = rig.gateway.access_line("stalled");
+        assert_eq!((line["status"].as_u64(), line["error"].as_str()), (Some(200), Some("stream_timeout")));
+        assert_eq!(line["attempts"][0]["error"], "stream_timeout");
+        let page = rig.scrape().await;
+        assert_eq!(
+            sample(&page, "aisix_requests_total", &[("model", "primary"), ("outcome", "upstream_error")]),
+            2.0,
+            "{page}"
+        );
+        assert_eq!(
+            sample(&page, "aisix_upstream_attempts_total", &[("model", "chat"), ("target", "primary"), ("result", "upstream_error")]),
+            2.0,
+            "{page}"
+        );
+    }
+}
+
+both_modes! {
+    async fn a_malformed_chunk_mid_answer_ends_the_stream_with_an_error_event(mode: Mode) {
+        let rig = Rig::start(mode, &group("", ""), &[]);
+        rig.primary.enqueue(Mock::sse([
+            Frame::chat_role(UP),
+            Frame::chat_delta(UP, "Hel"),
+            Frame::malformed(),
+            Frame::chat_delta(UP, "lo"),
+        ]));
+        let stream = streamed(&rig.chat("chat", true, "malformed", json!({})).await.text());
+        assert_eq!(stream.text, "Hel", "nothing after the broken event is relayed");
+        assert_eq!(stream.error.as_deref(), Some("upstream_malformed"));
+        assert!(!stream.done);
+    }
+}
+
+both_modes! {
+    async fn a_stream_that_finishes_without_done_is_complete(mode: Mode) {
+        let rig = Rig::start(mode, &group("", ""), &[]);
+        for (model, id) in [("chat", "group-no-done"), ("primary", "direct-no-done")] {
+            rig.primary.enqueue(
+                Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hi"), Frame::chat_finish(UP, "stop")])
+                    .without_done(),
+            );
+            let text = rig.chat(model, true, id, json!({})).await.text();
+            let stream = streamed(&text);
+            assert!(stream.done && stream.error.is_none(), "{text}");
+            assert_eq!(stream.text, "Hi");
+            let line = rig.gateway.access_line(id);
+            assert_eq!(line["error"], serde_json::Value::Null, "{line}");
+        }
+        // Without the finish it is cut, group or not.
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hi")]).without_done());
+        let stream = streamed(&rig.chat("primary", true, "unfinished", json!({})).await.text());
+        assert_eq!(stream.error.as_deref(), Some("stream_cut"));
+        assert!(!stream.done);
+        let page = rig.scrape().await;
+        assert_eq!(sample(&page, "aisix_requests_total", &[("model", "primary"), ("outcome", "success")]), 2.0, "{page}");
+    }
+}
+
+both_modes! {
+    async fn a_cut_stream_is_continued_by_the_next_target_into_one_answer(mode: Mode) {
+        let rig = Rig::start(mode, &group("", "      continue_on_cut: true\n"), &[]);
+        rig.primary.enqueue(
+            Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hello, "), Frame::chat_delta(UP, "wor")])
+                .disconnect(),
+        );
+        rig.backup.enqueue(Mock::chat_stream("up-backup", &["ld", "!"], 11));
+        let reply = rig
+            .chat("chat", true, "continued", json!({"stream_options": {"include_usage": true}}))
+            .await;
+        let stream = streamed(&reply.text());
+        assert_eq!(stream.text, "Hello, world!", "{}", reply.text());
+        assert!(stream.done && stream.error.is_none(), "{}", reply.text());
+        assert_eq!(stream.models, ["primary", "backup"]);
+        // The backup was asked to go on from the text already sent.
+        let asked = rig.backup.last_request().unwrap().body_json().unwrap();
+        assert_eq!(
+            asked["messages"],
+            json!([
+                {"role": "user", "content": "Say hello to the world"},
+                {"role": "assistant", "content": "Hello, wor"},
+            ])
+        );
+        // Usage summed: the cut stream reported none, so its two chunks are its completion and
+        // the continuation's prompt less them is its prompt.
+        let usage = stream.usage.unwrap();
+        assert_eq!((usage["prompt_tokens"].as_u64(), usage["completion_tokens"].as_u64()), (Some(20), Some(4)));
+        assert_eq!(reply.text().matches("\"usage\":{").count(), 1, "one usage chunk");
+        let line = rig.gateway.access_line("continued");
+        assert_eq!((line["input_tokens"].as_u64(), line["output_tokens"].as_u64()), (Some(20), Some(4)));
+        assert_eq!(line["attempts"][0]["error"], "stream_cut");
+        assert_eq!(line["attempts"][1]["target"], "backup");
+        assert_eq!(line["model"], "backup");
+
+        // A target that refuses the prefill ends the stream with its error; nothing restarts.
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hel")]).disconnect());
+        rig.backup.enqueue(Mock::openai_error(400, "invalid_request_error", "assistant prefill is not supported"));
+        let stream = streamed(&rig.chat("chat", true, "refused", json!({})).await.text());
+        assert_eq!(stream.text, "Hel");
+        assert_eq!(stream.error.as_deref(), Some("upstream_rejected"));
+        assert!(!stream.done);
+        assert_eq!(rig.primary.request_count(), 2);
+    }
+}
