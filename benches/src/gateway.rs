@@ -209,10 +209,6 @@ pub struct Features {
 }
 
 /// Where the limiter counts.
-#[cfg_attr(
-    not(test),
-    expect(dead_code, reason = "the limiter legs are wired in the next commit")
-)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Limits {
     Memory,
@@ -523,14 +519,15 @@ mod tests {
         assert!(resources.api_keys[0].rate_limit.is_empty());
     }
 
-    /// The knobs and features this branch's gateway knows. The group (issue 9) and Anthropic
-    /// (issue 10) resources are written in the shape those issues specify and are only
-    /// loadable by a gateway that has them, so they are not checked here.
+    /// The knobs and features the gateway knows today. The Anthropic provider (issue 10 phase
+    /// 2) is written in the shape that issue specifies and is only loadable by a gateway that
+    /// has it, so it is not checked here.
     #[test]
-    fn generated_knobs_burst_model_and_limits_pass_the_strict_loader() {
+    fn generated_knobs_burst_model_group_and_limits_pass_the_strict_loader() {
         let mut spec = GatewaySpec::new(Mode::ThreadPerCore, 2, None, Vec::new());
         spec.handoff = true;
         spec.pin_workers = true;
+        spec.features.group = true;
         let upstreams = Upstreams {
             mock: "127.0.0.1:9".parse().unwrap(),
             burst: Some("127.0.0.1:10".parse().unwrap()),
@@ -548,6 +545,12 @@ mod tests {
                     .models
                     .iter()
                     .any(|m| m.display_name == BURST_MODEL)
+            );
+            assert!(
+                resources
+                    .groups
+                    .iter()
+                    .any(|g| g.display_name == GROUP_MODEL)
             );
             assert!(!resources.api_keys[0].rate_limit.is_empty());
             let redis = matches!(

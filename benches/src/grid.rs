@@ -19,18 +19,19 @@ use crate::mock::{Mock, MockArgs};
 use crate::nginx::Nginx;
 use crate::process::{self, CpuList};
 use crate::report::{self, Results, WindowRow};
+use crate::variants::VariantArgs;
 use crate::wrk::Wrk;
 
 /// The chat completion every unary request sends.
 pub const UNARY_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}]}"#;
 /// The streaming request (usage asked for, as SDKs commonly do).
-const STREAM_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+pub(crate) const STREAM_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 /// What the rig floor sends to the mock directly: the model name the gateway would send.
 const DIRECT_UNARY_BODY: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}]}"#;
 /// The OpenAI chat endpoint, on the gateway and on the mock.
 const CHAT: &str = "/v1/chat/completions";
-const DIRECT_STREAM_BODY: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
+pub(crate) const DIRECT_STREAM_BODY: &str = r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct GridArgs {
@@ -117,6 +118,8 @@ pub struct GridArgs {
     pub open_loop: CommaList<u32>,
     #[arg(long)]
     pub no_open_loop: bool,
+    #[command(flatten)]
+    pub variants: VariantArgs,
     /// A prebuilt aisix binary [default: cargo build --release -p aisix-server].
     #[arg(long)]
     pub aisix_bin: Option<PathBuf>,
@@ -166,6 +169,7 @@ impl GridArgs {
         self.syscall_window = Duration::from_millis(500);
         self.obs_off_concurrency = CommaList(vec![8]);
         self.open_loop = CommaList(vec![50]);
+        self.variants.apply_smoke();
     }
 }
 
@@ -347,6 +351,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         }),
         work: &work,
         mock_workers: placement.mock_workers,
+        workers: placement.workers,
     };
     if wrk_bin.is_none() && args.loadgen.0.contains(&Loadgen::Wrk) {
         results
@@ -417,6 +422,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             .push("nginx is not installed: no reference leg.".into()),
         None => {}
     }
+    legs.variants(&aisix_bin, &mut results)?;
     drop(rig);
     drop(mock);
 
@@ -435,15 +441,17 @@ pub fn run(mut args: GridArgs) -> Result<()> {
 }
 
 /// The legs of a run, sharing its settings.
-struct Legs<'a> {
-    args: &'a GridArgs,
-    rig: &'a Rig<'a>,
-    timing: Timing,
-    stream_timing: Timing,
-    strace: Option<&'a Path>,
-    wrk: Option<Wrk<'a>>,
-    work: &'a Path,
-    mock_workers: usize,
+pub(crate) struct Legs<'a> {
+    pub(crate) args: &'a GridArgs,
+    pub(crate) rig: &'a Rig<'a>,
+    pub(crate) timing: Timing,
+    pub(crate) stream_timing: Timing,
+    pub(crate) strace: Option<&'a Path>,
+    pub(crate) wrk: Option<Wrk<'a>>,
+    pub(crate) work: &'a Path,
+    pub(crate) mock_workers: usize,
+    /// Gateway workers (and nginx worker processes) outside the balance and RSS legs.
+    pub(crate) workers: usize,
 }
 
 impl Legs<'_> {
@@ -568,6 +576,19 @@ impl Legs<'_> {
         concurrency: &[usize],
         results: &mut Results,
     ) -> Result<()> {
+        self.grid_with(subject, path, body, concurrency, true, results)
+    }
+
+    /// [`Self::grid`], with wrk (when asked for) only if `wrk`.
+    pub(crate) fn grid_with(
+        &self,
+        subject: &Subject,
+        path: &str,
+        body: &str,
+        concurrency: &[usize],
+        wrk: bool,
+        results: &mut Results,
+    ) -> Result<()> {
         let request = loadgen::post_request(subject.addr, path, BENCH_KEY, body);
         for &c in concurrency {
             let mut rows = Vec::new();
@@ -580,7 +601,7 @@ impl Legs<'_> {
                     &mut results.notes,
                 )?);
             }
-            if let Some(wrk) = &self.wrk {
+            if let Some(wrk) = self.wrk.as_ref().filter(|_| wrk) {
                 rows.extend(wrk.unary(self.rig, subject, path, body, c, &self.timing)?);
             }
             self.progress(&rows);
@@ -629,7 +650,7 @@ impl Legs<'_> {
         Ok(())
     }
 
-    fn progress(&self, rows: &[WindowRow]) {
+    pub(crate) fn progress(&self, rows: &[WindowRow]) {
         for row in rows {
             eprintln!(
                 "[bench] {} c={} rep {}/{}: {:.0} req/s, p50 {:.3} ms, p99 {:.3} ms, {:.1} µs CPU/req, {} failed, load CPU {:.0}%",
@@ -653,14 +674,36 @@ impl Legs<'_> {
         request: &Arc<[u8]>,
         results: &mut Results,
     ) -> Result<()> {
+        self.syscalls_on(
+            self.rig,
+            subject,
+            request,
+            Workload::Unary,
+            self.args.syscall_concurrency,
+            results,
+        )
+    }
+
+    /// An strace window of `workload` at `concurrency` through `rig`'s mock.
+    pub(crate) fn syscalls_on(
+        &self,
+        rig: &Rig<'_>,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        workload: Workload,
+        concurrency: usize,
+        results: &mut Results,
+    ) -> Result<()> {
         let Some(strace) = self.strace else {
             return Ok(());
         };
-        let summary = self.work.join(format!("strace-{}.txt", subject.leg));
-        match self.rig.syscalls(
+        let summary = self
+            .work
+            .join(format!("strace-{}.txt", subject.leg.replace(' ', "_")));
+        match rig.syscalls(
             subject,
             request,
-            self.args.syscall_concurrency,
+            (workload, concurrency),
             &Timing {
                 warmup: self.timing.warmup.min(Duration::from_secs(1)),
                 window: self.args.syscall_window,
@@ -690,10 +733,21 @@ impl Legs<'_> {
     }
 
     fn streams(&self, subject: &Subject, request: &Arc<[u8]>, results: &mut Results) -> Result<()> {
+        self.streams_on(self.rig, subject, request, results)
+    }
+
+    /// The streaming leg through `rig`'s mock.
+    pub(crate) fn streams_on(
+        &self,
+        rig: &Rig<'_>,
+        subject: &Subject,
+        request: &Arc<[u8]>,
+        results: &mut Results,
+    ) -> Result<()> {
         if self.args.streams == 0 {
             return Ok(());
         }
-        let row = self.rig.stream(
+        let row = rig.stream(
             subject,
             request,
             self.args.streams,

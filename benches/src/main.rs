@@ -15,6 +15,7 @@ mod process;
 mod procstat;
 mod report;
 mod strace;
+mod variants;
 mod wrk;
 
 use clap::{Parser, Subcommand};

@@ -21,6 +21,7 @@ use crate::report::{StreamRow, SyscallRow, WindowRow};
 use crate::strace::Trace;
 
 /// What stays the same for every leg of a run.
+#[derive(Clone)]
 pub struct Rig<'a> {
     pub mock: &'a Mock,
     pub load_cpus: Option<CpuList>,
@@ -366,7 +367,8 @@ impl Rig<'_> {
         })
     }
 
-    /// System calls per request: strace attached for one window of closed-loop load. The
+    /// System calls per request (per stream, for a streaming workload): strace attached for one
+    /// window of closed-loop load. The
     /// window opens once strace reports every process attached and closes just before it is
     /// told to detach, so the requests counted are the traced ones (a traced process is many
     /// times slower, so untraced requests inside the window would skew the figure).
@@ -374,12 +376,12 @@ impl Rig<'_> {
         &self,
         subject: &Subject,
         request: &Arc<[u8]>,
-        concurrency: usize,
+        (workload, concurrency): (Workload, usize),
         timing: &Timing,
         strace: &Path,
         summary: &Path,
     ) -> Result<SyscallRow> {
-        let spec = self.spec(subject, request, Workload::Unary, concurrency);
+        let spec = self.spec(subject, request, workload, concurrency);
         let run = LoadRun::start(&spec)?;
         let traced = (|| {
             process::sleep(timing.warmup)?;

@@ -22,6 +22,11 @@ impl CpuList {
         self.0.len()
     }
 
+    /// The list's first CPU alone.
+    pub fn first(&self) -> Option<CpuList> {
+        self.0.first().map(|&cpu| CpuList(vec![cpu]))
+    }
+
     fn cpu_set(&self) -> libc::cpu_set_t {
         // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
         let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };

@@ -184,6 +184,52 @@ pub struct Results {
     pub notes: Vec<String>,
     /// The leg whose observability was switched off, and the leg it is compared with.
     pub obs_pair: Option<(String, String)>,
+    /// Legs priced against another leg of the run (CPU µs/req and req/s ratios).
+    pub pairs: Vec<Pair>,
+}
+
+/// A leg compared with a base leg at each concurrency both have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pair {
+    /// The ratio's name, e.g. `group/direct`.
+    pub what: String,
+    pub leg: String,
+    pub base: String,
+}
+
+impl Pair {
+    pub fn new(what: &str, leg: &str, base: &str) -> Pair {
+        Pair {
+            what: what.to_owned(),
+            leg: leg.to_owned(),
+            base: base.to_owned(),
+        }
+    }
+}
+
+/// What starts the name of a balance leg (`balance tpc-handoff`).
+pub const BALANCE_PREFIX: &str = "balance ";
+
+/// One balance point: a gateway's trials at one concurrency.
+#[derive(Debug, Clone, PartialEq)]
+struct BalancePoint {
+    leg: String,
+    concurrency: usize,
+    trials: usize,
+    valid: bool,
+    worst_rps: f64,
+    median_rps: f64,
+    /// The busiest worker's share of the requests: median and worst over the trials (`None`:
+    /// no per-worker counts).
+    median_busiest: Option<f64>,
+    worst_busiest: Option<f64>,
+}
+
+/// The busiest worker's share of a window's requests (`None` without per-worker counts).
+fn busiest_share(row: &WindowRow) -> Option<f64> {
+    let total: u64 = row.worker_requests.iter().map(|(_, n)| n).sum();
+    let busiest = row.worker_requests.iter().map(|(_, n)| *n).max()?;
+    (total > 0).then(|| busiest as f64 / total as f64)
 }
 
 /// Medians over the repetitions of one (leg, concurrency) point.
@@ -300,6 +346,41 @@ impl Results {
             .collect()
     }
 
+    fn balance_points(&self) -> Vec<BalancePoint> {
+        let mut keys: Vec<(String, usize)> = Vec::new();
+        for row in self
+            .windows
+            .iter()
+            .filter(|r| r.leg.starts_with(BALANCE_PREFIX))
+        {
+            let key = (row.leg.clone(), row.concurrency);
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        keys.into_iter()
+            .map(|(leg, concurrency)| {
+                let rows: Vec<&WindowRow> = self
+                    .windows
+                    .iter()
+                    .filter(|r| r.leg == leg && r.concurrency == concurrency)
+                    .collect();
+                let shares: Vec<f64> = rows.iter().filter_map(|r| busiest_share(r)).collect();
+                let complete = shares.len() == rows.len() && !shares.is_empty();
+                BalancePoint {
+                    trials: rows.len(),
+                    valid: rows.iter().all(|r| r.valid()),
+                    worst_rps: rows.iter().map(|r| r.rps).fold(f64::INFINITY, f64::min),
+                    median_rps: median(rows.iter().map(|r| r.rps).collect()),
+                    median_busiest: complete.then(|| median(shares.clone())),
+                    worst_busiest: complete.then(|| shares.iter().copied().fold(0.0, f64::max)),
+                    leg,
+                    concurrency,
+                }
+            })
+            .collect()
+    }
+
     /// Every window, stream and strace row was good and no leg failed.
     pub fn all_valid(&self) -> bool {
         self.windows.iter().all(WindowRow::valid) && self.streams.iter().all(StreamRow::valid)
@@ -345,9 +426,14 @@ impl Results {
                 out.push(("tpc/shared rps".into(), c, p.rps / shared.rps));
             }
         }
-        for p in points.iter().filter(|p| {
-            p.leg.starts_with("aisix-") && !p.leg.contains("-obs-off") && !is_open_loop(&p.leg)
-        }) {
+        // The grid's serving-mode legs only: the variant legs are priced against those.
+        let mode_leg = |leg: &str| {
+            matches!(
+                leg.strip_suffix(crate::wrk::SUFFIX).unwrap_or(leg),
+                "aisix-tpc" | "aisix-shared"
+            )
+        };
+        for p in points.iter().filter(|p| mode_leg(&p.leg)) {
             // Each load generator's figures are compared with nginx under the same one.
             let nginx = match p.leg.strip_suffix(crate::wrk::SUFFIX) {
                 Some(_) => format!("{NGINX}{}", crate::wrk::SUFFIX),
@@ -364,6 +450,22 @@ impl Results {
                     p.concurrency,
                     p.rps / nginx.rps,
                 ));
+            }
+        }
+        for pair in &self.pairs {
+            for p in points.iter().filter(|p| p.leg == pair.leg) {
+                if let Some(base) = find(&pair.base, p.concurrency) {
+                    out.push((
+                        format!("{} cpu_us_per_req", pair.what),
+                        p.concurrency,
+                        p.cpu_us_per_req / base.cpu_us_per_req,
+                    ));
+                    out.push((
+                        format!("{} rps", pair.what),
+                        p.concurrency,
+                        p.rps / base.rps,
+                    ));
+                }
             }
         }
         if let Some((off, on)) = &self.obs_pair {
@@ -394,7 +496,10 @@ impl Results {
              | leg | conc | req/s | ±% | p50 ms | p99 ms | CPU µs/req | CPU cores | ctxsw/req | peak RSS MiB | new upstream conns | new TIME_WAIT (total) | mock µs/req | load CPU % | log lines dropped | ok |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:-:|"
         );
-        for p in points.iter().filter(|p| !is_open_loop(&p.leg)) {
+        for p in points
+            .iter()
+            .filter(|p| !is_open_loop(&p.leg) && !p.leg.starts_with(BALANCE_PREFIX))
+        {
             let _ = writeln!(
                 md,
                 "| {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.1} | {:.2} | {:.2} | {:.1} | {} | {} ({}) | {:.1} | {:.0}{} | {} | {} |",
@@ -458,6 +563,37 @@ impl Results {
                 "\nThe rate is a share of the leg's best closed-loop req/s. A late send left more than 1 ms \
                  after its scheduled time (every pooled connection was busy); its latency still counts \
                  from the scheduled time, so queueing shows (no coordinated omission)."
+            );
+        }
+
+        let balance = self.balance_points();
+        if !balance.is_empty() {
+            let _ = writeln!(
+                md,
+                "\n## Worker balance (one window per trial, fresh connections each)\n\n\
+                 | leg | conc | trials | worst req/s | median req/s | busiest worker share: median | worst | ok |\n\
+                 |---|---:|---:|---:|---:|---:|---:|:-:|"
+            );
+            let share =
+                |s: Option<f64>| s.map_or("–".to_owned(), |s| format!("{:.0}%", s * 100.0));
+            for b in &balance {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} |",
+                    b.leg,
+                    b.concurrency,
+                    b.trials,
+                    b.worst_rps,
+                    b.median_rps,
+                    share(b.median_busiest),
+                    share(b.worst_busiest),
+                    if b.valid { "✓" } else { "✗" },
+                );
+            }
+            let _ = writeln!(
+                md,
+                "\nbusiest worker share: the busiest worker's part of the window's requests, from \
+                 `aisix_worker_requests_total` per worker (1 ÷ workers is even; 100%: one worker served all)."
             );
         }
 
@@ -673,5 +809,80 @@ mod tests {
         assert!(row.valid());
         row.failures = 1;
         assert!(!row.valid());
+    }
+
+    #[test]
+    fn balance_points_report_the_worst_trial_and_the_busiest_workers_share() {
+        let trial = |rps: f64, workers: &[u64]| {
+            let mut row = window("balance tpc-handoff", 4, rps, 10.0);
+            row.worker_requests = workers
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (format!("tpc-{i}"), *n))
+                .collect();
+            row
+        };
+        let results = Results {
+            windows: vec![
+                trial(900.0, &[50, 50]),
+                trial(600.0, &[100, 0]),
+                trial(800.0, &[60, 40]),
+            ],
+            ..Results::default()
+        };
+        let points = results.balance_points();
+        assert_eq!(points.len(), 1);
+        let b = &points[0];
+        assert_eq!((b.trials, b.worst_rps, b.median_rps), (3, 600.0, 800.0));
+        assert_eq!(b.median_busiest, Some(0.6));
+        assert_eq!(b.worst_busiest, Some(1.0));
+        let markdown = results.markdown();
+        assert!(
+            markdown.contains("| balance tpc-handoff | 4 | 3 | 600 | 800 | 60% | 100% | ✓ |"),
+            "{markdown}"
+        );
+        assert!(
+            !markdown.contains("| balance tpc-handoff | 4 | 800 |"),
+            "balance trials stay out of the grid table"
+        );
+    }
+
+    #[test]
+    fn pairs_price_a_leg_against_its_base_at_each_shared_concurrency() {
+        let results = Results {
+            windows: vec![
+                window("aisix-tpc", 32, 1000.0, 10.0),
+                window("aisix-tpc+limiter-redis", 32, 800.0, 15.0),
+                window("aisix-tpc+limiter-redis", 8, 800.0, 15.0),
+            ],
+            pairs: vec![Pair::new(
+                "limiter-redis/off",
+                "aisix-tpc+limiter-redis",
+                "aisix-tpc",
+            )],
+            ..Results::default()
+        };
+        let ratios = results.ratios();
+        let get =
+            |what: &str, c: usize| ratios.iter().find(|r| r.0 == what && r.1 == c).map(|r| r.2);
+        assert_eq!(get("limiter-redis/off cpu_us_per_req", 32), Some(1.5));
+        assert_eq!(get("limiter-redis/off rps", 32), Some(0.8));
+        assert_eq!(get("limiter-redis/off rps", 8), None, "no base at 8");
+    }
+
+    #[test]
+    fn open_loop_legs_get_their_own_table_with_late_sends() {
+        let mut row = window(&open_loop_leg("aisix-tpc", 70), 512, 700.0, 10.0);
+        row.late = 3;
+        let results = Results {
+            windows: vec![window("aisix-tpc", 512, 1000.0, 10.0), row],
+            ..Results::default()
+        };
+        assert_eq!(results.saturation("aisix-tpc"), 1000.0);
+        let markdown = results.markdown();
+        assert!(
+            markdown.contains("| aisix-tpc open-loop 70% | 512 | 700 | 0.100 | 0.200 | 3 |"),
+            "{markdown}"
+        );
     }
 }

@@ -72,6 +72,25 @@ async fn a_chat_completion_is_answered_counted_and_not_recorded() {
 }
 
 #[tokio::test]
+async fn an_anthropic_message_is_answered_in_anthropics_shape() {
+    let mock = fast_mock(1);
+    let answer = post(
+        mock.addr(),
+        "/v1/messages",
+        r#"{"model":"c","max_tokens":8}"#,
+    )
+    .await;
+    assert_eq!(answer.status, StatusCode::OK);
+    assert_eq!(answer.content_length, Some(answer.body.len().to_string()));
+    let json: serde_json::Value = serde_json::from_str(&answer.body).unwrap();
+    assert_eq!(json["type"], "message");
+    assert_eq!(json["content"][0]["type"], "text");
+    assert_eq!(json["usage"]["output_tokens"], 8);
+    let other = post(mock.addr(), "/v1/messages/count_tokens", "{}").await;
+    assert_eq!(other.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn a_stream_sends_every_frame_then_usage_only_when_asked_then_done() {
     let mock = fast_mock(1);
     let with_usage = post(

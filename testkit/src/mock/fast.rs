@@ -1,5 +1,5 @@
 //! The fast path, for benchmarks: OpenAI chat completions computed once at start, paced or sent
-//! in one burst. A request's body is only byte-searched for `"stream": true` and
+//! in one burst, and one precomputed Anthropic message (non-streaming `POST /v1/messages`). A request's body is only byte-searched for `"stream": true` and
 //! `"include_usage": true` (no JSON parse), and nothing is recorded, so the mock stays far
 //! cheaper than the gateway in front of it.
 
@@ -34,6 +34,8 @@ pub struct Pacing {
 #[derive(Debug)]
 pub(crate) struct Answers {
     completion: Bytes,
+    /// The Anthropic Messages answer (`"type":"message"`, with `usage`).
+    message: Bytes,
     content: Bytes,
     /// The last content frame, the finish chunk and `[DONE]`, with and without the usage chunk:
     /// one write, as a provider sends the end of a stream.
@@ -67,6 +69,9 @@ impl Answers {
             completion: Bytes::from_static(
                 br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the aisix bench mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"total_tokens":17}}"#,
             ),
+            message: Bytes::from_static(
+                br#"{"id":"msg_bench","type":"message","role":"assistant","model":"mock-claude","content":[{"type":"text","text":"Hello from the aisix bench mock."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":8}}"#,
+            ),
             tail: Bytes::from(format!("{content}{finish}{done}")),
             tail_with_usage: Bytes::from(format!("{content}{finish}{usage}{done}")),
             whole: Bytes::from(format!("{leading}{content}{finish}{done}")),
@@ -79,14 +84,17 @@ impl Answers {
         }
     }
 
-    /// The answer to a chat completion (JSON or, with `"stream": true`, paced SSE); any other
-    /// request gets a 404 in OpenAI's error shape.
+    /// The answer to a chat completion (JSON or, with `"stream": true`, paced SSE) or to an
+    /// Anthropic message (JSON only); any other request gets a 404 in OpenAI's error shape.
     pub(crate) fn respond(
         &self,
         head: &request::Parts,
         body: &[u8],
         worker: Arc<Worker>,
     ) -> Response<MockBody> {
+        if head.method == Method::POST && head.uri.path().ends_with("/v1/messages") {
+            return json(Frames::one(self.message.clone()), worker);
+        }
         if head.method != Method::POST || !head.uri.path().ends_with("/chat/completions") {
             let not_found = Bytes::from_static(
                 b"{\"error\":{\"message\":\"mock: not found\",\"type\":\"invalid_request_error\"}}",
