@@ -11,17 +11,32 @@ impl<T: FromStr> FromStr for CommaList<T> {
     type Err = String;
 
     fn from_str(text: &str) -> Result<Self, String> {
-        let items = text
-            .split(',')
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().map_err(|_| format!("{s:?} is not a valid value")))
-            .collect::<Result<Vec<T>, String>>()?;
-        if items.is_empty() {
-            return Err("an empty list".into());
-        }
-        Ok(CommaList(items))
+        comma_list(text, |s| {
+            s.parse().map_err(|_| format!("{s:?} is not a valid value"))
+        })
     }
+}
+
+/// A comma-separated list, each item read by `parse`.
+pub fn comma_list<T>(
+    text: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<CommaList<T>, String> {
+    let items = text
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(parse)
+        .collect::<Result<Vec<T>, String>>()?;
+    if items.is_empty() {
+        return Err("an empty list".into());
+    }
+    Ok(CommaList(items))
+}
+
+/// `--modes`: `tpc,shared`.
+pub fn modes(text: &str) -> Result<CommaList<crate::gateway::Mode>, String> {
+    comma_list(text, crate::gateway::parse_mode)
 }
 
 /// `KEY=VALUE`, for `--gateway-env`.
@@ -41,5 +56,14 @@ mod tests {
         assert_eq!("1, 8,32".parse(), Ok(CommaList(vec![1usize, 8, 32])));
         assert!("1,x".parse::<CommaList<usize>>().is_err());
         assert!("".parse::<CommaList<usize>>().is_err());
+    }
+
+    #[test]
+    fn modes_read_the_short_names_into_the_gateways_type() {
+        use crate::gateway::{Mode, mode_leg};
+        let parsed = modes("tpc, shared").unwrap();
+        assert_eq!(parsed.0, [Mode::ThreadPerCore, Mode::Shared]);
+        assert_eq!(mode_leg(Mode::ThreadPerCore), "aisix-tpc");
+        assert!(modes("tpc,both").is_err());
     }
 }

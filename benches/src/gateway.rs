@@ -2,7 +2,6 @@
 //! `aisix` binary, generates its config and resources files, starts it pinned to the gateway
 //! CPUs, and waits for `/readyz`.
 
-use std::fmt;
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,38 +12,29 @@ use anyhow::{Context, Result, bail};
 use crate::process::{self, Child, CpuList};
 use crate::{loadgen, logfile};
 
-/// The gateway's serving mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    ThreadPerCore,
-    Shared,
-}
+/// The gateway's serving mode: the gateway's own type.
+pub use aisix_obs::metrics::labels::Mode;
 
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::ThreadPerCore => "tpc",
-            Mode::Shared => "shared",
-        }
+/// A mode's name in leg names and on the command line: `tpc`, `shared`.
+pub fn short_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::ThreadPerCore => "tpc",
+        Mode::Shared => "shared",
     }
 }
 
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+/// A mode from the command line: `tpc` (or `thread-per-core`) or `shared`.
+pub fn parse_mode(text: &str) -> Result<Mode, String> {
+    match text {
+        "tpc" | "thread-per-core" => Ok(Mode::ThreadPerCore),
+        "shared" => Ok(Mode::Shared),
+        _ => Err(format!("{text:?} is not a mode (tpc or shared)")),
     }
 }
 
-impl std::str::FromStr for Mode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "tpc" | "thread-per-core" => Ok(Mode::ThreadPerCore),
-            "shared" => Ok(Mode::Shared),
-            _ => Err(format!("{s:?} is not a mode (tpc or shared)")),
-        }
-    }
+/// The grid's leg for a serving mode: `aisix-tpc`, `aisix-shared`.
+pub fn mode_leg(mode: Mode) -> String {
+    format!("aisix-{}", short_name(mode))
 }
 
 /// The API key the harness's client sends; handed to the gateway as `BENCH_KEY`.

@@ -44,7 +44,7 @@ pub struct GridArgs {
     #[arg(long)]
     pub workers: Option<usize>,
     /// Serving modes to measure, in order.
-    #[arg(long, default_value = "tpc,shared")]
+    #[arg(long, default_value = "tpc,shared", value_parser = args::modes)]
     pub modes: CommaList<Mode>,
     /// CPUs for the gateway and nginx (taskset -c syntax: 0, 0-3,8).
     #[arg(long)]
@@ -255,7 +255,7 @@ fn describe(
         ),
     ];
     let settings = json!({
-        "smoke": args.smoke, "workers": workers, "modes": args.modes.0.iter().map(|m| m.name()).collect::<Vec<_>>(),
+        "smoke": args.smoke, "workers": workers, "modes": args.modes.0.iter().map(|&m| gateway::short_name(m)).collect::<Vec<_>>(),
         "gateway_cpus": args.gateway_cpus.as_ref().map(ToString::to_string),
         "load_cpus": args.load_cpus.as_ref().map(ToString::to_string),
         "mock_cpus": args.mock_cpus.as_ref().map(ToString::to_string),
@@ -385,7 +385,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             args.gateway_cpus.clone(),
             args.gateway_env.clone(),
         );
-        let leg = format!("aisix-{mode}");
+        let leg = gateway::mode_leg(mode);
         attempt(&mut results, &leg, &mut |r| {
             legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
         })?;
@@ -400,8 +400,8 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             args.gateway_env.clone(),
         );
         spec.observability = false;
-        let leg = format!("aisix-{mode}-obs-off");
-        results.obs_pair = Some((leg.clone(), format!("aisix-{mode}")));
+        let leg = format!("{}-obs-off", gateway::mode_leg(mode));
+        results.obs_pair = Some((leg.clone(), gateway::mode_leg(mode)));
         attempt(&mut results, &leg, &mut |r| {
             legs.gateway(
                 &aisix_bin,

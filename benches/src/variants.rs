@@ -266,7 +266,7 @@ impl Legs<'_> {
 
     /// `proxy.pin_workers: true` (thread-per-core) against the grid's unpinned `aisix-tpc`.
     fn pinned(&self, bin: &Path, results: &mut Results) -> Result<()> {
-        let base = format!("aisix-{}", Mode::ThreadPerCore);
+        let base = gateway::mode_leg(Mode::ThreadPerCore);
         let leg = format!("{base}-pinned");
         let mut spec = self.spec(
             Mode::ThreadPerCore,
@@ -287,7 +287,7 @@ impl Legs<'_> {
     /// One thread-per-core worker on the first gateway CPU at `--rss-concurrency`: the peak
     /// RSS column of its row is the figure.
     fn rss(&self, bin: &Path, results: &mut Results) -> Result<()> {
-        let leg = format!("aisix-{}-1w", Mode::ThreadPerCore);
+        let leg = format!("{}-1w", gateway::mode_leg(Mode::ThreadPerCore));
         let cpus = self.args.gateway_cpus.as_ref().and_then(CpuList::first);
         let spec = self.spec(Mode::ThreadPerCore, 1, cpus);
         let gateway = self.start(bin, &spec, &leg)?;
@@ -300,7 +300,7 @@ impl Legs<'_> {
     /// One gateway with a failover group whose primary is the direct model: the same load
     /// through the group and to the model directly.
     fn group(&self, bin: &Path, mode: Mode, results: &mut Results) -> Result<()> {
-        let leg = format!("aisix-{mode}+group");
+        let leg = format!("{}+group", gateway::mode_leg(mode));
         let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
         spec.features.group = true;
         let gateway = self.start(bin, &spec, &leg)?;
@@ -324,7 +324,7 @@ impl Legs<'_> {
         store: LimiterStore,
         results: &mut Results,
     ) -> Result<()> {
-        let base = format!("aisix-{mode}");
+        let base = gateway::mode_leg(mode);
         let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
         let _redis;
         let (leg, limits) = match store {
@@ -351,7 +351,7 @@ impl Legs<'_> {
 
     /// OpenAI passthrough, Anthropic passthrough and both translations, in one gateway.
     fn anthropic(&self, bin: &Path, mode: Mode, results: &mut Results) -> Result<()> {
-        let leg = format!("aisix-{mode}+anthropic");
+        let leg = format!("{}+anthropic", gateway::mode_leg(mode));
         let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
         spec.features.anthropic = true;
         let gateway = self.start(bin, &spec, &leg)?;
@@ -413,7 +413,7 @@ impl Legs<'_> {
         };
         let streams = args.streams.min(args.syscall_concurrency.max(1));
 
-        let leg = format!("aisix-{}-burst", Mode::ThreadPerCore);
+        let leg = format!("{}-burst", gateway::mode_leg(Mode::ThreadPerCore));
         let spec = self.spec(
             Mode::ThreadPerCore,
             self.workers(),

@@ -8,18 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// The serving mode a test runs the gateway in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    ThreadPerCore,
-    Shared,
-}
-
-impl Mode {
-    pub fn thread_per_core(self) -> bool {
-        self == Mode::ThreadPerCore
-    }
-}
+/// The serving mode a test runs the gateway in: the gateway's own type.
+pub use aisix_obs::metrics::labels::Mode;
 
 /// Builds the `aisix` binary once per test process (through cargo, so it is never stale) and
 /// returns its path. `AISIX_E2E_BIN` points at a prebuilt binary instead. Debug test builds get
@@ -163,7 +153,7 @@ impl GatewayConfig {
     fn render(&self) -> String {
         let mut yaml = format!(
             "proxy:\n  addr: 127.0.0.1:0\n  thread_per_core: {}\n",
-            self.mode.thread_per_core()
+            self.mode.is_thread_per_core()
         );
         if let Some(workers) = self.workers {
             yaml.push_str(&format!("  workers: {workers}\n"));

@@ -114,9 +114,9 @@ both_modes! {
         assert_eq!(delta(&after, "aisix_gateway_overhead_seconds_count", &[("endpoint", "chat_completions")]), 9.0);
         assert_eq!(delta(&after, "aisix_worker_requests_total", &[]), 9.0);
         assert_eq!(sample(&after, "aisix_requests_in_flight", &[]), 0.0);
-        let mode_label = if mode.thread_per_core() { "thread_per_core" } else { "shared" };
+        let mode_label = if mode.is_thread_per_core() { "thread_per_core" } else { "shared" };
         assert!(has_series(&after, "aisix_build_info", &[("mode", mode_label), ("workers", "2")]), "{after}");
-        if mode.thread_per_core() {
+        if mode.is_thread_per_core() {
             for worker in ["tpc-0", "tpc-1"] {
                 assert!(has_series(&after, "aisix_worker_requests_total", &[("worker", worker)]), "{after}");
                 assert!(has_series(&after, "aisix_worker_connections_open", &[("worker", worker)]), "{after}");
@@ -166,7 +166,7 @@ both_modes! {
         assert_eq!(ok["api_key"], "observer");
         assert_eq!(ok["upstream_status"], 200);
         assert!(ok["input_tokens"].as_u64().unwrap() > 0 && ok["output_tokens"].as_u64().unwrap() > 0);
-        assert!(ok["worker"].as_str().unwrap().starts_with(if mode.thread_per_core() { "tpc-" } else { "shared" }));
+        assert!(ok["worker"].as_str().unwrap().starts_with(if mode.is_thread_per_core() { "tpc-" } else { "shared" }));
         let stream = find(&|l| l["stream"] == true);
         assert_eq!(stream["status"], 200);
         assert!(stream["ttft_ms"].as_f64().is_some(), "{stream}");

@@ -113,7 +113,7 @@ both_modes! {
             .filter(|l| l.contains("\"request_id\":\"after-a-"))
             .map(|l| serde_json::from_str::<Value>(l).unwrap()["worker"].as_str().unwrap().to_owned())
             .collect();
-        let expected: BTreeSet<String> = if mode.thread_per_core() {
+        let expected: BTreeSet<String> = if mode.is_thread_per_core() {
             ["tpc-0", "tpc-1"].map(String::from).into()
         } else {
             ["shared"].map(String::from).into()

@@ -39,7 +39,7 @@ both_modes! {
         let logs = gateway.logs();
         let worker_lines = logs.lines().filter(|l| l.contains("worker accepting")).count();
         assert_eq!(worker_lines, 3, "one startup line per worker:\n{logs}");
-        assert!(logs.contains(&format!("mode={}", if mode.thread_per_core() { "thread_per_core" } else { "shared" })));
+        assert!(logs.contains(&format!("mode={mode}")));
     }
 }
 
@@ -219,7 +219,7 @@ both_modes! {
         let status = gateway.wait_exit(Duration::from_secs(20)).expect("process exits");
         assert!(!status.success(), "{}", gateway.logs());
         let logs = gateway.logs();
-        let worker = if mode.thread_per_core() { "worker tpc-" } else { "worker shared" };
+        let worker = if mode.is_thread_per_core() { "worker tpc-" } else { "worker shared" };
         assert!(logs.contains(worker) && logs.contains("exited unexpectedly"), "{logs}");
     }
 }

@@ -1,34 +1,11 @@
 //! The serving plan: mode and worker count, resolved from the config before any runtime exists.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::num::NonZeroUsize;
 
 use aisix_config::{Balance, ProxyConfig};
 
-/// How requests are served.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// N threads `tpc-0..N-1`, each with its own current-thread runtime and listener.
-    ThreadPerCore,
-    /// One multi-thread runtime with N threads and one listener.
-    Shared,
-}
-
-impl Mode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mode::ThreadPerCore => "thread_per_core",
-            Mode::Shared => "shared",
-        }
-    }
-}
-
-impl fmt::Display for Mode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use aisix_obs::metrics::labels::Mode;
 
 /// Where the worker count came from, for the startup log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,13 +38,8 @@ impl ServingPlan {
                 WorkersSource::AvailableParallelism,
             ),
         };
-        let mode = if proxy.thread_per_core {
-            Mode::ThreadPerCore
-        } else {
-            Mode::Shared
-        };
         Self {
-            mode,
+            mode: Mode::from_thread_per_core(proxy.thread_per_core),
             workers,
             workers_source,
             addr: proxy.addr,
@@ -77,12 +49,10 @@ impl ServingPlan {
         }
     }
 
-    /// The name a worker shows in logs, metrics and (thread-per-core) `ps -T`.
+    /// The name a worker shows in logs, metrics and (thread-per-core) `ps -T`: `tpc-<id>`, or
+    /// `shared` for the shared runtime (one worker, however many threads).
     pub fn worker_name(&self, id: usize) -> String {
-        match self.mode {
-            Mode::ThreadPerCore => format!("tpc-{id}"),
-            Mode::Shared => format!("shared-{id}"),
-        }
+        self.mode.worker(id).to_string()
     }
 
     /// Settings that have no effect in this plan's mode, each with why, for a startup warning:
@@ -159,6 +129,27 @@ mod tests {
             ServingPlan::resolve(&ProxyConfig::default())
                 .ignored_settings()
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn worker_names_match_the_worker_label() {
+        let plan = |thread_per_core| {
+            ServingPlan::resolve(&ProxyConfig {
+                thread_per_core,
+                workers: NonZeroUsize::new(2),
+                ..ProxyConfig::default()
+            })
+        };
+        assert_eq!(plan(true).worker_name(1), "tpc-1");
+        assert_eq!(
+            plan(false).worker_name(0),
+            "shared",
+            "the shared runtime is one worker"
+        );
+        assert_eq!(
+            plan(false).worker_name(0),
+            plan(false).mode.worker(0).label().as_str()
         );
     }
 }

@@ -21,7 +21,7 @@ use crate::liveness::{Heartbeat, Liveness};
 use crate::plan::{Mode, ServingPlan};
 use crate::service::{ServiceFactory, WorkerContext};
 use crate::shutdown::{DrainSender, Readiness, drain_channel};
-use crate::worker::{self, ExitSender, Shared, TpcWorker, WorkerExit};
+use crate::worker::{self, ConnSetup, ExitSender, TpcWorker, WorkerExit};
 
 /// Serving settings taken from the bootstrap config.
 #[derive(Debug, Clone)]
@@ -148,7 +148,7 @@ impl Server {
                     let worker = TpcWorker {
                         listener,
                         ctx,
-                        shared: Shared::new(settings.conn(), tls.clone()),
+                        setup: ConnSetup::new(settings.conn(), tls.clone()),
                         drain: drain_rx.clone(),
                         heartbeat: liveness.heartbeat(id),
                         factory: factory.clone(),
@@ -169,13 +169,13 @@ impl Server {
                 for (key, why) in plan.ignored_settings() {
                     tracing::warn!(key, why, "setting ignored in the shared runtime");
                 }
-                let workers = SharedWorkers {
+                let links = SupervisorLinks {
                     drain: drain_rx,
                     heartbeat: liveness.heartbeat(0),
                     exits: exit_tx,
                 };
                 let runtime =
-                    start_shared(plan, listeners, tls, settings, readiness, factory, workers)?;
+                    start_shared(plan, listeners, tls, settings, readiness, factory, links)?;
                 server.shared_runtime = Some(runtime);
                 server.running = 1;
             }
@@ -337,8 +337,9 @@ fn balancers(plan: &ServingPlan) -> std::vec::IntoIter<Balancer> {
     balancers.into_iter()
 }
 
-/// What the shared runtime's accept task is handed besides its listener.
-struct SharedWorkers {
+/// What ties the shared runtime to the supervisor: the drain signal, the liveness heartbeat and
+/// the channel its accept task reports its exit on.
+struct SupervisorLinks {
     drain: crate::shutdown::DrainReceiver,
     heartbeat: Heartbeat,
     exits: ExitSender,
@@ -351,14 +352,14 @@ fn start_shared<F: ServiceFactory>(
     settings: &ServeSettings,
     readiness: Readiness,
     factory: Arc<F>,
-    workers: SharedWorkers,
+    links: SupervisorLinks,
 ) -> Result<tokio::runtime::Runtime, StartError> {
-    let SharedWorkers {
+    let SupervisorLinks {
         drain,
         heartbeat,
         exits,
-    } = workers;
-    let name = "shared".to_owned();
+    } = links;
+    let name = plan.worker_name(0);
     let worker_error = |source| StartError::Worker {
         worker: name.clone(),
         source,
@@ -395,10 +396,10 @@ fn start_shared<F: ServiceFactory>(
     for id in 0..plan.workers.get() {
         tracing::info!(mode = %Mode::Shared, worker = id, addr = %listeners.addr, "worker accepting (one shared listener)");
     }
-    let shared = Shared::new(settings.conn(), tls);
+    let setup = ConnSetup::new(settings.conn(), tls);
     runtime.spawn(heartbeat.run());
     let accept = runtime.spawn(async move {
-        worker::accept_loop::<F>(listener, service, shared, drain, None, "shared").await
+        worker::accept_loop::<F>(listener, service, setup, drain, None, "shared").await
     });
     runtime.spawn(async move {
         let outcome = match accept.await {

@@ -6,6 +6,8 @@ use bytes::Bytes;
 use http::{Request, Response};
 use hyper::body::Incoming;
 
+use aisix_obs::metrics::labels::Worker;
+
 use crate::plan::Mode;
 use crate::shutdown::Readiness;
 
@@ -21,6 +23,13 @@ pub struct WorkerContext {
     pub workers: usize,
     /// False once the process is draining; `/readyz` reports it.
     pub readiness: Readiness,
+}
+
+impl WorkerContext {
+    /// This worker as the `worker` metric label names it.
+    pub fn worker(&self) -> Worker {
+        self.mode.worker(self.id)
+    }
 }
 
 /// Builds each worker's service. In thread-per-core mode `make_service` is called inside the

@@ -32,15 +32,16 @@ pub(crate) struct WorkerExit {
 
 pub(crate) type ExitSender = mpsc::UnboundedSender<WorkerExit>;
 
-/// What every connection of one worker shares.
-pub(crate) struct Shared {
+/// What a worker sets each accepted connection up with: the HTTP builder, the connection
+/// settings, the TLS acceptor and the test hooks.
+pub(crate) struct ConnSetup {
     pub builder: auto::Builder<TokioExecutor>,
     pub settings: ConnSettings,
     pub tls: Option<RustlsAcceptor>,
     pub hooks: ConnHooks,
 }
 
-impl Shared {
+impl ConnSetup {
     pub(crate) fn new(settings: ConnSettings, tls: Option<RustlsConfig>) -> Self {
         let handshake_timeout = settings.header_read_timeout;
         Self {
@@ -59,19 +60,19 @@ impl Shared {
 pub(crate) async fn accept_loop<F: ServiceFactory>(
     listener: TcpListener,
     service: F::Service,
-    shared: Shared,
+    setup: ConnSetup,
     mut drain: DrainReceiver,
     mut balancer: Option<Balancer>,
     worker: &str,
 ) -> io::Result<()> {
     #[cfg(feature = "test-hooks")]
-    let (shared, crash) = {
-        let mut shared = shared;
+    let (setup, crash) = {
+        let mut setup = setup;
         let notify = Arc::new(tokio::sync::Notify::new());
-        shared.hooks.crash_worker = Some(notify.clone());
-        (shared, notify)
+        setup.hooks.crash_worker = Some(notify.clone());
+        (setup, notify)
     };
-    let shared = Arc::new(shared);
+    let setup = Arc::new(setup);
     let tracker = TaskTracker::new();
     let closing = CancellationToken::new();
     let serve = |stream: TcpStream, slot: Option<Slot>| {
@@ -79,7 +80,7 @@ pub(crate) async fn accept_loop<F: ServiceFactory>(
             stream,
             slot,
             service.clone(),
-            shared.clone(),
+            setup.clone(),
             closing.clone(),
         ));
     };
@@ -144,19 +145,19 @@ async fn connection<F: ServiceFactory>(
     stream: TcpStream,
     _slot: Option<Slot>,
     service: F::Service,
-    shared: Arc<Shared>,
+    setup: Arc<ConnSetup>,
     closing: CancellationToken,
 ) {
     // Responses and SSE frames must not wait for Nagle's algorithm.
     if let Err(error) = stream.set_nodelay(true) {
         tracing::debug!(%error, "cannot set TCP_NODELAY");
     }
-    let Shared {
+    let ConnSetup {
         builder,
         settings,
         tls,
         hooks,
-    } = &*shared;
+    } = &*setup;
     match tls {
         None => conn::serve(stream, service, builder, settings, closing, hooks.clone()).await,
         Some(acceptor) => {
@@ -228,7 +229,7 @@ fn crash_for_test(_worker: &str) {}
 pub(crate) struct TpcWorker<F> {
     pub listener: std::net::TcpListener,
     pub ctx: WorkerContext,
-    pub shared: Shared,
+    pub setup: ConnSetup,
     pub drain: DrainReceiver,
     pub heartbeat: Heartbeat,
     pub factory: Arc<F>,
@@ -277,7 +278,7 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
         let TpcWorker {
             listener,
             ctx,
-            shared,
+            setup,
             drain,
             heartbeat,
             factory,
@@ -295,7 +296,7 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
             }
             None => tracing::info!(mode = %ctx.mode, worker = %ctx.name, %addr, "worker accepting"),
         }
-        accept_loop::<F>(listener, service, shared, drain, balancer, &ctx.name).await
+        accept_loop::<F>(listener, service, setup, drain, balancer, &ctx.name).await
     })
 }
 

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use aisix_bootstrap::{ServiceFactory, WorkerContext};
 use aisix_config::{Bootstrap, Resources};
 use aisix_obs::metrics::Metrics;
-use aisix_obs::metrics::labels::Worker;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
@@ -99,10 +98,7 @@ impl ServiceFactory for GatewayFactory {
     type Service = Gateway;
 
     fn thread_started(&self, worker: &WorkerContext) {
-        let label = match worker.mode {
-            aisix_bootstrap::Mode::ThreadPerCore => Worker::Tpc(worker.id),
-            aisix_bootstrap::Mode::Shared => Worker::Shared,
-        };
+        let label = worker.worker();
         match &self.common.metrics {
             Some(metrics) => metrics.register_worker(label),
             None => aisix_obs::metrics::set_current_worker(label),

@@ -4,11 +4,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use aisix_bootstrap::{Mode, Readiness, ServeSettings, Server, ServingPlan, Stopped};
+use aisix_bootstrap::{Readiness, ServeSettings, Server, ServingPlan, Stopped};
 use aisix_config::{Bootstrap, ConfigError, Origin, Resources};
 use aisix_gateway::GatewayFactory;
 use aisix_obs::metrics::Metrics;
-use aisix_obs::metrics::labels::Mode as MetricsMode;
 use tokio::sync::mpsc;
 
 use crate::control::reload::{self, Reloader};
@@ -111,14 +110,7 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     let metrics = if prometheus.enabled {
         let listener = crate::metrics::bind(prometheus).map_err(RunError::Startup)?;
         let metrics = Metrics::install().map_err(|e| RunError::Startup(e.to_string()))?;
-        metrics.set_build_info(
-            env!("CARGO_PKG_VERSION"),
-            match plan.mode {
-                Mode::ThreadPerCore => MetricsMode::ThreadPerCore,
-                Mode::Shared => MetricsMode::Shared,
-            },
-            plan.workers.get(),
-        );
+        metrics.set_build_info(env!("CARGO_PKG_VERSION"), plan.mode, plan.workers.get());
         metrics.config_loaded(&resources_hash, std::time::SystemTime::now());
         Some((metrics, listener))
     } else {

@@ -149,10 +149,37 @@ label_enum! {
 }
 
 label_enum! {
-    /// The serving mode (`mode` label of `aisix_build_info`).
+    /// How requests are served: the one serving-mode type of the workspace (the serving plan,
+    /// the tests and the bench harness use it), and the `mode` label of `aisix_build_info`.
     Mode {
+        /// N threads `tpc-0..N-1`, each with its own current-thread runtime and listener.
         ThreadPerCore => "thread_per_core",
+        /// One multi-thread runtime with N threads and one listener.
         Shared => "shared",
+    }
+}
+
+impl Mode {
+    /// The mode `proxy.thread_per_core` selects.
+    pub const fn from_thread_per_core(thread_per_core: bool) -> Self {
+        if thread_per_core {
+            Self::ThreadPerCore
+        } else {
+            Self::Shared
+        }
+    }
+
+    pub const fn is_thread_per_core(self) -> bool {
+        matches!(self, Self::ThreadPerCore)
+    }
+
+    /// The worker label of worker `id` in this mode: `tpc-<id>`, or `shared` for any thread of
+    /// the shared runtime.
+    pub const fn worker(self, id: usize) -> Worker {
+        match self {
+            Self::ThreadPerCore => Worker::Tpc(id),
+            Self::Shared => Worker::Shared,
+        }
     }
 }
 
