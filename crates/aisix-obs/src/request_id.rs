@@ -1,33 +1,43 @@
 //! Request ids: the client's `x-request-id` when it is short visible ASCII, else a new id from a
-//! per-worker generator seeded once at worker start (no system call per request).
+//! per-thread generator seeded once, on the thread's first id (no system call per request, and
+//! no counter shared between the shared runtime's threads).
 
+use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use http::HeaderValue;
 
 /// Longest client-supplied id we accept.
 pub const MAX_CLIENT_ID_LEN: usize = 128;
 
-/// Mints ids `<16 hex seed><16 hex counter>`: unique across workers (random seed each) and
-/// across restarts, sortable within a worker.
+/// Mints ids `<16 hex seed><16 hex counter>`: unique across threads (a random seed each) and
+/// across restarts, sortable within a thread. A thread-per-core worker is one thread; each thread
+/// of the shared runtime mints its own, so no thread waits on another's counter.
 #[derive(Debug)]
 pub struct RequestIds {
-    seed: u64,
-    // Owned by one worker in thread-per-core mode (uncontended); shared in the shared runtime.
-    counter: AtomicU64,
+    worker: usize,
+}
+
+/// One thread's seed and counter.
+struct Mint {
+    seed: Cell<Option<u64>>,
+    counter: Cell<u64>,
+}
+
+thread_local! {
+    static MINT: Mint = const {
+        Mint {
+            seed: Cell::new(None),
+            counter: Cell::new(0),
+        }
+    };
 }
 
 impl RequestIds {
-    /// Seeds from the standard library's random hasher keys (one getrandom per thread, once).
+    /// A generator for `worker`'s requests; the worker index is mixed into each thread's seed.
     pub fn new(worker: usize) -> Self {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_usize(worker);
-        Self {
-            seed: hasher.finish(),
-            counter: AtomicU64::new(0),
-        }
+        Self { worker }
     }
 
     /// The id for a request: the client's if acceptable, else a fresh one.
@@ -39,9 +49,21 @@ impl RequestIds {
     }
 
     pub fn next(&self) -> HeaderValue {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let (seed, n) = MINT.with(|mint| {
+            // Seeded from the standard library's random hasher keys (one getrandom per thread).
+            let seed = mint.seed.get().unwrap_or_else(|| {
+                let mut hasher = RandomState::new().build_hasher();
+                hasher.write_usize(self.worker);
+                let seed = hasher.finish();
+                mint.seed.set(Some(seed));
+                seed
+            });
+            let n = mint.counter.get();
+            mint.counter.set(n.wrapping_add(1));
+            (seed, n)
+        });
         let mut buf = [0u8; 32];
-        hex(self.seed, &mut buf[..16]);
+        hex(seed, &mut buf[..16]);
         hex(n, &mut buf[16..]);
         HeaderValue::from_bytes(&buf).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
     }
@@ -75,7 +97,38 @@ mod tests {
 
     #[test]
     fn workers_do_not_collide() {
-        assert_ne!(RequestIds::new(0).next(), RequestIds::new(1).next());
+        let on_thread = |worker| std::thread::spawn(move || RequestIds::new(worker).next());
+        let (a, b) = (on_thread(0), on_thread(1));
+        assert_ne!(a.join().unwrap(), b.join().unwrap());
+    }
+
+    /// The shared runtime's threads share one generator: each thread mints from its own seed
+    /// and counter, and no id repeats.
+    #[test]
+    fn threads_sharing_one_generator_mint_from_their_own_seed_and_never_repeat() {
+        let ids = std::sync::Arc::new(RequestIds::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let ids = ids.clone();
+                std::thread::spawn(move || (0..100).map(|_| ids.next()).collect::<Vec<_>>())
+            })
+            .collect();
+        let minted: Vec<Vec<HeaderValue>> =
+            threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let seed = |id: &HeaderValue| id.as_bytes()[..16].to_vec();
+        for per_thread in &minted {
+            assert!(per_thread.iter().all(|id| seed(id) == seed(&per_thread[0])));
+            assert!(
+                per_thread
+                    .windows(2)
+                    .all(|w| w[0].as_bytes() < w[1].as_bytes()),
+                "sortable within a thread"
+            );
+        }
+        let seeds: std::collections::HashSet<_> = minted.iter().map(|t| seed(&t[0])).collect();
+        assert_eq!(seeds.len(), 4, "one seed per thread");
+        let all: std::collections::HashSet<_> = minted.iter().flatten().collect();
+        assert_eq!(all.len(), 400);
     }
 
     #[test]
