@@ -155,6 +155,20 @@ impl std::str::FromStr for Loadgen {
 }
 
 impl GridArgs {
+    /// The mock these options describe, on any free port; `burst` sends each stream in one
+    /// write.
+    pub(crate) fn mock_args(&self, workers: usize, burst: bool) -> MockArgs {
+        MockArgs {
+            addr: ([127, 0, 0, 1], 0).into(),
+            stats_addr: ([127, 0, 0, 1], 0).into(),
+            workers,
+            ttft: self.ttft,
+            frames: self.frames.max(1),
+            gap: self.gap,
+            burst,
+        }
+    }
+
     fn apply_smoke(&mut self) {
         self.concurrency = CommaList(vec![1, 8]);
         self.warmup = Duration::from_millis(200);
@@ -306,15 +320,7 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         process::which("strace")
     };
 
-    let mock_args = MockArgs {
-        addr: "127.0.0.1:0".parse()?,
-        stats_addr: "127.0.0.1:0".parse()?,
-        workers: placement.mock_workers,
-        ttft: args.ttft,
-        frames: args.frames.max(1),
-        gap: args.gap,
-        burst: false,
-    };
+    let mock_args = args.mock_args(placement.mock_workers, false);
     let mock = Mock::start(&mock_args, args.mock_cpus.as_ref(), &work.join("mock.log"))?;
     let rig = Rig {
         mock: &mock,

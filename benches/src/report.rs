@@ -298,21 +298,25 @@ impl Results {
             .fold(0.0, f64::max)
     }
 
-    fn points(&self) -> Vec<Point> {
-        let mut keys: Vec<(String, usize)> = Vec::new();
-        for row in &self.windows {
-            let key = (row.leg.clone(), row.concurrency);
-            if !keys.contains(&key) {
-                keys.push(key);
+    /// The windows of each (leg, concurrency) whose leg `keep` accepts, in first-seen order.
+    fn by_point(&self, keep: impl Fn(&str) -> bool) -> Vec<(String, usize, Vec<&WindowRow>)> {
+        let mut points: Vec<(String, usize, Vec<&WindowRow>)> = Vec::new();
+        for row in self.windows.iter().filter(|r| keep(&r.leg)) {
+            match points
+                .iter_mut()
+                .find(|(leg, c, _)| *leg == row.leg && *c == row.concurrency)
+            {
+                Some((_, _, rows)) => rows.push(row),
+                None => points.push((row.leg.clone(), row.concurrency, vec![row])),
             }
         }
-        keys.into_iter()
-            .map(|(leg, concurrency)| {
-                let rows: Vec<&WindowRow> = self
-                    .windows
-                    .iter()
-                    .filter(|r| r.leg == leg && r.concurrency == concurrency)
-                    .collect();
+        points
+    }
+
+    fn points(&self) -> Vec<Point> {
+        self.by_point(|_| true)
+            .into_iter()
+            .map(|(leg, concurrency, rows)| {
                 let m = |f: fn(&WindowRow) -> f64| median(rows.iter().map(|r| f(r)).collect());
                 let rps = m(|r| r.rps);
                 let (lo, hi) = rows.iter().fold((f64::INFINITY, 0f64), |(lo, hi), r| {
@@ -347,24 +351,9 @@ impl Results {
     }
 
     fn balance_points(&self) -> Vec<BalancePoint> {
-        let mut keys: Vec<(String, usize)> = Vec::new();
-        for row in self
-            .windows
-            .iter()
-            .filter(|r| r.leg.starts_with(BALANCE_PREFIX))
-        {
-            let key = (row.leg.clone(), row.concurrency);
-            if !keys.contains(&key) {
-                keys.push(key);
-            }
-        }
-        keys.into_iter()
-            .map(|(leg, concurrency)| {
-                let rows: Vec<&WindowRow> = self
-                    .windows
-                    .iter()
-                    .filter(|r| r.leg == leg && r.concurrency == concurrency)
-                    .collect();
+        self.by_point(|leg| leg.starts_with(BALANCE_PREFIX))
+            .into_iter()
+            .map(|(leg, concurrency, rows)| {
                 let shares: Vec<f64> = rows.iter().filter_map(|r| busiest_share(r)).collect();
                 let complete = shares.len() == rows.len() && !shares.is_empty();
                 BalancePoint {

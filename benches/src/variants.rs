@@ -20,7 +20,7 @@ use crate::gateway::{
 use crate::grid::{Legs, UNARY_BODY};
 use crate::loadgen::{self, Workload};
 use crate::measure::{Rig, Subject, Timing};
-use crate::mock::{Mock, MockArgs};
+use crate::mock::Mock;
 use crate::nginx::Nginx;
 use crate::process::{self, Child, CpuList};
 use crate::report::{self, Pair, Results};
@@ -389,15 +389,7 @@ impl Legs<'_> {
     /// window of streams (writes per stream) through the gateway and through nginx.
     fn burst(&self, bin: &Path, results: &mut Results) -> Result<()> {
         let args = self.args;
-        let mock_args = MockArgs {
-            addr: "127.0.0.1:0".parse()?,
-            stats_addr: "127.0.0.1:0".parse()?,
-            workers: self.mock_workers,
-            ttft: args.ttft,
-            frames: args.frames.max(1),
-            gap: args.gap,
-            burst: true,
-        };
+        let mock_args = args.mock_args(self.mock_workers, true);
         let mock = Mock::start(
             &mock_args,
             args.mock_cpus.as_ref(),
