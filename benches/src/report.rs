@@ -225,8 +225,16 @@ struct BalancePoint {
     worst_busiest: Option<f64>,
 }
 
-/// The busiest worker's share of a window's requests (`None` without per-worker counts).
+/// The busiest worker's share of a window's requests (`None` without per-worker counts, and for
+/// the shared runtime, which is one worker: its threads are not counted apart).
 fn busiest_share(row: &WindowRow) -> Option<f64> {
+    if row
+        .worker_requests
+        .iter()
+        .all(|(worker, _)| worker == "shared")
+    {
+        return None;
+    }
     let total: u64 = row.worker_requests.iter().map(|(_, n)| n).sum();
     let busiest = row.worker_requests.iter().map(|(_, n)| *n).max()?;
     (total > 0).then(|| busiest as f64 / total as f64)
@@ -833,6 +841,13 @@ mod tests {
         assert!(
             !markdown.contains("| balance tpc-handoff | 4 | 800 |"),
             "balance trials stay out of the grid table"
+        );
+        let mut shared = window("balance shared", 4, 500.0, 10.0);
+        shared.worker_requests = vec![("shared".into(), 100)];
+        assert_eq!(
+            busiest_share(&shared),
+            None,
+            "one worker, threads not counted apart"
         );
     }
 
