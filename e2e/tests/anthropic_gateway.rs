@@ -3,9 +3,6 @@
 //! an `anthropic` provider translated both ways, `/v1/messages` relayed byte for byte to an
 //! `anthropic` provider and translated to an `openai` one, Anthropic's error envelope, the
 //! mid-stream cut, count_tokens, and the official `anthropic` SDK against both provider kinds.
-//!
-//! Ignored until the gateway has the `anthropic` provider and `/v1/messages` (issue 10, phase
-//! 2): these tests are written against the mocks and the documented configuration, ready to run.
 
 use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
@@ -155,7 +152,6 @@ fn openai_stream(events: &[(Option<String>, Value)]) -> (String, Vec<(String, St
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn openai_chat_to_an_anthropic_provider_is_translated_both_ways(mode: Mode) {
         let rig = start(mode);
         let reply = rig.chat(json!({"model": "claude", "temperature": 0.5, "top_p": 0.9, "stop": ["zzz"],
@@ -185,7 +181,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_streamed_chat_from_an_anthropic_provider_arrives_as_openai_chunks(mode: Mode) {
         let rig = start(mode);
         let prompt = json!([{"role": "user", "content": "Hello there"}]);
@@ -214,7 +209,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn tool_calls_round_trip_through_an_anthropic_provider_unary_and_streamed(mode: Mode) {
         let rig = start(mode);
         let tools = json!([{"type": "function", "function": {"name": "get_weather",
@@ -247,7 +241,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn images_and_limits_reach_anthropic_in_its_shape(mode: Mode) {
         let rig = start(mode);
         let reply = rig.chat(json!({"model": "claude", "max_tokens": 2, "messages": [{"role": "user", "content": [
@@ -270,7 +263,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn cache_reads_and_writes_reach_openai_usage_and_the_token_metrics(mode: Mode) {
         let rig = start(mode);
         rig.anthropic.enqueue(Mock::status(200).json(anthropic::message_body("msg_c", "claude-upstream",
@@ -290,7 +282,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn anthropic_errors_reach_openai_clients_in_the_openai_envelope(mode: Mode) {
         let rig = start(mode);
         rig.anthropic.enqueue(Mock::anthropic_error(400, "invalid_request_error", "messages: roles must alternate"));
@@ -313,7 +304,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_cut_anthropic_stream_ends_the_openai_stream_with_an_error_event(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_cut", "claude-upstream", json!({"input_tokens": 2, "output_tokens": 1}))];
@@ -328,7 +318,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_to_an_anthropic_provider_are_relayed_byte_for_byte(mode: Mode) {
         let rig = start(mode);
         let answer = "{ \"id\":\"msg_1\", \"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-upstream\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":3,\"output_tokens\":1},\"x_future\":[1, 2] }";
@@ -354,7 +343,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_streamed_message_to_an_anthropic_provider_passes_through_unchanged(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_s", "claude-upstream",
@@ -377,7 +365,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_to_an_openai_provider_are_translated_in_anthropic_event_order(mode: Mode) {
         let rig = start(mode);
         let body = json!({"model": "gpt", "max_tokens": 50, "system": "Be brief.",
@@ -413,7 +400,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn tool_use_through_an_openai_provider_streams_as_input_json_deltas(mode: Mode) {
         let rig = start(mode);
         let chunk = |delta: Value, finish: Value| Frame::json(json!({"id": "c1", "object": "chat.completion.chunk",
@@ -447,7 +433,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_errors_use_anthropic_envelope_with_its_type_names(mode: Mode) {
         let rig = start(mode);
         let ok = r#"{"model":"gpt","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -476,7 +461,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_cut_stream_on_messages_ends_with_an_error_event_and_no_message_stop(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_cut", "claude-upstream", json!({"input_tokens": 2, "output_tokens": 1}))];
@@ -496,7 +480,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn count_tokens_answers_for_both_provider_kinds_with_either_auth_header(mode: Mode) {
         let rig = start(mode);
         let body = |model: &str| format!(r#"{{"model":"{model}","system":"Be brief.","messages":[{{"role":"user","content":"Hello there"}}]}}"#);
@@ -515,7 +498,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn the_official_anthropic_sdk_works_through_the_gateway(mode: Mode) {
         let rig = start(mode);
         for auth in ["sdk", "x-api-key"] {

@@ -243,6 +243,9 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let api_base = fields
         .optional(report, "api_base")
         .map(|(v, p)| string(report, v, &p).and_then(|base| api_base(report, base, &p)));
+    let anthropic_version = fields.optional(report, "anthropic_version").map(|(v, p)| {
+        non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
+    });
     let api_version = fields.optional(report, "api_version").map(|(v, p)| {
         non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
     });
@@ -266,6 +269,12 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only azure_openai providers take an api_version",
             );
         }
+        if provider != ProviderKind::Anthropic && anthropic_version.is_some() {
+            report.error(
+                field("anthropic_version"),
+                "only anthropic providers take an anthropic_version",
+            );
+        }
         if provider.default_api_base().is_none() && api_base.is_none() {
             report.error(
                 field("api_base"),
@@ -280,6 +289,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         api_key,
         api_base,
         api_version,
+        anthropic_version,
         headers,
         stream_usage,
     );
@@ -290,12 +300,17 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     }
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one argument per field of the key, each read and checked on its own"
+)]
 fn build_provider_key(
     name: Option<String>,
     provider: Option<ProviderKind>,
     api_key: Option<Option<Secret>>,
     api_base: Option<Option<String>>,
     api_version: Option<Option<String>>,
+    anthropic_version: Option<Option<String>>,
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
 ) -> Option<ProviderKey> {
@@ -310,6 +325,7 @@ fn build_provider_key(
         api_key: given(api_key)?,
         api_base,
         api_version: given(api_version)?,
+        anthropic_version: given(anthropic_version)?,
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
     })
