@@ -243,11 +243,12 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let api_base = fields
         .optional(report, "api_base")
         .map(|(v, p)| string(report, v, &p).and_then(|base| api_base(report, base, &p)));
-    let anthropic_version = fields.optional(report, "anthropic_version").map(|(v, p)| {
-        non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
-    });
     let api_version = fields.optional(report, "api_version").map(|(v, p)| {
         non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
+    });
+    // The same shape as an Azure api-version (`api_version` is shadowed by the field here).
+    let anthropic_version = fields.optional(report, "anthropic_version").map(|(v, p)| {
+        non_empty_string(report, v, &p).and_then(|version| self::api_version(report, version, &p))
     });
     let headers = fields
         .optional(report, "headers")
