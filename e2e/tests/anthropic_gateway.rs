@@ -3,9 +3,6 @@
 //! an `anthropic` provider translated both ways, `/v1/messages` relayed byte for byte to an
 //! `anthropic` provider and translated to an `openai` one, Anthropic's error envelope, the
 //! mid-stream cut, count_tokens, and the official `anthropic` SDK against both provider kinds.
-//!
-//! Ignored until the gateway has the `anthropic` provider and `/v1/messages` (issue 10, phase
-//! 2): these tests are written against the mocks and the documented configuration, ready to run.
 
 use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
@@ -19,7 +16,8 @@ const ANTHROPIC_KEY: &str = "sk-ant-upstream-secret-1";
 const OPENAI_KEY: &str = "sk-oai-upstream-secret-2";
 
 /// Both upstreams and the gateway in front of them: `claude` goes to the Anthropic mock as
-/// `claude-upstream`, `gpt` to the OpenAI mock as `gpt-upstream`.
+/// `claude-upstream`, `gpt` to the OpenAI mock as `gpt-upstream`; the groups `claude-first`
+/// and `gpt-first` mix the two. Whole translated answers are held up to 4 KiB.
 struct Rig {
     anthropic: MockProvider,
     openai: MockProvider,
@@ -41,6 +39,10 @@ provider_keys:
 models:
   - {{display_name: claude, provider: anthropic, model_name: claude-upstream, provider_key: ant}}
   - {{display_name: gpt, provider: openai, model_name: gpt-upstream, provider_key: oai}}
+  - display_name: claude-first
+    routing: {{targets: [{{model: claude, priority: 1}}, {{model: gpt}}]}}
+  - display_name: gpt-first
+    routing: {{targets: [{{model: gpt, priority: 1}}, {{model: claude}}]}}
 api_keys:
   - display_name: client
     key_env: CLIENT_KEY
@@ -59,7 +61,7 @@ fn start(mode: Mode) -> Rig {
             .resources(resources(&anthropic, &openai))
             .env("CLIENT_KEY", CLIENT_KEY)
             .metrics()
-            .extra("downstream:\n  sse_keepalive_interval_secs: 0\n"),
+            .extra("downstream:\n  sse_keepalive_interval_secs: 0\nupstream:\n  max_response_bytes: 4096\n"),
     );
     Rig {
         anthropic,
@@ -155,7 +157,6 @@ fn openai_stream(events: &[(Option<String>, Value)]) -> (String, Vec<(String, St
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn openai_chat_to_an_anthropic_provider_is_translated_both_ways(mode: Mode) {
         let rig = start(mode);
         let reply = rig.chat(json!({"model": "claude", "temperature": 0.5, "top_p": 0.9, "stop": ["zzz"],
@@ -185,7 +186,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_streamed_chat_from_an_anthropic_provider_arrives_as_openai_chunks(mode: Mode) {
         let rig = start(mode);
         let prompt = json!([{"role": "user", "content": "Hello there"}]);
@@ -214,7 +214,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn tool_calls_round_trip_through_an_anthropic_provider_unary_and_streamed(mode: Mode) {
         let rig = start(mode);
         let tools = json!([{"type": "function", "function": {"name": "get_weather",
@@ -247,7 +246,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn images_and_limits_reach_anthropic_in_its_shape(mode: Mode) {
         let rig = start(mode);
         let reply = rig.chat(json!({"model": "claude", "max_tokens": 2, "messages": [{"role": "user", "content": [
@@ -270,7 +268,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn cache_reads_and_writes_reach_openai_usage_and_the_token_metrics(mode: Mode) {
         let rig = start(mode);
         rig.anthropic.enqueue(Mock::status(200).json(anthropic::message_body("msg_c", "claude-upstream",
@@ -290,7 +287,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn anthropic_errors_reach_openai_clients_in_the_openai_envelope(mode: Mode) {
         let rig = start(mode);
         rig.anthropic.enqueue(Mock::anthropic_error(400, "invalid_request_error", "messages: roles must alternate"));
@@ -313,7 +309,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_cut_anthropic_stream_ends_the_openai_stream_with_an_error_event(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_cut", "claude-upstream", json!({"input_tokens": 2, "output_tokens": 1}))];
@@ -328,7 +323,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_to_an_anthropic_provider_are_relayed_byte_for_byte(mode: Mode) {
         let rig = start(mode);
         let answer = "{ \"id\":\"msg_1\", \"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-upstream\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{\"input_tokens\":3,\"output_tokens\":1},\"x_future\":[1, 2] }";
@@ -354,7 +348,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_streamed_message_to_an_anthropic_provider_passes_through_unchanged(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_s", "claude-upstream",
@@ -377,7 +370,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_to_an_openai_provider_are_translated_in_anthropic_event_order(mode: Mode) {
         let rig = start(mode);
         let body = json!({"model": "gpt", "max_tokens": 50, "system": "Be brief.",
@@ -413,7 +405,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn tool_use_through_an_openai_provider_streams_as_input_json_deltas(mode: Mode) {
         let rig = start(mode);
         let chunk = |delta: Value, finish: Value| Frame::json(json!({"id": "c1", "object": "chat.completion.chunk",
@@ -447,7 +438,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn messages_errors_use_anthropic_envelope_with_its_type_names(mode: Mode) {
         let rig = start(mode);
         let ok = r#"{"model":"gpt","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -476,7 +466,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn a_cut_stream_on_messages_ends_with_an_error_event_and_no_message_stop(mode: Mode) {
         let rig = start(mode);
         let mut frames = vec![anthropic::message_start("msg_cut", "claude-upstream", json!({"input_tokens": 2, "output_tokens": 1}))];
@@ -496,7 +485,6 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn count_tokens_answers_for_both_provider_kinds_with_either_auth_header(mode: Mode) {
         let rig = start(mode);
         let body = |model: &str| format!(r#"{{"model":"{model}","system":"Be brief.","messages":[{{"role":"user","content":"Hello there"}}]}}"#);
@@ -515,21 +503,131 @@ both_modes! {
 }
 
 both_modes! {
-    #[ignore = "issue 10 phase 2: needs provider anthropic and /v1/messages in the gateway"]
     async fn the_official_anthropic_sdk_works_through_the_gateway(mode: Mode) {
         let rig = start(mode);
-        for auth in ["sdk", "x-api-key"] {
+        for (model, auth) in [("claude", "sdk"), ("claude", "x-api-key"), ("gpt", "sdk")] {
             let (status, printed) = sdk::run_python("test_anthropic_sdk.py", vec![
                 ("AISIX_ANTHROPIC_BASE_URL", rig.gateway.url("")),
                 ("AISIX_ANTHROPIC_API_KEY", CLIENT_KEY.to_owned()),
                 ("AISIX_ANTHROPIC_AUTH", auth.to_owned()),
-                ("AISIX_ANTHROPIC_MODEL", "claude".to_owned()),
+                ("AISIX_ANTHROPIC_MODEL", model.to_owned()),
                 ("AISIX_ANTHROPIC_EXPECT_TEXT", openai::REPLY_TEXT.to_owned()),
                 ("AISIX_ANTHROPIC_UNKNOWN_MODEL", "no-such-model".to_owned()),
                 ("AISIX_ANTHROPIC_WRONG_KEY", "sk-wrong-key".to_owned()),
             ]).await;
             sdk::assert_passed(status, &printed, || rig.gateway.logs());
-            assert!(printed.contains("8 passed, 0 failed"), "{printed}");
+            assert!(printed.contains("8 passed, 0 failed"), "{model}: {printed}");
         }
+        // The tool checks reached the OpenAI provider as forced tool calls.
+        let forced = rig.openai.requests().iter().filter(|r| {
+            r.body_json().is_ok_and(|b| b["tool_choice"] == "required" || b["tool_choice"]["type"] == "function")
+        }).count();
+        assert!(forced >= 2, "the SDK's tool use never reached the OpenAI provider");
+    }
+}
+
+both_modes! {
+    async fn the_official_openai_sdk_drives_chat_completions_against_an_anthropic_provider(mode: Mode) {
+        let rig = start(mode);
+        let (status, printed) = sdk::run_python("test_openai_sdk_anthropic.py", vec![
+            ("AISIX_SDK_BASE_URL", rig.gateway.url("/v1")),
+            ("AISIX_SDK_API_KEY", CLIENT_KEY.to_owned()),
+            ("AISIX_SDK_CHAT_MODEL", "claude".to_owned()),
+            ("AISIX_SDK_EXPECT_TEXT", openai::REPLY_TEXT.to_owned()),
+        ]).await;
+        sdk::assert_passed(status, &printed, || rig.gateway.logs());
+        assert!(printed.contains("4 passed, 0 failed"), "{printed}");
+        let seen = rig.anthropic.requests();
+        assert!(seen.iter().all(|r| r.path == "/v1/messages"), "{:?}", seen.iter().map(|r| &r.path).collect::<Vec<_>>());
+        assert!(seen.iter().any(|r| r.body_json().unwrap()["stream"] == true), "no streamed request reached the provider");
+    }
+}
+
+both_modes! {
+    async fn a_mixed_group_falls_over_across_dialects_in_both_directions(mode: Mode) {
+        let rig = start(mode);
+        // An OpenAI client: the Anthropic target is overloaded, the OpenAI one answers.
+        rig.anthropic.enqueue(Mock::anthropic_error(529, "overloaded_error", "Overloaded"));
+        let reply = rig.chat(json!({"model": "claude-first", "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-served-by"), Some("gpt"));
+        assert_eq!(reply.json()["choices"][0]["message"]["content"], openai::REPLY_TEXT);
+        assert_eq!(rig.openai.last_request().unwrap().body_json().unwrap()["model"], "gpt-upstream");
+
+        // An Anthropic client: the OpenAI target fails, the Anthropic one gets the request as sent.
+        rig.openai.enqueue(Mock::openai_error(500, "server_error", "boom"));
+        let sent = r#"{"model":"gpt-first","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, sent).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-served-by"), Some("claude"));
+        assert_eq!(reply.json()["type"], "message");
+        let seen = rig.anthropic.last_request().unwrap();
+        assert_eq!(String::from_utf8_lossy(&seen.body), sent.replace("gpt-first", "claude-upstream"));
+
+        // A stream: the Anthropic target fails before its first event, the OpenAI one is
+        // translated into Anthropic's event order.
+        rig.anthropic.enqueue(Mock::anthropic_error(500, "api_error", "boom"));
+        let streamed = r#"{"model":"claude-first","max_tokens":50,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, streamed).await;
+        assert_eq!(reply.header("x-aisix-served-by"), Some("gpt"));
+        let events = events(&reply.text());
+        let names = names(&events);
+        assert_eq!(names.first(), Some(&"message_start"), "{names:?}");
+        assert_eq!(names.last(), Some(&"message_stop"), "{names:?}");
+
+        let page = rig.metrics().await;
+        assert_eq!(prom::sample(&page, "aisix_requests_total", &[("endpoint", "messages"), ("model", "claude"), ("outcome", "success")]), 1.0);
+        assert_eq!(prom::sample(&page, "aisix_requests_total", &[("endpoint", "messages"), ("model", "gpt"), ("outcome", "success")]), 1.0);
+    }
+}
+
+both_modes! {
+    async fn a_translated_answer_over_max_response_bytes_is_refused_in_the_clients_envelope(mode: Mode) {
+        let rig = start(mode);
+        let big = "x".repeat(8 * 1024);
+        rig.anthropic.enqueue(Mock::status(200).json(anthropic::message_body("msg_big", "claude-upstream",
+            json!([{"type": "text", "text": big}]), "end_turn", None, json!({"input_tokens": 1, "output_tokens": 1}))));
+        let reply = rig.chat(json!({"model": "claude", "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!(reply.status, 502, "{}", reply.text());
+        assert_eq!(reply.json()["error"]["code"], "upstream_response_too_large");
+
+        rig.openai.enqueue(Mock::status(200).json(json!({"id": "c", "object": "chat.completion", "created": 1,
+            "model": "gpt-upstream", "choices": [{"index": 0, "message": {"role": "assistant", "content": big},
+            "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})));
+        let body = r#"{"model":"gpt","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, body).await;
+        assert_eq!(reply.status, 502, "{}", reply.text());
+        assert_eq!(reply.json()["type"], "error");
+        assert_eq!(reply.json()["error"]["type"], "api_error");
+
+        // A relayed answer is not held to translate: the limit does not apply.
+        rig.anthropic.enqueue(Mock::status(200).json(anthropic::message_body("msg_big", "claude-upstream",
+            json!([{"type": "text", "text": big}]), "end_turn", None, json!({"input_tokens": 1, "output_tokens": 1}))));
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &body.replace("gpt", "claude")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let page = rig.metrics().await;
+        assert_eq!(prom::sample(&page, "aisix_upstream_errors_total", &[("provider", "ant"), ("kind", "response_too_large")]), 1.0);
+    }
+}
+
+both_modes! {
+    async fn the_clients_anthropic_headers_go_upstream_on_the_relay_and_the_keys_version_otherwise(mode: Mode) {
+        let rig = start(mode);
+        let body = r#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = client::send(rig.gateway.addr(), request("POST", "/v1/messages",
+            &[("x-api-key", CLIENT_KEY), ("anthropic-version", "2023-01-01"), ("anthropic-beta", "tools-2024-04-04")],
+            Some(body))).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let seen = rig.anthropic.last_request().unwrap();
+        assert_eq!(seen.header("anthropic-version"), Some("2023-01-01"));
+        assert_eq!(seen.header("anthropic-beta"), Some("tools-2024-04-04"));
+        assert_eq!(seen.header("x-api-key"), Some(ANTHROPIC_KEY));
+
+        // Without the client's version, the provider key's (here the default).
+        let reply = client::send(rig.gateway.addr(), request("POST", "/v1/messages",
+            &[("authorization", &format!("Bearer {CLIENT_KEY}"))], Some(body))).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(rig.anthropic.last_request().unwrap().header("anthropic-version"), Some("2023-06-01"));
+        assert_eq!(rig.anthropic.last_request().unwrap().header("anthropic-beta"), None);
     }
 }

@@ -123,6 +123,9 @@ pub struct UpstreamConfig {
     /// `upstream.max_sse_event_bytes`: the largest SSE event relayed; a longer one ends the
     /// stream with an error event.
     pub max_sse_event_bytes: usize,
+    /// `upstream.max_response_bytes`: the largest whole (non-streaming) answer the gateway
+    /// holds to translate; a longer one is refused with 502 and its connection closed.
+    pub max_response_bytes: usize,
     pub resilience: Resilience,
 }
 
@@ -346,6 +349,7 @@ impl Default for UpstreamConfig {
             pool_max_idle_per_host: 1024,
             pool_max_connections_per_host: 0,
             max_sse_event_bytes: 1024 * 1024,
+            max_response_bytes: 16 * 1024 * 1024,
             resilience: Resilience::default(),
         }
     }

@@ -183,6 +183,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             max_sse_event_bytes: r
                 .bounded("upstream.max_sse_event_bytes", 1024, u32::MAX.into())
                 .map_or(d.max_sse_event_bytes, |n| n as usize),
+            max_response_bytes: r
+                .bounded("upstream.max_response_bytes", 1024, u32::MAX.into())
+                .map_or(d.max_response_bytes, |n| n as usize),
             resilience: Resilience {
                 cooldown_failures: r
                     .bounded("upstream.cooldown_failures", 1, 1000)

@@ -287,7 +287,7 @@ fn bootstrap_keys_lists_every_leaf_key_and_its_environment_form() {
 fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment() {
     let config = load(
         "downstream:\n  request_body_timeout_secs: 4\n\
-         upstream:\n  connect_timeout_ms: 100\n  first_token_timeout_ms: 200\n  stream_idle_timeout_ms: 300\n  timeout_ms: 400\n  max_sse_event_bytes: 4096\n",
+         upstream:\n  connect_timeout_ms: 100\n  first_token_timeout_ms: 200\n  stream_idle_timeout_ms: 300\n  timeout_ms: 400\n  max_sse_event_bytes: 4096\n  max_response_bytes: 8192\n",
         &[("AISIX_UPSTREAM__POOL_MAX_CONNECTIONS_PER_HOST", "8")],
     )
     .unwrap();
@@ -301,6 +301,7 @@ fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment()
         [100, 200, 300, 400].map(Duration::from_millis)
     );
     assert_eq!(config.upstream.max_sse_event_bytes, 4096);
+    assert_eq!(config.upstream.max_response_bytes, 8192);
     assert_eq!(config.upstream.pool_max_connections_per_host, 8);
     let defaults = Bootstrap::default();
     assert_eq!(
@@ -308,6 +309,7 @@ fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment()
         "unlimited"
     );
     assert_eq!(defaults.upstream.max_sse_event_bytes, 1024 * 1024);
+    assert_eq!(defaults.upstream.max_response_bytes, 16 * 1024 * 1024);
     assert_eq!(
         defaults.downstream.request_body_timeout,
         Duration::from_secs(30)
@@ -317,7 +319,7 @@ fn upstream_phase_deadlines_and_pool_limits_are_read_from_file_and_environment()
 #[test]
 fn out_of_range_phase_deadlines_name_their_key() {
     let errors = load(
-        "downstream:\n  request_body_timeout_secs: 0\nupstream:\n  first_token_timeout_ms: 0\n  max_sse_event_bytes: 10\n",
+        "downstream:\n  request_body_timeout_secs: 0\nupstream:\n  first_token_timeout_ms: 0\n  max_sse_event_bytes: 10\n  max_response_bytes: 10\n",
         &[],
     )
     .unwrap_err();
@@ -326,6 +328,7 @@ fn out_of_range_phase_deadlines_name_their_key() {
         "downstream.request_body_timeout_secs",
         "upstream.first_token_timeout_ms",
         "upstream.max_sse_event_bytes",
+        "upstream.max_response_bytes",
     ] {
         assert!(
             messages.iter().any(|m| m.contains(key)),

@@ -450,12 +450,12 @@ fn unsupported_provider_is_named() {
     let yaml = r#"
 _format_version: "1"
 provider_keys:
-  - {display_name: a, provider: anthropic}
+  - {display_name: a, provider: bedrock}
 "#;
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"anthropic\" (this gateway supports openai, azure_openai, mock)"
+            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, mock)"
         ]
     );
 }
@@ -706,10 +706,38 @@ _format_version: "1"
 provider_keys:
   - {display_name: o, provider: openai}
   - {display_name: m, provider: mock}
+  - {display_name: a, provider: anthropic}
 "#;
     let keys = load(yaml, &[]).provider_keys;
     assert_eq!(keys[0].api_base, "https://api.openai.com/v1");
     assert_eq!(keys[1].api_base, "");
+    assert_eq!(keys[2].api_base, "https://api.anthropic.com");
+    assert_eq!(keys[2].anthropic_version, None);
+}
+
+#[test]
+fn anthropic_version_is_read_for_anthropic_keys_only() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: a, provider: anthropic, anthropic_version: "2024-01-01"}
+"#;
+    let keys = load(yaml, &[]).provider_keys;
+    assert_eq!(keys[0].anthropic_version.as_deref(), Some("2024-01-01"));
+
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: o, provider: openai, anthropic_version: "2024-01-01"}
+  - {display_name: a, provider: anthropic, anthropic_version: "2024 01"}
+"#;
+    assert_eq!(
+        errors(yaml, &[]),
+        [
+            "provider_keys[0].anthropic_version: only anthropic providers take an anthropic_version",
+            "provider_keys[1].anthropic_version: must be an API version such as 2024-10-21 (letters, digits, '-', '.')",
+        ]
+    );
 }
 
 #[test]
@@ -977,7 +1005,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, headers, stream_usage)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage)",
             "models[0].timeout: expected a positive integer (milliseconds)",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",

@@ -52,6 +52,8 @@ pub(crate) struct Ctx {
     pub pool: Pool,
     pub deadlines: deadline::Defaults,
     pub stream: StreamSettings,
+    /// `upstream.max_response_bytes`.
+    pub max_response_bytes: usize,
     pub clock: Clock,
 }
 
@@ -299,6 +301,7 @@ impl Attempts {
             deadlines: &deadlines,
             request_id: &self.request_id,
             rename: self.plan.group().is_some(),
+            max_response_bytes: self.ctx.max_response_bytes,
         })
         .await;
         let mut status = None;

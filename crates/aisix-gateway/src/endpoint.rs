@@ -17,6 +17,8 @@ pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
         "/v1/chat/completions" => (Endpoint::ChatCompletions, Allowed::Post),
         "/v1/completions" => (Endpoint::Completions, Allowed::Post),
         "/v1/embeddings" => (Endpoint::Embeddings, Allowed::Post),
+        "/v1/messages" => (Endpoint::Messages, Allowed::Post),
+        "/v1/messages/count_tokens" => (Endpoint::CountTokens, Allowed::Post),
         "/v1/models" => (Endpoint::Models, Allowed::Get),
         p if model_id(p).is_some() => (Endpoint::Models, Allowed::Get),
         _ => {
@@ -53,7 +55,8 @@ pub fn model_id(path: &str) -> Option<&str> {
 
 /// What the gateway needs to know of an endpoint it proxies.
 pub trait Proxied {
-    /// The path appended to a provider's `api_base` (which ends in `/v1`).
+    /// The path appended to a provider's `api_base` (which ends in `/v1` for OpenAI's
+    /// endpoints, and is the bare origin for Anthropic's).
     fn upstream_path(self) -> &'static str;
     /// Whether `"stream": true` makes this endpoint answer with SSE.
     fn can_stream(self) -> bool;
@@ -68,16 +71,24 @@ impl Proxied for Endpoint {
             Endpoint::Completions => "/completions",
             Endpoint::Embeddings => "/embeddings",
             Endpoint::Models => "/models",
-            Endpoint::Messages | Endpoint::Health | Endpoint::Other => "",
+            Endpoint::Messages => "/v1/messages",
+            Endpoint::CountTokens => "/v1/messages/count_tokens",
+            Endpoint::Health | Endpoint::Other => "",
         }
     }
 
     fn can_stream(self) -> bool {
-        matches!(self, Endpoint::ChatCompletions | Endpoint::Completions)
+        matches!(
+            self,
+            Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Messages
+        )
     }
 
     fn dialect(self) -> Dialect {
-        Dialect::OpenAi
+        match self {
+            Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
+            _ => Dialect::OpenAi,
+        }
     }
 }
 
@@ -111,6 +122,15 @@ mod tests {
         );
         assert_eq!(model_id("/v1/models/gpt-4o"), Some("gpt-4o"));
         assert_eq!(resolve(&Method::HEAD, "/livez"), Ok(Endpoint::Health));
+        assert_eq!(
+            resolve(&Method::POST, "/v1/messages"),
+            Ok(Endpoint::Messages)
+        );
+        assert_eq!(
+            resolve(&Method::POST, "/v1/messages/count_tokens"),
+            Ok(Endpoint::CountTokens)
+        );
+        assert_eq!(Endpoint::Messages.dialect(), Dialect::Anthropic);
     }
 
     #[test]

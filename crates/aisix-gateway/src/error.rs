@@ -1,5 +1,7 @@
 //! Gateway errors: typed where they happen, interpreted once and rendered once into the
-//! client's envelope (a response, or an in-band event of a stream already under way). The
+//! client's envelope (a response, or an in-band event of a stream already under way): OpenAI's
+//! `{"error":{...}}`, or Anthropic's `{"type":"error","error":{"type","message"}}` with its type
+//! names by status. The dialect switch is here and nowhere else. The
 //! message a client sees never carries a secret or an upstream host; details for operators go
 //! to the log.
 
@@ -10,6 +12,8 @@ pub use aisix_obs::metrics::labels::AuthFailure;
 use aisix_obs::metrics::labels::{Outcome, UpstreamErrorKind};
 
 use crate::body::GatewayBody;
+use crate::wire::Dialect;
+use crate::wire::anthropic::error as anthropic;
 
 /// Which side of the gateway a failure belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +54,8 @@ pub enum ErrorKind {
     StreamTimeout,
     /// A stream event was larger than `upstream.max_sse_event_bytes`.
     StreamEventTooLarge,
+    /// A whole answer was larger than `upstream.max_response_bytes` (its connection closed).
+    UpstreamResponseTooLarge,
     /// A stream event that is not what the upstream's dialect sends (not JSON, or an error
     /// object where a chunk belongs).
     UpstreamMalformed,
@@ -189,6 +195,12 @@ impl ErrorKind {
                 UpstreamErrorKind::EventTooLarge,
                 true,
             ),
+            ErrorKind::UpstreamResponseTooLarge => upstream(
+                StatusCode::BAD_GATEWAY,
+                "upstream_response_too_large",
+                UpstreamErrorKind::ResponseTooLarge,
+                false,
+            ),
             ErrorKind::UpstreamMalformed => upstream(
                 StatusCode::BAD_GATEWAY,
                 "upstream_malformed",
@@ -291,13 +303,17 @@ impl GatewayError {
         })
     }
 
-    /// The OpenAI error envelope `{"error":{"message","type","param","code"}}`, with the status
-    /// and headers that go with it. The one place errors become responses.
-    pub fn to_response(&self) -> Response<GatewayBody> {
-        let bytes = match &self.upstream_body {
-            Some(body) => body.clone(),
-            None => {
+    /// The error envelope of `dialect` (OpenAI's `{"error":{"message","type","param","code"}}`
+    /// or Anthropic's), with the status and headers that go with it. The one place errors
+    /// become responses. An upstream's error object, when kept, is already in `dialect`.
+    pub fn to_response(&self, dialect: Dialect) -> Response<GatewayBody> {
+        let bytes = match (&self.upstream_body, dialect) {
+            (Some(body), _) => body.clone(),
+            (None, Dialect::OpenAi) => {
                 Bytes::from(serde_json::json!({ "error": self.openai_error_object() }).to_string())
+            }
+            (None, Dialect::Anthropic) => {
+                anthropic::envelope(self.status().as_u16(), &self.message)
             }
         };
         let mut response = Response::new(GatewayBody::full(bytes));
@@ -317,10 +333,18 @@ impl GatewayError {
     }
 
     /// The error as the last event of a stream already under way: `event: error` with the
-    /// envelope as its data. The one place errors become events.
-    pub fn to_event(&self) -> Bytes {
-        let envelope = serde_json::json!({ "error": self.openai_error_object() });
-        Bytes::from(format!("event: error\ndata: {envelope}\n\n"))
+    /// envelope of `dialect` as its data. The one place errors become events.
+    pub fn to_event(&self, dialect: Dialect) -> Bytes {
+        match dialect {
+            Dialect::OpenAi => {
+                let envelope = serde_json::json!({ "error": self.openai_error_object() });
+                Bytes::from(format!("event: error\ndata: {envelope}\n\n"))
+            }
+            Dialect::Anthropic => anthropic::stream_event(
+                anthropic::error_type(self.status().as_u16()),
+                &self.message,
+            ),
+        }
     }
 }
 
@@ -354,7 +378,7 @@ mod tests {
             (ErrorKind::AllCandidatesUnavailable, 503),
         ];
         for (kind, status) in cases {
-            let response = GatewayError::new(kind, "m").to_response();
+            let response = GatewayError::new(kind, "m").to_response(Dialect::OpenAi);
             assert_eq!(response.status().as_u16(), status, "{kind:?}");
             assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
         }
@@ -395,10 +419,43 @@ mod tests {
 
     #[test]
     fn a_stream_error_event_carries_the_envelope() {
-        let event = GatewayError::new(ErrorKind::StreamCut, "cut").to_event();
+        let event = GatewayError::new(ErrorKind::StreamCut, "cut").to_event(Dialect::OpenAi);
         let text = std::str::from_utf8(&event).unwrap();
         assert!(text.starts_with("event: error\ndata: {"), "{text}");
         assert!(text.ends_with("}\n\n"), "{text}");
         assert!(text.contains("\"code\":\"stream_cut\""), "{text}");
+    }
+
+    #[test]
+    fn anthropic_clients_get_anthropic_envelopes_named_by_status() {
+        let cases = [
+            (
+                ErrorKind::Unauthorized(AuthFailure::Unknown),
+                "authentication_error",
+            ),
+            (ErrorKind::ModelNotAllowed, "permission_error"),
+            (ErrorKind::ModelNotFound, "not_found_error"),
+            (ErrorKind::InvalidJson, "invalid_request_error"),
+            (ErrorKind::BodyTooLarge, "request_too_large"),
+            (ErrorKind::AllCandidatesUnavailable, "overloaded_error"),
+            (ErrorKind::UpstreamTimeout, "timeout_error"),
+            (ErrorKind::UpstreamResponseTooLarge, "api_error"),
+        ];
+        for (kind, name) in cases {
+            let error = GatewayError::new(kind, "m");
+            let response = error.to_response(Dialect::Anthropic);
+            let body = match response.into_body() {
+                GatewayBody::Full(body) => body.unwrap_or_default(),
+                other => panic!("{other:?}"),
+            };
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(body["type"], "error", "{kind:?}");
+            assert_eq!(body["error"]["type"], name, "{kind:?}");
+            assert_eq!(body["error"]["message"], "m");
+            let event = error.to_event(Dialect::Anthropic);
+            let event = std::str::from_utf8(&event).unwrap();
+            assert!(event.starts_with("event: error\ndata: {"), "{event}");
+            assert!(event.contains(name), "{event}");
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! parse), and, for a stream cut short, the request that asks the next model to continue it.
 
 use bytes::Bytes;
+use http::HeaderMap;
 use serde_json::Value;
 
 use crate::endpoint::{Endpoint, Proxied};
@@ -20,6 +21,9 @@ pub(crate) struct Inbound {
     pub inspected: Inspected,
     /// The client asked for a stream, on an endpoint that streams.
     pub stream: bool,
+    /// The client's headers an Anthropic passthrough forwards (`anthropic-version`,
+    /// `anthropic-beta`); empty on OpenAI's endpoints.
+    pub forwarded: HeaderMap,
 }
 
 /// The inspect phase: validates `body` as a request to `endpoint` and finds the model it names.
@@ -32,7 +36,21 @@ pub(crate) fn inspect(endpoint: Endpoint, body: Bytes) -> Result<Inbound, Gatewa
         body,
         inspected,
         stream,
+        forwarded: HeaderMap::new(),
     })
+}
+
+/// The headers of `request` that a relayed request to `endpoint` carries upstream.
+pub(crate) fn forwarded(endpoint: Endpoint, request: &HeaderMap) -> HeaderMap {
+    let mut forwarded = HeaderMap::new();
+    if endpoint.dialect() == Dialect::Anthropic {
+        for name in crate::provider::anthropic::FORWARDED {
+            for value in request.get_all(name) {
+                forwarded.append(name, value.clone());
+            }
+        }
+    }
+    forwarded
 }
 
 impl Inbound {

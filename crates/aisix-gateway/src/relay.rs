@@ -18,6 +18,7 @@ use http_body::{Body, Frame};
 
 use crate::account::Record;
 use crate::attempt::{Attempts, Continued};
+use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
 use crate::stream::{Events, Next};
 
@@ -100,7 +101,7 @@ impl State {
         tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
         record.stream_failed(&error);
         let mut last = BytesMut::from(&before[..]);
-        last.extend_from_slice(&error.to_event());
+        last.extend_from_slice(&error.to_event(record.endpoint.dialect()));
         (State::Closing(last.freeze(), record), Bytes::new())
     }
 }
@@ -162,7 +163,8 @@ impl Body for SseRelay {
                     Poll::Ready(Continued::Failed(error, mut record)) => {
                         tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
                         record.stream_failed(&error);
-                        this.state = State::Closing(error.to_event(), record);
+                        let last = error.to_event(record.endpoint.dialect());
+                        this.state = State::Closing(last, record);
                     }
                 },
                 State::Closing(..) => {

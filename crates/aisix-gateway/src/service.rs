@@ -22,7 +22,7 @@ use crate::account::Record;
 use crate::attempt::{Attempts, Ctx, Served};
 use crate::auth;
 use crate::body::GatewayBody;
-use crate::endpoint::{self, Endpoint};
+use crate::endpoint::{self, Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
 use crate::health;
@@ -187,8 +187,10 @@ impl Inner {
     ) -> Result<Reply, GatewayError> {
         let snapshot = self.snapshot();
         let key = self.authenticate(&snapshot, &request, record)?;
+        let forwarded = inbound::forwarded(endpoint, request.headers());
         let body = self.read(request, record).await?;
-        let (inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
+        let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
+        inbound.forwarded = forwarded;
         record.reservation = self.limit(key, &model, &inbound)?;
         let plan = Plan::new(&model);
         let mut attempts = self.attempts(plan, inbound, record, &snapshot);
@@ -307,6 +309,7 @@ impl Inner {
             pool: self.pool.clone(),
             deadlines: settings.deadlines,
             stream: settings.stream,
+            max_response_bytes: settings.upstream.max_response_bytes,
             clock: snapshot.clock,
         };
         Attempts::new(
@@ -378,7 +381,7 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
         }
         Err(error) => {
             record.failed(&error);
-            error.to_response()
+            error.to_response(record.endpoint.dialect())
         }
     };
     record.status = response.status().as_u16();

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Cost, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind, Resilience, Resources,
-    Strategy, TimeoutOverrides, WhenAllUnavailable,
+    Cost, DEFAULT_ANTHROPIC_VERSION, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
+    Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -137,6 +137,8 @@ pub struct Provider {
     pub secret: Option<Box<str>>,
     /// Whether streams ask for `stream_options.include_usage`.
     pub stream_usage: bool,
+    /// `anthropic` only: the `anthropic-version` sent when the client sent none.
+    pub anthropic_version: HeaderValue,
     /// Directly, or through the proxy the environment names.
     pub(crate) route: Route,
 }
@@ -147,6 +149,9 @@ pub struct EndpointUris {
     chat_completions: Option<Uri>,
     completions: Option<Uri>,
     embeddings: Option<Uri>,
+    /// Anthropic's `/v1/messages` (an `anthropic` provider's only endpoint but one).
+    messages: Option<Uri>,
+    count_tokens: Option<Uri>,
 }
 
 impl EndpointUris {
@@ -171,6 +176,8 @@ impl EndpointUris {
             chat_completions: uri(Endpoint::ChatCompletions),
             completions: uri(Endpoint::Completions),
             embeddings: uri(Endpoint::Embeddings),
+            messages: uri(Endpoint::Messages),
+            count_tokens: uri(Endpoint::CountTokens),
         }
     }
 
@@ -185,12 +192,15 @@ impl EndpointUris {
     }
 
     /// The URI for `endpoint`; `None` for endpoints that are never proxied or a base that is
-    /// not a valid URI (a `mock` provider's empty base).
+    /// not a valid URI (a `mock` provider's empty base). Which endpoints a provider speaks is
+    /// its adapter's to say.
     pub fn get(&self, endpoint: Endpoint) -> Option<&Uri> {
         match endpoint {
             Endpoint::ChatCompletions => self.chat_completions.as_ref(),
             Endpoint::Completions => self.completions.as_ref(),
             Endpoint::Embeddings => self.embeddings.as_ref(),
+            Endpoint::Messages => self.messages.as_ref(),
+            Endpoint::CountTokens => self.count_tokens.as_ref(),
             _ => None,
         }
     }
@@ -398,6 +408,11 @@ impl Provider {
                 HeaderName::from_static("api-key"),
                 key.api_key.as_ref().map(|k| k.expose().to_owned()),
             ),
+            ProviderKind::Anthropic => (
+                EndpointUris::new(&key.api_base, "", None),
+                HeaderName::from_static("x-api-key"),
+                key.api_key.as_ref().map(|k| k.expose().to_owned()),
+            ),
             ProviderKind::OpenAi | ProviderKind::Mock => (
                 EndpointUris::new(&key.api_base, "", None),
                 http::header::AUTHORIZATION,
@@ -436,6 +451,11 @@ impl Provider {
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()),
             stream_usage: key.stream_usage,
+            anthropic_version: key
+                .anthropic_version
+                .as_deref()
+                .and_then(|v| HeaderValue::from_str(v).ok())
+                .unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION)),
             route,
         }
     }

@@ -357,8 +357,8 @@ impl Events {
         }
         if self.done {
             self.finish();
-        } else if self.map.complete() {
-            self.out.push(self.map.end_marker());
+        } else if let Some(end) = self.map.finish() {
+            self.out.push(end);
             self.finish();
         } else {
             self.fail(GatewayError::new(

@@ -1,6 +1,10 @@
 //! The mock's default answers, shaped like OpenAI's and deterministic: chat and legacy
 //! completions (JSON or SSE), embeddings, the model list, and OpenAI-style errors.
 //!
+//! With `tool_choice` `required` (the first tool) or a named function (that tool), a chat
+//! answer is one tool call (`call_mock_{seq}`) whose arguments give each property of the
+//! tool's schema a value of its type, with `finish_reason: tool_calls`.
+//!
 //! Usage rule: `prompt_tokens` is the number of whitespace-separated words in the prompt text
 //! (message contents, `prompt` or `input`; one per token id for pre-tokenized input), at least 1;
 //! `completion_tokens` is the number of pieces of [`REPLY_PIECES`].
@@ -76,7 +80,18 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
                 .sum()
         });
     let usage = usage(prompt_tokens, REPLY_PIECES.len());
+    let call = tool_call(body, seq);
     if !is_stream(body) {
+        let (message, finish) = match &call {
+            Some(call) => (
+                json!({"role": "assistant", "content": null, "tool_calls": [call], "refusal": null}),
+                "tool_calls",
+            ),
+            None => (
+                json!({"role": "assistant", "content": REPLY_TEXT, "refusal": null}),
+                "stop",
+            ),
+        };
         return json_answer(
             StatusCode::OK,
             json!({
@@ -87,9 +102,9 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
                 "system_fingerprint": SYSTEM_FINGERPRINT,
                 "choices": [{
                     "index": 0,
-                    "message": {"role": "assistant", "content": REPLY_TEXT, "refusal": null},
+                    "message": message,
                     "logprobs": null,
-                    "finish_reason": "stop",
+                    "finish_reason": finish,
                 }],
                 "usage": usage,
             }),
@@ -119,16 +134,55 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
-    events.extend(
-        REPLY_PIECES
-            .iter()
-            .map(|piece| chunk(json!({"content": piece}), Value::Null)),
-    );
-    events.push(chunk(json!({}), json!("stop")));
+    if let Some(mut call) = call {
+        // The name first, then the arguments in two pieces, as OpenAI streams them.
+        let arguments = call["function"]["arguments"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        let (head, tail) = arguments.split_at(arguments.len() / 2);
+        call["index"] = json!(0);
+        call["function"]["arguments"] = json!("");
+        events.push(chunk(json!({"tool_calls": [call]}), Value::Null));
+        for piece in [head, tail] {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}),
+                Value::Null,
+            ));
+        }
+        events.push(chunk(json!({}), json!("tool_calls")));
+    } else {
+        events.extend(
+            REPLY_PIECES
+                .iter()
+                .map(|piece| chunk(json!({"content": piece}), Value::Null)),
+        );
+        events.push(chunk(json!({}), json!("stop")));
+    }
     if include_usage {
         events.push(usage_chunk(&id, "chat.completion.chunk", model, usage));
     }
     sse_answer(events)
+}
+
+/// The tool call a chat request forces with `tool_choice`, if it does.
+fn tool_call(body: &Value, seq: usize) -> Option<Value> {
+    let tools = body.get("tools").and_then(Value::as_array)?;
+    let choice = body.get("tool_choice")?;
+    let tool = if choice == "required" {
+        tools.first()?
+    } else {
+        let name = choice.pointer("/function/name")?;
+        tools
+            .iter()
+            .find(|t| t.pointer("/function/name") == Some(name))?
+    };
+    let arguments = super::anthropic::input_for(tool.pointer("/function/parameters"));
+    Some(json!({
+        "id": format!("call_mock_{seq}"),
+        "type": "function",
+        "function": {"name": tool.pointer("/function/name")?, "arguments": arguments.to_string()},
+    }))
 }
 
 fn completion(body: &Value, model: &str, seq: usize) -> Answer {

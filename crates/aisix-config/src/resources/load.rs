@@ -246,6 +246,10 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let api_version = fields.optional(report, "api_version").map(|(v, p)| {
         non_empty_string(report, v, &p).and_then(|version| api_version(report, version, &p))
     });
+    // The same shape as an Azure api-version (`api_version` is shadowed by the field here).
+    let anthropic_version = fields.optional(report, "anthropic_version").map(|(v, p)| {
+        non_empty_string(report, v, &p).and_then(|version| self::api_version(report, version, &p))
+    });
     let headers = fields
         .optional(report, "headers")
         .map(|(v, p)| static_headers(report, v, &p));
@@ -266,6 +270,12 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only azure_openai providers take an api_version",
             );
         }
+        if provider != ProviderKind::Anthropic && anthropic_version.is_some() {
+            report.error(
+                field("anthropic_version"),
+                "only anthropic providers take an anthropic_version",
+            );
+        }
         if provider.default_api_base().is_none() && api_base.is_none() {
             report.error(
                 field("api_base"),
@@ -280,6 +290,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         api_key,
         api_base,
         api_version,
+        anthropic_version,
         headers,
         stream_usage,
     );
@@ -290,12 +301,17 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     }
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one argument per field of the key, each read and checked on its own"
+)]
 fn build_provider_key(
     name: Option<String>,
     provider: Option<ProviderKind>,
     api_key: Option<Option<Secret>>,
     api_base: Option<Option<String>>,
     api_version: Option<Option<String>>,
+    anthropic_version: Option<Option<String>>,
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
 ) -> Option<ProviderKey> {
@@ -310,6 +326,7 @@ fn build_provider_key(
         api_key: given(api_key)?,
         api_base,
         api_version: given(api_version)?,
+        anthropic_version: given(anthropic_version)?,
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
     })

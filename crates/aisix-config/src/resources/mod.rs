@@ -19,4 +19,6 @@ pub use key::{KeyHash, hash_key};
 pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
-pub use types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+pub use types::{
+    ApiKey, DEFAULT_ANTHROPIC_VERSION, Model, ProviderKey, ProviderKind, Resources, Secret,
+};

@@ -30,24 +30,28 @@ pub enum ProviderKind {
     OpenAi,
     /// Azure OpenAI: the deployment in the path, `api-version` in the query, `api-key` header.
     AzureOpenAi,
+    /// Anthropic's Messages API: `x-api-key` and `anthropic-version` headers.
+    Anthropic,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 3] = [
+    pub const ALL: [ProviderKind; 4] = [
         ProviderKind::OpenAi,
         ProviderKind::AzureOpenAi,
+        ProviderKind::Anthropic,
         ProviderKind::Mock,
     ];
 
-    /// The name the resources file uses (`openai`, `azure_openai`, `mock`); also a bounded
+    /// The name the resources file uses (`openai`, `azure_openai`, `anthropic`, `mock`); also a bounded
     /// metric label.
     pub fn as_str(&self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
             ProviderKind::AzureOpenAi => "azure_openai",
+            ProviderKind::Anthropic => "anthropic",
             ProviderKind::Mock => "mock",
         }
     }
@@ -63,6 +67,7 @@ impl ProviderKind {
         match self {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::AzureOpenAi => None,
+            ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Mock => Some(""),
         }
     }
@@ -73,6 +78,9 @@ impl fmt::Display for ProviderKind {
         f.write_str(self.as_str())
     }
 }
+
+/// The `anthropic-version` sent to an `anthropic` provider whose key sets none.
+pub const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 /// `provider_keys[]`: credentials and endpoint for one upstream account.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +95,9 @@ pub struct ProviderKey {
     pub api_base: String,
     /// `azure_openai` only (and required there): the `api-version` query value.
     pub api_version: Option<String>,
+    /// `anthropic` only: the `anthropic-version` header sent when the client sent none
+    /// ([`DEFAULT_ANTHROPIC_VERSION`] when not set).
+    pub anthropic_version: Option<String>,
     /// Static headers sent with every request to this provider (`OpenAI-Organization`, ...);
     /// names are valid and neither hop-by-hop nor the gateway's own. Values print as `***`.
     pub headers: Vec<(String, Secret)>,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::RETRY_AFTER;
-use http::{HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -21,6 +21,74 @@ use crate::upstream::{ConnectError, Lease, Pool, SendError};
 pub(crate) const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
 /// Largest upstream error body read to relay its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
+
+static GATEWAY_AGENT: HeaderValue =
+    HeaderValue::from_static(concat!("aisix/", env!("CARGO_PKG_VERSION")));
+
+/// The upstream request: built from scratch, so only the gateway's own headers, `extra` (what
+/// the adapter forwards of the client's) and the provider's (its credential and static
+/// headers, which win) travel.
+pub(crate) fn request(
+    provider: &Provider,
+    uri: &Uri,
+    body: Bytes,
+    stream: bool,
+    request_id: &HeaderValue,
+    extra: &HeaderMap,
+) -> Result<Request<Full<Bytes>>, GatewayError> {
+    let mut request = Request::builder()
+        .method(Method::POST)
+        .uri(uri.clone())
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .header(
+            ACCEPT,
+            HeaderValue::from_static(if stream { "text/event-stream" } else { "application/json" }),
+        )
+        .header(USER_AGENT, GATEWAY_AGENT.clone())
+        .header("x-request-id", request_id.clone())
+        .body(Full::new(body))
+        .map_err(|e| {
+            tracing::error!(provider = %provider.name, error = %e, "cannot build the upstream request");
+            GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
+        })?;
+    let headers = request.headers_mut();
+    for (name, value) in extra {
+        headers.insert(name, value.clone());
+    }
+    for (name, value) in &provider.headers {
+        headers.insert(name, value.clone());
+    }
+    Ok(request)
+}
+
+/// The error for a provider whose `api_base` gave no URI for an endpoint.
+pub(crate) fn no_uri(provider: &Provider) -> GatewayError {
+    tracing::error!(provider = %provider.name, "api_base is not a usable URI");
+    GatewayError::new(
+        ErrorKind::Internal,
+        "The gateway could not build the upstream request.",
+    )
+}
+
+/// Whether a response's `Content-Type` says it is an event stream.
+pub(crate) fn is_sse(content_type: Option<&HeaderValue>) -> bool {
+    content_type
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// The provider key scrubbed from an error body the provider sent back (keys shorter than 8
+/// characters are not looked for: they would match ordinary text).
+pub(crate) fn secret(provider: &Provider) -> Option<&str> {
+    provider.secret.as_deref().filter(|k| k.len() >= 8)
+}
+
+/// The Unix time now, for the `created` of translated answers.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
 
 /// An upstream's answer whose head has arrived.
 pub(crate) struct Head {
@@ -58,7 +126,8 @@ pub(crate) async fn send(
 }
 
 /// Reads a whole body of at most `limit` bytes by `deadline`; hands the connection back when
-/// it was read to the end.
+/// it was read to the end. A longer body is `upstream_response_too_large`, and its connection
+/// is closed (never pooled with the rest unread).
 pub(crate) async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
@@ -72,6 +141,15 @@ pub(crate) async fn read_body(
                 lease.release();
             }
             Ok(collected.to_bytes())
+        }
+        Ok(Err(error)) if error.is::<LengthLimitError>() => {
+            tracing::warn!(provider, limit, "upstream response body too large");
+            Err(GatewayError::new(
+                ErrorKind::UpstreamResponseTooLarge,
+                format!(
+                    "The upstream provider's answer is larger than the limit of {limit} bytes."
+                ),
+            ))
         }
         Ok(Err(error)) => {
             tracing::warn!(provider, %error, "upstream response body failed");

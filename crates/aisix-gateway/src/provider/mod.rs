@@ -16,9 +16,11 @@
 //! A new provider (another dialect) is a module with its `call`, an arm in [`call`], and, for
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
 
+pub(crate) mod anthropic;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
+pub(crate) mod translated;
 
 use std::time::Duration;
 
@@ -43,6 +45,8 @@ pub(crate) struct Call<'a> {
     pub request_id: &'a HeaderValue,
     /// Answers name the direct model in `model` (the client named a group).
     pub rename: bool,
+    /// The largest whole answer held to translate (`upstream.max_response_bytes`).
+    pub max_response_bytes: usize,
 }
 
 /// A direct model's answer, in the client's dialect.
@@ -70,6 +74,7 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
     match call.route.provider.kind {
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
+        ProviderKind::Anthropic => anthropic::call(&call).await,
     }
 }
 
@@ -78,6 +83,8 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
 pub(crate) enum StreamMap {
     /// OpenAI events to an OpenAI client, relayed as they are.
     OpenAi(openai::Passthrough),
+    /// Anthropic events relayed to an Anthropic client, or either dialect translated.
+    Translated(Box<translated::Translated>),
 }
 
 /// What the client gets for one upstream event.
@@ -108,6 +115,7 @@ impl StreamMap {
     pub(crate) fn event(&mut self, event: &[u8]) -> Step {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
+            StreamMap::Translated(map) => map.event(event),
         }
     }
 
@@ -116,20 +124,19 @@ impl StreamMap {
     pub(crate) fn started(&self) -> bool {
         match self {
             StreamMap::OpenAi(map) => map.started(),
+            StreamMap::Translated(map) => map.started(),
         }
     }
 
-    /// Every choice has finished: the stream is complete even if its end marker never comes.
-    pub(crate) fn complete(&self) -> bool {
+    /// The upstream body ended without its end marker: what ends the client's stream when it
+    /// is complete anyway (every choice finished, or the stop reason came), `None` when it was
+    /// cut.
+    pub(crate) fn finish(&mut self) -> Option<Bytes> {
         match self {
-            StreamMap::OpenAi(map) => map.complete(),
-        }
-    }
-
-    /// What ends a complete stream in the client's dialect, sent when the upstream left it out.
-    pub(crate) fn end_marker(&self) -> Bytes {
-        match self {
-            StreamMap::OpenAi(_) => Bytes::from_static(b"data: [DONE]\n\n"),
+            StreamMap::OpenAi(map) => map
+                .complete()
+                .then(|| Bytes::from_static(b"data: [DONE]\n\n")),
+            StreamMap::Translated(map) => map.finish(),
         }
     }
 
@@ -137,6 +144,7 @@ impl StreamMap {
     pub(crate) fn text(&self) -> Option<&str> {
         match self {
             StreamMap::OpenAi(map) => map.text(),
+            StreamMap::Translated(_) => None,
         }
     }
 
@@ -144,6 +152,7 @@ impl StreamMap {
     pub(crate) fn keep_text(&mut self, so_far: &str) {
         match self {
             StreamMap::OpenAi(map) => map.keep_text(so_far),
+            StreamMap::Translated(_) => {}
         }
     }
 
@@ -151,6 +160,7 @@ impl StreamMap {
     pub(crate) fn carried(&self) -> Carried {
         match self {
             StreamMap::OpenAi(map) => map.carried(),
+            StreamMap::Translated(map) => map.carried(),
         }
     }
 
@@ -159,6 +169,7 @@ impl StreamMap {
     pub(crate) fn continuing(&mut self, before: Carried) {
         match self {
             StreamMap::OpenAi(map) => map.continuing(before),
+            StreamMap::Translated(_) => {}
         }
     }
 }

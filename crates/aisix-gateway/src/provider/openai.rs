@@ -1,26 +1,28 @@
 //! The OpenAI-compatible adapter (`openai`, `azure_openai`): builds the upstream request from
 //! scratch (only the gateway's own headers and the provider key travel; nothing of the
 //! client's), relays whole answers and streams to OpenAI clients without re-serializing them,
-//! and passes a provider's 4xx error object through with its credential scrubbed.
+//! and passes a provider's 4xx error object through with its credential scrubbed. An Anthropic
+//! client's `/v1/messages` (and `count_tokens`) is translated to chat completions, and the
+//! answer, stream or error back to Anthropic's shape.
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, USER_AGENT};
-use http::{HeaderValue, Method, Request, StatusCode};
-use http_body_util::Full;
+use http::header::CONTENT_TYPE;
+use http::{HeaderMap, HeaderValue, StatusCode};
 
 use super::exchange::{self, MAX_UPSTREAM_BODY, Rejection};
+use super::translated::Translated;
 use super::{Answer, Call, Carried, Edit, Step, StreamMap};
+use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
+use crate::wire::anthropic::{error as anthropic_error, request, response};
 use crate::wire::sse::{self, Event};
 use crate::wire::usage::{self, Usage};
 use crate::wire::{Dialect, chunk};
 
-static GATEWAY_AGENT: HeaderValue =
-    HeaderValue::from_static(concat!("aisix/", env!("CARGO_PKG_VERSION")));
-
 /// Sends the client's request to the direct model and waits for the head (streams) or the
 /// whole body (everything else): the head by the first-byte deadline, the body by the end.
+/// An Anthropic client's request is translated to chat completions, and the answer back.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let Call {
         pool,
@@ -29,76 +31,93 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         deadlines,
         request_id,
         rename,
+        max_response_bytes,
     } = *call;
     let provider = &*route.provider;
     let stream = inbound.stream;
-    let Some(uri) = route.uris.get(inbound.endpoint) else {
-        tracing::error!(provider = %provider.name, "api_base is not a usable URI");
-        return Err(GatewayError::new(
-            ErrorKind::Internal,
-            "The gateway could not build the upstream request.",
-        ));
+    let translated = inbound.dialect == Dialect::Anthropic;
+    let endpoint = if translated {
+        Endpoint::ChatCompletions
+    } else {
+        inbound.endpoint
     };
-    let include_usage = stream && provider.stream_usage;
-    let body = inbound.inspected.rewrite(
-        &inbound.body,
-        route.upstream_model_json.as_deref(),
-        include_usage,
-    );
-    let mut request = Request::builder()
-        .method(Method::POST)
-        .uri(uri.clone())
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(
-            ACCEPT,
-            HeaderValue::from_static(if stream { "text/event-stream" } else { "application/json" }),
-        )
-        .header(USER_AGENT, GATEWAY_AGENT.clone())
-        .header("x-request-id", request_id.clone())
-        .body(Full::new(body))
-        .map_err(|e| {
-            tracing::error!(provider = %provider.name, error = %e, "cannot build the upstream request");
-            GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
-        })?;
-    for (name, value) in &provider.headers {
-        request.headers_mut().insert(name, value.clone());
-    }
+    let Some(uri) = route.uris.get(endpoint) else {
+        return Err(exchange::no_uri(provider));
+    };
+    let body = match inbound.endpoint {
+        Endpoint::Messages => {
+            request::to_openai(&inbound.body, &route.upstream_model)
+                .map_err(super::anthropic::request_error)?
+                .body
+        }
+        Endpoint::CountTokens => {
+            request::count_tokens_to_openai(&inbound.body, &route.upstream_model)
+                .map_err(super::anthropic::request_error)?
+        }
+        _ => inbound.inspected.rewrite(
+            &inbound.body,
+            route.upstream_model_json.as_deref(),
+            stream && provider.stream_usage,
+        ),
+    };
+    let request = exchange::request(provider, uri, body, stream, request_id, &HeaderMap::new())?;
 
     let head = exchange::send(pool, provider, request, deadlines).await?;
     let status = head.response.status();
     if !status.is_success() {
         let rejection = exchange::rejection(head, deadlines.end, &provider.name).await;
-        return Err(error(&rejection, provider));
+        return Err(error(&rejection, provider, inbound.dialect));
     }
     let content_type = head.response.headers().get(CONTENT_TYPE).cloned();
-    let is_sse = content_type
-        .as_ref()
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
     let rename = rename.then(|| route.name_json.clone());
-    if stream && is_sse {
+    if stream && exchange::is_sse(content_type.as_ref()) {
+        let map = if translated {
+            StreamMap::Translated(Box::new(Translated::to_anthropic()))
+        } else {
+            StreamMap::OpenAi(Passthrough::new(
+                !inbound.client_wants_usage(),
+                rename,
+                inbound.inspected.choices,
+            ))
+        };
         return Ok(Answer::Stream {
             status,
             body: head.response.into_body(),
             lease: head.lease,
-            map: match inbound.dialect {
-                Dialect::OpenAi => StreamMap::OpenAi(Passthrough::new(
-                    !inbound.client_wants_usage(),
-                    rename,
-                    inbound.inspected.choices,
-                )),
-            },
+            map,
             waited: head.waited,
         });
     }
+    let limit = if translated {
+        max_response_bytes
+    } else {
+        MAX_UPSTREAM_BODY
+    };
     let body = exchange::read_body(
         head.response.into_body(),
         head.lease,
-        MAX_UPSTREAM_BODY,
+        limit,
         deadlines.end,
         &provider.name,
     )
     .await?;
+    let json = HeaderValue::from_static("application/json");
+    if translated {
+        let (body, usage) = match inbound.endpoint {
+            Endpoint::CountTokens => (response::count_tokens_from_openai(&body), None),
+            _ => match response::to_anthropic(&body) {
+                Ok(answer) => (Ok(answer.body), Some(answer.usage.to_usage())),
+                Err(malformed) => (Err(malformed), None),
+            },
+        };
+        return Ok(Answer::Complete {
+            status,
+            content_type: json,
+            body: body.map_err(|m| super::anthropic::malformed(provider, &m.0))?,
+            usage,
+            waited: head.waited,
+        });
+    }
     let usage = usage::from_response(&body);
     let body = match rename.and_then(|name| chunk::with_model(&body, &name)) {
         Some(renamed) => Bytes::from(renamed),
@@ -106,7 +125,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     };
     Ok(Answer::Complete {
         status,
-        content_type: content_type.unwrap_or_else(|| HeaderValue::from_static("application/json")),
+        content_type: content_type.unwrap_or(json),
         body,
         usage,
         waited: head.waited,
@@ -114,23 +133,31 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
 }
 
 /// The error for an upstream error status, with the provider's own `{"error": ...}` object
-/// (its key scrubbed) for the 4xx a client may see.
-fn error(rejection: &Rejection, provider: &Provider) -> GatewayError {
+/// (its key scrubbed) for the 4xx a client may see, carried over to Anthropic's envelope for
+/// an Anthropic client.
+fn error(rejection: &Rejection, provider: &Provider, dialect: Dialect) -> GatewayError {
     let mut error = rejection.error();
     if rejection.passes_through() {
-        error.upstream_body = openai_error_body(&rejection.body, provider);
+        let secret = exchange::secret(provider);
+        error.upstream_body = match dialect {
+            Dialect::OpenAi => openai_error_body(&rejection.body, secret),
+            Dialect::Anthropic => anthropic_error::upstream_to_anthropic(
+                rejection.status.as_u16(),
+                &rejection.body,
+                secret,
+            ),
+        };
     }
     error
 }
 
 /// The provider's `{"error": {...}}` body if it is one, with the provider key scrubbed.
-fn openai_error_body(body: &[u8], provider: &Provider) -> Option<Bytes> {
+fn openai_error_body(body: &[u8], secret: Option<&str>) -> Option<Bytes> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
     if !value.get("error").is_some_and(serde_json::Value::is_object) {
         return None;
     }
     let text = value.to_string();
-    let secret = provider.secret.as_deref().filter(|k| k.len() >= 8);
     Some(Bytes::from(match secret {
         Some(key) => text.replace(key, "***"),
         None => text,

@@ -16,4 +16,6 @@ pub mod usage;
 pub enum Dialect {
     /// OpenAI's chat and legacy completions and embeddings.
     OpenAi,
+    /// Anthropic's Messages API (`/v1/messages` and its `count_tokens`).
+    Anthropic,
 }

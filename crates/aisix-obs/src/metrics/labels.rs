@@ -44,6 +44,8 @@ label_enum! {
         Models => "models",
         /// Anthropic `POST /v1/messages`.
         Messages => "messages",
+        /// Anthropic `POST /v1/messages/count_tokens`.
+        CountTokens => "count_tokens",
         /// `/livez` and `/readyz`.
         Health => "health",
         /// Anything else (answered 404); keeps raw paths out of labels.
@@ -109,6 +111,8 @@ label_enum! {
         StreamCut => "stream_cut",
         /// A stream event was larger than `upstream.max_sse_event_bytes`.
         EventTooLarge => "event_too_large",
+        /// A whole answer was larger than `upstream.max_response_bytes`.
+        ResponseTooLarge => "response_too_large",
         /// A stream event was not what the provider's dialect sends.
         Malformed => "malformed",
     }

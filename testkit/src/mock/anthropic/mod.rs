@@ -219,7 +219,8 @@ fn plan(body: &Value) -> Said {
 }
 
 /// A tool input that fills the schema's properties with a value of each one's type.
-fn input_for(schema: Option<&Value>) -> Value {
+/// Arguments a tool call fills in from its JSON schema: each property a value of its type.
+pub(crate) fn input_for(schema: Option<&Value>) -> Value {
     let properties = schema
         .and_then(|s| s.get("properties"))
         .and_then(Value::as_object);

@@ -116,6 +116,22 @@ pub fn upstream_to_anthropic(status: u16, body: &[u8], secret: Option<&str>) -> 
     )))
 }
 
+/// An Anthropic upstream's error body for an Anthropic client: its own type and message,
+/// re-rendered with the message bounded and `secret` masked. `None` when the body is not
+/// Anthropic's envelope.
+pub fn upstream_anthropic(body: &[u8], secret: Option<&str>) -> Option<Bytes> {
+    let body: AnthropicBody = json::parse(body).ok()?;
+    let kind = if body.error.kind.is_empty() {
+        "api_error"
+    } else {
+        body.error.kind.as_str()
+    };
+    Some(Bytes::from(render(
+        kind,
+        &masked(body.error.message.clone(), secret),
+    )))
+}
+
 /// `message`, cut to a bounded length, with `secret` replaced by `***` (keys shorter than 8
 /// characters are not searched for: they would mask ordinary words).
 fn masked(message: String, secret: Option<&str>) -> String {
@@ -185,6 +201,14 @@ mod tests {
         assert_eq!(
             back,
             serde_json::json!({"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}})
+        );
+        let same: Value = serde_json::from_slice(
+            &upstream_anthropic(anthropic, Some("sk-ant-12345678")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            same,
+            serde_json::json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad key ***"}})
         );
         assert!(upstream_to_openai(400, b"<html>", None).is_none());
         assert!(upstream_to_anthropic(400, br#"{"detail":"x"}"#, None).is_none());
