@@ -265,3 +265,49 @@ both_modes! {
         assert_eq!(reply.status, 200, "a new day, a new budget: {}", reply.text());
     }
 }
+
+/// Scrapes until `aisix_config_reloads_total{result="success"}` reaches `count`.
+async fn wait_reloaded(rig: &Rig, count: f64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while sample(
+        &rig.scrape().await,
+        "aisix_config_reloads_total",
+        &[("result", "success")],
+    ) < count
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never reloaded: {}",
+            rig.gateway.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+both_modes! {
+    async fn a_reload_keeps_the_counters_of_entries_still_there(mode: Mode) {
+        let limits = Limits { key: "rate_limit: {rpm: 3}".into(), ..Limits::default() };
+        let rig = Rig::start(mode, &limits, "");
+        align(&[&rig.gateway], 0, MINUTE, 1_000).await;
+        let body = chat_body(16, false);
+        for _ in 0..3 {
+            assert_eq!(chat(&rig.gateway, &body).await.status, 200);
+        }
+        assert_eq!(chat(&rig.gateway, &body).await.status, 429);
+
+        // The key's limit goes up by one and the model gets a limit of its own: the key's
+        // count so far still holds, so one more request is admitted, not four.
+        let changed = Limits { key: "rate_limit: {rpm: 4}".into(), model: "rate_limit: {rpd: 100}".into() };
+        let resources = aisix_e2e::limits::resources(&rig.mock.base_url(), &changed);
+        std::fs::write(rig.gateway.dir().join("resources.yaml"), resources).unwrap();
+        rig.gateway.signal(libc::SIGHUP);
+        wait_reloaded(&rig, 1.0).await;
+
+        let reply = chat(&rig.gateway, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(number(&reply, "x-ratelimit-limit-requests"), 4);
+        let reply = chat(&rig.gateway, &body).await;
+        assert_eq!(reply.status, 429, "the count survived the reload: {}", reply.text());
+        assert_eq!(number(&reply, "x-ratelimit-remaining-requests"), 0);
+    }
+}
