@@ -254,6 +254,15 @@ both_modes! {
         let page = rig.scrape().await;
         let spent = sample(&page, "aisix_spend_usd_total", &[("api_key", "team"), ("model", "chat")]);
         assert!((spent - 0.001).abs() < 1e-9, "{page}");
+        // Tokens and requests by key (its display name, never the key).
+        assert_eq!(sample(&page, "aisix_tokens_total", &[("api_key", "team"), ("kind", "input")]), 20.0, "{page}");
+        assert_eq!(sample(&page, "aisix_tokens_total", &[("api_key", "team"), ("kind", "output")]), 40.0, "{page}");
+        assert_eq!(
+            sample(&page, "aisix_requests_total", &[("api_key", "team"), ("outcome", "rate_limited")]),
+            1.0,
+            "{page}"
+        );
+        assert!(!page.contains(aisix_e2e::limits::KEY), "no key on the metrics page");
         assert_eq!(
             sample(&page, "aisix_ratelimit_rejections_total", &[("scope", "api_key"), ("kind", "budget")]),
             1.0,

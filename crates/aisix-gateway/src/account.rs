@@ -194,6 +194,7 @@ impl Record {
         emit::request(
             &RequestLabels {
                 endpoint: self.endpoint,
+                api_key: self.key_name.as_deref().unwrap_or(UNROUTED),
                 model,
                 provider,
                 status: StatusClass::from_status(self.status),

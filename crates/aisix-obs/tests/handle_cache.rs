@@ -17,6 +17,7 @@ use common::{labels, local, series, sorted_lines, value};
 fn chat_ok<'a>(model: &'a str, provider: &'a str) -> RequestLabels<'a> {
     RequestLabels {
         endpoint: Endpoint::ChatCompletions,
+        api_key: "team-a",
         model,
         provider,
         status: StatusClass::Success,
@@ -288,6 +289,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
             emit::request(
                 &RequestLabels {
                     endpoint,
+                    api_key: "team-a",
                     model,
                     provider,
                     status: StatusClass::from_status(status),
