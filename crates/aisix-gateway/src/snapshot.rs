@@ -618,6 +618,51 @@ mod tests {
     }
 
     #[test]
+    fn limits_are_built_per_entry_and_a_group_is_priced_at_its_targets_highest_prices() {
+        let yaml = r#"_format_version: "1"
+provider_keys: [{display_name: p, provider: mock}]
+models:
+  - {display_name: cheap, provider: mock, model_name: m, provider_key: p, cost: {input_per_1k: 0.001, output_per_1k: 0.02}}
+  - {display_name: dear, provider: mock, model_name: m, provider_key: p, rate_limit: {rpm: 5}, cost: {input_per_1k: 0.005, output_per_1k: 0.01}}
+  - {display_name: free, provider: mock, model_name: m, provider_key: p}
+  - display_name: chat
+    routing: {targets: [{model: cheap}, {model: dear}, {model: free}]}
+    rate_limit: {tpm: 1000}
+api_keys:
+  - {display_name: limited, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: ["*"], budget: {usd: 5, period: day}}
+"#;
+        let resources =
+            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
+        let snapshot = Snapshot::from_resources(&resources);
+        let direct = |name| match snapshot.model(name) {
+            Some(Named::Direct(route)) => route.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(
+            direct("cheap").limits.is_none(),
+            "no rate_limit, no subject"
+        );
+        assert!(direct("dear").limits.is_some());
+        let Some(Named::Group(group)) = snapshot.model("chat") else {
+            panic!("chat is a group");
+        };
+        assert!(group.limits.is_some());
+        let usd = |s| aisix_config::Usd::parse(s).unwrap();
+        assert_eq!(
+            group.cost,
+            Some(Cost {
+                input_per_1k: usd("0.005"),
+                output_per_1k: usd("0.02"),
+            })
+        );
+        let key = resources.api_keys[0].key_hash;
+        assert!(
+            snapshot.api_key(&key).unwrap().limits.is_some(),
+            "a budget alone"
+        );
+    }
+
+    #[test]
     fn azure_models_get_deployment_paths_and_the_api_key_header() {
         let yaml = r#"_format_version: "1"
 provider_keys:

@@ -108,20 +108,23 @@ pub const OVERHEAD_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25,
 ];
 
+/// The labels of `aisix_requests_total`, which the request bundle is keyed by.
+const REQUEST_LABELS: [&str; 6] = [
+    "endpoint",
+    "api_key",
+    "model",
+    "provider",
+    "status_class",
+    "outcome",
+];
+
 pub static REQUESTS_TOTAL: Family<6> = Family {
     id: FamilyId::RequestsTotal,
     name: "aisix_requests_total",
     help: "Requests answered, by endpoint, API key, model, provider, status class and outcome.",
     kind: Kind::Counter,
     unit: Unit::Count,
-    labels: [
-        "endpoint",
-        "api_key",
-        "model",
-        "provider",
-        "status_class",
-        "outcome",
-    ],
+    labels: REQUEST_LABELS,
 };
 
 pub static REQUEST_DURATION: Family<4> = Family {
@@ -339,14 +342,7 @@ pub(crate) static REQUEST_BUNDLE: Family<6> = Family {
     help: "",
     kind: Kind::Counter,
     unit: Unit::Count,
-    labels: [
-        "endpoint",
-        "api_key",
-        "model",
-        "provider",
-        "status_class",
-        "outcome",
-    ],
+    labels: REQUEST_LABELS,
 };
 
 /// Every family, in the order the families are documented above.
