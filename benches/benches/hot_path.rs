@@ -85,6 +85,7 @@ fn metrics(c: &mut Criterion) {
         metrics.register_worker(Worker::Tpc(0));
         let labels = RequestLabels {
             endpoint: Endpoint::ChatCompletions,
+            api_key: "team-a",
             model: "gpt-4o",
             provider: "openai-main",
             status: StatusClass::from_status(200),

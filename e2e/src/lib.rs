@@ -6,6 +6,7 @@ pub mod client;
 pub mod gateway;
 /// The scriptable mock provider, from the workspace's one mock library.
 pub use aisix_testkit::mock;
+pub mod limits;
 pub mod prom;
 pub mod resources;
 pub mod routing;

@@ -12,11 +12,11 @@ use aisix_obs::metrics::labels::{Endpoint as EndpointLabel, Outcome, StatusClass
 use http::{HeaderValue, Method, Uri};
 use tokio::time::Instant;
 
-use aisix_config::Cost;
+use aisix_config::{Cost, Usd};
 
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::estimate::Tokens;
-use crate::limit::{Charge, Reservation};
+use crate::limit::{Charge, Headroom, Reservation};
 use crate::wire::usage::Usage;
 
 /// The status recorded for a request whose client left before its response was ready.
@@ -68,6 +68,13 @@ pub(crate) struct Record {
     pub reservation: Option<Reservation>,
     /// The prices of the direct model that answered, for the settlement's spend.
     pub cost: Option<Cost>,
+    /// Where the request's limits stood when it was admitted or refused (`x-ratelimit-*`).
+    pub limits: Option<Headroom>,
+    /// What the limit phase estimated the request would use.
+    pub estimate: Tokens,
+    /// Output tokens a stream produced so far, counted by the relay: for a stream that ends
+    /// without a usage count (the client left, the upstream broke off).
+    pub produced: Option<u64>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -108,6 +115,9 @@ impl Record {
             failure: None,
             reservation: None,
             cost: None,
+            limits: None,
+            estimate: Tokens::default(),
+            produced: None,
             sinks,
             _in_flight: in_flight,
         }
@@ -162,12 +172,29 @@ impl Record {
         self.overhead
     }
 
-    fn emit_metrics(&self, latency: Duration) {
+    /// What the request used: the usage the upstream reported, else the prompt estimate and
+    /// the output a stream produced; `None` when neither is known.
+    fn used(&self) -> Option<Tokens> {
+        match (self.usage, self.produced) {
+            (Some(usage), _) => Some(Tokens {
+                input: usage.prompt_tokens,
+                output: usage.completion_tokens,
+            }),
+            (None, Some(output)) => Some(Tokens {
+                input: self.estimate.input,
+                output,
+            }),
+            (None, None) => None,
+        }
+    }
+
+    fn emit_metrics(&self, latency: Duration, spend: Option<Usd>) {
         let model = self.model.as_deref().unwrap_or(UNROUTED);
         let provider = self.provider.as_deref().unwrap_or(UNROUTED);
         emit::request(
             &RequestLabels {
                 endpoint: self.endpoint,
+                api_key: self.key_name.as_deref().unwrap_or(UNROUTED),
                 model,
                 provider,
                 status: StatusClass::from_status(self.status),
@@ -180,6 +207,9 @@ impl Record {
                 ttft: self.ttft.filter(|_| self.stream),
             },
         );
+        if let (Some(spend), Some(key)) = (spend.filter(|s| *s > Usd::ZERO), &self.key_name) {
+            emit::spend(key, model, spend.nanos() as f64 / 1e9);
+        }
         // The name the client sent: the group's, or the direct model's own.
         let named = self.group.as_deref().unwrap_or(model);
         let mut previous: Option<&str> = None;
@@ -228,15 +258,13 @@ impl Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
+        let used = self.used();
+        let spend = used.zip(self.cost).map(|(used, cost)| used.cost(&cost));
         // Without a usage count the reservation is dropped unsettled: charged as reserved.
-        if let (Some(reservation), Some(usage)) = (self.reservation.take(), self.usage) {
-            let used = Tokens {
-                input: usage.prompt_tokens,
-                output: usage.completion_tokens,
-            };
+        if let (Some(reservation), Some(used)) = (self.reservation.take(), used) {
             reservation.settle(Charge {
                 tokens: used.total(),
-                spend: self.cost.map(|cost| used.cost(&cost)).unwrap_or_default(),
+                spend: spend.unwrap_or_default(),
             });
         }
         // A whole response is done when its head is (its body goes out with it); a stream
@@ -246,7 +274,7 @@ impl Drop for Record {
             _ => self.received.elapsed(),
         };
         if self.sinks.metrics {
-            self.emit_metrics(latency);
+            self.emit_metrics(latency, spend);
         }
         if self.sinks.access_log {
             self.write_access_log(latency);

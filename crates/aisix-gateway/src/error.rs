@@ -9,9 +9,10 @@ use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
 pub use aisix_obs::metrics::labels::AuthFailure;
-use aisix_obs::metrics::labels::{Outcome, UpstreamErrorKind};
+use aisix_obs::metrics::labels::{Outcome, RateLimitKind, UpstreamErrorKind};
 
 use crate::body::GatewayBody;
+use crate::limit::Refused;
 use crate::wire::Dialect;
 use crate::wire::anthropic::error as anthropic;
 
@@ -61,6 +62,12 @@ pub enum ErrorKind {
     UpstreamMalformed,
     /// Every direct model of the group is cooling down.
     AllCandidatesUnavailable,
+    /// A `rate_limit` of the key or the model refused the request.
+    RateLimited,
+    /// The key's `budget` for the period is spent.
+    BudgetExceeded,
+    /// Redis cannot be reached and `ratelimit.redis.on_error` is `deny`.
+    LimiterUnavailable,
     Internal,
 }
 
@@ -217,6 +224,34 @@ impl ErrorKind {
                 upstream_error: None,
                 auth_failure: None,
             },
+            ErrorKind::RateLimited | ErrorKind::BudgetExceeded => Meaning {
+                status: StatusCode::TOO_MANY_REQUESTS,
+                error_type: if matches!(self, ErrorKind::BudgetExceeded) {
+                    "billing_error"
+                } else {
+                    "rate_limit_error"
+                },
+                code: if matches!(self, ErrorKind::BudgetExceeded) {
+                    "budget_exceeded"
+                } else {
+                    "rate_limit_exceeded"
+                },
+                outcome: Outcome::RateLimited,
+                side: Side::Client,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            },
+            ErrorKind::LimiterUnavailable => Meaning {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                error_type: "api_error",
+                code: "rate_limiter_unavailable",
+                outcome: Outcome::UpstreamError,
+                side: Side::Internal,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            },
             ErrorKind::Internal => Meaning {
                 status: StatusCode::INTERNAL_SERVER_ERROR,
                 error_type: "server_error",
@@ -326,6 +361,10 @@ impl GatewayError {
         if let Some(retry_after) = &self.retry_after {
             headers.insert(header::RETRY_AFTER, retry_after.clone());
         }
+        if self.kind == ErrorKind::BudgetExceeded {
+            // Quick retries by an SDK cannot cure a spent budget.
+            headers.insert("x-should-retry", HeaderValue::from_static("false"));
+        }
         if matches!(self.kind, ErrorKind::Unauthorized(_)) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -345,6 +384,21 @@ impl GatewayError {
                 &self.message,
             ),
         }
+    }
+}
+
+impl From<Refused> for GatewayError {
+    /// The refusal in the envelope: its kind, its message and its `Retry-After` (the
+    /// `x-ratelimit-*` headers are the response head's, from the record).
+    fn from(refused: Refused) -> Self {
+        let kind = match &refused {
+            Refused::Limit(r) if r.kind == RateLimitKind::Budget => ErrorKind::BudgetExceeded,
+            Refused::Limit(_) => ErrorKind::RateLimited,
+            Refused::Unavailable => ErrorKind::LimiterUnavailable,
+        };
+        let mut error = GatewayError::new(kind, refused.message());
+        error.retry_after = refused.retry_after();
+        error
     }
 }
 
@@ -415,6 +469,48 @@ mod tests {
                 .auth_failure,
             Some(AuthFailure::Expired)
         );
+    }
+
+    #[test]
+    fn a_refusal_renders_with_its_own_status_type_code_and_headers() {
+        use crate::limit::{Headroom, Refusal};
+        use aisix_obs::metrics::labels::RateLimitScope;
+        let refusal = |kind, retry_after| {
+            Refused::Limit(Refusal {
+                scope: RateLimitScope::ApiKey,
+                name: "team".into(),
+                kind,
+                limit: 5,
+                used: 5,
+                period: None,
+                retry_after,
+                headroom: Headroom::default(),
+            })
+        };
+        let cases = [
+            refusal(RateLimitKind::Rpm, Some(std::time::Duration::from_secs(3))),
+            refusal(RateLimitKind::Concurrency, None),
+            refusal(
+                RateLimitKind::Budget,
+                Some(std::time::Duration::from_secs(60)),
+            ),
+            Refused::Unavailable,
+        ];
+        for refused in cases {
+            let error = GatewayError::from(refused.clone());
+            let meaning = error.meaning();
+            assert_eq!(
+                (meaning.status, meaning.error_type, meaning.code),
+                (refused.status(), refused.error_type(), refused.code())
+            );
+            assert_eq!(error.message, refused.message());
+            let response = error.to_response(Dialect::OpenAi);
+            let mut expected = http::HeaderMap::new();
+            refused.write_headers(&mut expected);
+            for name in [header::RETRY_AFTER.as_str(), "x-should-retry"] {
+                assert_eq!(response.headers().get(name), expected.get(name), "{name}");
+            }
+        }
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::account::Sinks;
 use crate::body::GatewayBody;
 use crate::deadline;
 use crate::egress::Egress;
+use crate::limit::{Limiter, LimiterInitError};
 use crate::service::Gateway;
 use crate::snapshot::Loaded;
 use crate::stream::StreamSettings;
@@ -35,6 +36,11 @@ pub(crate) struct Common {
     pub sinks: Sinks,
     pub tls: Arc<rustls::ClientConfig>,
     pub metrics: Option<Metrics>,
+    /// The limits of every key and model entry: one set of counters for the process.
+    pub limiter: Limiter,
+    /// The limiter's clock, which the end-to-end tests move forward.
+    #[cfg(feature = "test-hooks")]
+    pub clock: Arc<crate::limit::SkewedClock>,
 }
 
 /// Builds the gateway of each worker, and reloads resources for all of them.
@@ -43,8 +49,12 @@ pub struct GatewayFactory {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("cannot build the upstream TLS configuration: {0}")]
-pub struct GatewayInitError(#[from] rustls::Error);
+pub enum GatewayInitError {
+    #[error("cannot build the upstream TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error(transparent)]
+    Limiter(#[from] LimiterInitError),
+}
 
 impl GatewayFactory {
     /// `metrics` is the installed recorder when `/metrics` is enabled; without it nothing is
@@ -66,6 +76,12 @@ impl GatewayFactory {
                 max_event_bytes: bootstrap.upstream.max_sse_event_bytes,
             },
         };
+        #[cfg(feature = "test-hooks")]
+        let clock = Arc::new(crate::limit::SkewedClock::default());
+        #[cfg(feature = "test-hooks")]
+        let limiter = Limiter::new(&bootstrap.ratelimit, clock.clone())?;
+        #[cfg(not(feature = "test-hooks"))]
+        let limiter = Limiter::new(&bootstrap.ratelimit, Arc::new(crate::limit::SystemClock))?;
         let loaded = Loaded::new(resources, None, bootstrap.upstream.resilience);
         Ok(Self {
             common: Arc::new(Common {
@@ -78,8 +94,16 @@ impl GatewayFactory {
                 },
                 tls: crate::upstream::tls_client_config()?,
                 metrics,
+                limiter,
+                #[cfg(feature = "test-hooks")]
+                clock,
             }),
         })
+    }
+
+    /// The process's limiter, to flush at the end of a drain.
+    pub fn limiter(&self) -> &Limiter {
+        &self.common.limiter
     }
 
     /// Publishes new resources to every worker; requests already running keep the old ones.

@@ -2,6 +2,13 @@
 //! authentication, model groups (retries, fallback, cooldown), per-worker upstream pools, SSE
 //! relay and usage accounting.
 
+// The `test-hooks` feature compiles in `/__aisix/test/advance-clock`, which moves the
+// limiter's clock. No build a user can run may carry it.
+#[cfg(all(feature = "test-hooks", not(debug_assertions)))]
+compile_error!(
+    "the `test-hooks` feature is for debug test builds only; a release build must not contain the clock hook"
+);
+
 mod account;
 mod attempt;
 mod auth;
@@ -21,6 +28,8 @@ mod route;
 mod service;
 mod snapshot;
 mod stream;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod upstream;
 pub mod wire;
 

@@ -87,6 +87,7 @@ impl State {
         if let Some(usage) = events.usage() {
             record.usage = Some(usage);
         }
+        record.produced = Some(events.map().produced());
         if let (Some(rest), true) = (rest, continuable(&error))
             && let Some(text) = events.map().text().map(str::to_owned)
         {
@@ -127,6 +128,7 @@ impl Body for SseRelay {
                         if let Some(usage) = events.usage() {
                             record.usage = Some(usage);
                         }
+                        record.produced = Some(events.map().produced());
                         record.succeeded();
                         this.state = State::Done;
                         return Poll::Ready(None);
@@ -184,6 +186,16 @@ impl Body for SseRelay {
 
     fn is_end_stream(&self) -> bool {
         matches!(self.state, State::Done)
+    }
+}
+
+impl Drop for SseRelay {
+    /// A client that leaves mid-stream pays for the output produced so far: the record settles
+    /// with it as it drops.
+    fn drop(&mut self) {
+        if let State::Relaying { events, record, .. } = &mut self.state {
+            record.produced = Some(events.map().produced());
+        }
     }
 }
 

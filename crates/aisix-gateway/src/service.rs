@@ -27,7 +27,8 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
 use crate::health;
 use crate::inbound::{self, Inbound};
-use crate::limit;
+use crate::limit::estimate::Tokens;
+use crate::limit::{Charge, Headroom};
 use crate::models;
 use crate::relay::SseRelay;
 use crate::route::Plan;
@@ -57,7 +58,7 @@ struct Inner {
 
 impl Gateway {
     pub(crate) fn new(ctx: WorkerContext, common: Arc<Common>) -> Self {
-        let snapshots = SnapshotCache::new(&common.loaded, &common.egress);
+        let snapshots = SnapshotCache::new(&common.loaded, &common.egress, &common.limiter);
         let pool = Pool::new(&common.settings.upstream, common.tls.clone());
         let ids = RequestIds::new(ctx.id);
         Self {
@@ -93,6 +94,8 @@ struct Head {
     sse: bool,
     /// The request's body never arrived in full: an HTTP/1.1 connection is left mid-message.
     close: bool,
+    /// Where the request's limits stand, for the `x-ratelimit-*` headers.
+    limits: Option<Headroom>,
 }
 
 impl Head {
@@ -114,6 +117,9 @@ impl Head {
         if self.close {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
         }
+        if let Some(limits) = self.limits {
+            limits.write_headers(headers);
+        }
         headers.insert(X_REQUEST_ID.clone(), self.request_id);
     }
 }
@@ -123,6 +129,10 @@ impl Inner {
         let received = Instant::now();
         let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
         let version = request.version();
+        #[cfg(feature = "test-hooks")]
+        if request.uri().path() == crate::test_hooks::ADVANCE_CLOCK_PATH {
+            return crate::test_hooks::advance_clock(&self.common.clock, &request);
+        }
         let resolved = endpoint::resolve(request.method(), request.uri().path());
         let mut record = match resolved {
             // Probes are answered without a record: they are neither traffic nor worth a log line.
@@ -137,6 +147,7 @@ impl Inner {
                     served_by: None,
                     sse: false,
                     close: false,
+                    limits: None,
                 }
                 .apply(&mut response);
                 return response;
@@ -191,7 +202,7 @@ impl Inner {
         let body = self.read(request, record).await?;
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
-        record.reservation = self.limit(key, &model, &inbound)?;
+        self.limit(key, &model, &inbound, record).await?;
         let plan = Plan::new(&model);
         let mut attempts = self.attempts(plan, inbound, record, &snapshot);
         let served = attempts.run(record).await?;
@@ -284,16 +295,48 @@ impl Inner {
     }
 
     /// The limit phase: reserves what the request may use of its key's and its model's (or
-    /// group's) limits before it is routed; the record holds the reservation until the response
-    /// or stream ends and settles it with the usage. The limiter (`crate::limit`) is not wired
-    /// in yet (issue 11), so nothing is reserved.
-    fn limit(
+    /// group's) limits before it is routed, or refuses it; the record holds the reservation
+    /// until the response or stream ends and settles it with the usage. The estimate is
+    /// [`Tokens::estimate`]'s, priced at the model's prices (a group's: the highest of its
+    /// targets').
+    async fn limit(
         &self,
-        _key: &ApiKeyEntry,
-        _model: &Named,
-        _inbound: &Inbound,
-    ) -> Result<Option<limit::Reservation>, GatewayError> {
-        Ok(None)
+        key: &ApiKeyEntry,
+        model: &Named,
+        inbound: &Inbound,
+        record: &mut Record,
+    ) -> Result<(), GatewayError> {
+        let (model_limits, cost) = match model {
+            Named::Direct(direct) => (direct.limits.as_ref(), direct.cost),
+            Named::Group(group) => (group.limits.as_ref(), group.cost),
+        };
+        let estimate = Tokens::estimate(
+            inbound.body.len(),
+            inbound.inspected.max_output_tokens,
+            inbound.endpoint != Endpoint::Embeddings,
+        );
+        let charge = Charge {
+            tokens: estimate.total(),
+            spend: cost.map(|cost| estimate.cost(&cost)).unwrap_or_default(),
+        };
+        let limiter = &self.common.limiter;
+        let reserved = match (key.limits.as_ref(), model_limits) {
+            (None, None) => return Ok(()),
+            (Some(key), Some(model)) => limiter.reserve(&[key, model], charge).await,
+            (Some(one), None) | (None, Some(one)) => limiter.reserve(&[one], charge).await,
+        };
+        record.estimate = estimate;
+        match reserved {
+            Ok(reservation) => {
+                record.limits = Some(*reservation.headroom());
+                record.reservation = Some(reservation);
+                Ok(())
+            }
+            Err(refused) => {
+                record.limits = refused.headroom();
+                Err(refused.into())
+            }
+        }
     }
 
     /// The attempt loop for `plan`, with what this worker gives every attempt.
@@ -323,7 +366,11 @@ impl Inner {
 
     /// This worker's lookup tables, rebuilt here if a reload happened since the last request.
     fn snapshot(&self) -> Arc<Snapshot> {
-        self.snapshots.get(&self.common.loaded, &self.common.egress)
+        self.snapshots.get(
+            &self.common.loaded,
+            &self.common.egress,
+            &self.common.limiter,
+        )
     }
 }
 
@@ -349,6 +396,7 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
         served_by: None,
         sse: false,
         close: false,
+        limits: record.limits,
     };
     let response = match result {
         Ok(Reply::Ready(response)) => {

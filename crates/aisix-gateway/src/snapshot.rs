@@ -14,8 +14,11 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
+use aisix_obs::metrics::labels::RateLimitScope;
+
 use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
+use crate::limit::{Limiter, Subject, SystemClock};
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -68,6 +71,8 @@ pub struct DirectRoute {
     pub timeouts: TimeoutOverrides,
     /// Its prices, for the spend its answers settle.
     pub cost: Option<Cost>,
+    /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
+    pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
     pub uris: Arc<EndpointUris>,
     pub provider: Arc<Provider>,
@@ -90,6 +95,11 @@ pub struct GroupRoute {
     pub(crate) members: Vec<Arc<DirectRoute>>,
     pub(crate) tiers: Vec<Tier>,
     pub(crate) state: Arc<GroupState>,
+    /// The group's own `rate_limit`, when it sets one.
+    pub limits: Option<Arc<Subject>>,
+    /// The highest input and the highest output price among its targets: what a request's
+    /// spend is reserved at before it is known which target answers.
+    pub cost: Option<Cost>,
 }
 
 /// How a request moves among its direct models.
@@ -212,6 +222,8 @@ pub struct ApiKeyEntry {
     pub allowed: Vec<ModelPattern>,
     pub disabled: bool,
     pub expires_at: Option<SystemTime>,
+    /// Its `rate_limit` and `budget`, when it sets either.
+    pub limits: Option<Arc<Subject>>,
 }
 
 impl ApiKeyEntry {
@@ -224,12 +236,19 @@ impl Snapshot {
     /// Builds the lookup tables with every provider reached directly and fresh shared state.
     pub fn from_resources(resources: &Resources) -> Self {
         let states = States::carry_over(None, resources, Resilience::default());
-        Self::build(resources, &states, &Egress::direct())
+        let limiter = Limiter::in_memory(Arc::new(SystemClock));
+        Self::build(resources, &states, &Egress::direct(), &limiter)
     }
 
     /// Builds the lookup tables; `states` holds the shared state of each entry, `egress` gives
-    /// each provider's route (direct or a proxy).
-    pub(crate) fn build(resources: &Resources, states: &States, egress: &Egress) -> Self {
+    /// each provider's route (direct or a proxy), `limiter` the counters of each entry's limits
+    /// (the same ones every worker and every reload gets for an entry of the same name).
+    pub(crate) fn build(
+        resources: &Resources,
+        states: &States,
+        egress: &Egress,
+        limiter: &Limiter,
+    ) -> Self {
         let providers: Vec<Arc<Provider>> = resources
             .provider_keys
             .iter()
@@ -288,6 +307,12 @@ impl Snapshot {
                 upstream_model_json,
                 timeouts: model.timeouts,
                 cost: model.cost,
+                limits: limiter.subject(
+                    RateLimitScope::Model,
+                    &model.display_name,
+                    &model.rate_limit,
+                    None,
+                ),
                 uris,
                 provider: provider.clone(),
                 state,
@@ -298,7 +323,13 @@ impl Snapshot {
             direct.push(Some(route));
         }
         for group in &resources.groups {
-            let Some(route) = GroupRoute::new(group, &direct, states) else {
+            let limits = limiter.subject(
+                RateLimitScope::Model,
+                &group.display_name,
+                &group.rate_limit,
+                None,
+            );
+            let Some(route) = GroupRoute::new(group, &direct, states, limits) else {
                 continue;
             };
             let named = Named::Group(Arc::new(route));
@@ -317,6 +348,12 @@ impl Snapshot {
                         allowed: key.allowed_models.clone(),
                         disabled: key.disabled,
                         expires_at: key.expires_at,
+                        limits: limiter.subject(
+                            RateLimitScope::ApiKey,
+                            &key.display_name,
+                            &key.rate_limit,
+                            key.budget,
+                        ),
                     },
                 )
             })
@@ -349,6 +386,7 @@ impl GroupRoute {
         group: &ModelGroup,
         direct: &[Option<Arc<DirectRoute>>],
         states: &States,
+        limits: Option<Arc<Subject>>,
     ) -> Option<Self> {
         let routing = &group.routing;
         let mut targets: Vec<(i32, u32, Arc<DirectRoute>)> = routing
@@ -377,6 +415,7 @@ impl GroupRoute {
             tiers.push(Tier::new(start..end, &weights));
             start = end;
         }
+        let cost = highest_prices(targets.iter().map(|(_, _, route)| route.cost));
         Some(Self {
             name: group.display_name.as_str().into(),
             timeouts: group.timeouts,
@@ -396,8 +435,18 @@ impl GroupRoute {
                 .group(&group.display_name)
                 .cloned()
                 .unwrap_or_default(),
+            limits,
+            cost,
         })
     }
+}
+
+/// The highest input and the highest output price among `costs`; `None` when none is priced.
+fn highest_prices(costs: impl Iterator<Item = Option<Cost>>) -> Option<Cost> {
+    costs.flatten().reduce(|a, b| Cost {
+        input_per_1k: a.input_per_1k.max(b.input_per_1k),
+        output_per_1k: a.output_per_1k.max(b.output_per_1k),
+    })
 }
 
 impl Provider {
@@ -496,22 +545,37 @@ struct Built {
 }
 
 impl SnapshotCache {
-    pub(crate) fn new(published: &ArcSwap<Loaded>, egress: &Egress) -> Self {
+    pub(crate) fn new(published: &ArcSwap<Loaded>, egress: &Egress, limiter: &Limiter) -> Self {
         let source = published.load_full();
-        let snapshot = Arc::new(Snapshot::build(&source.resources, &source.states, egress));
+        let snapshot = Arc::new(Snapshot::build(
+            &source.resources,
+            &source.states,
+            egress,
+            limiter,
+        ));
         Self {
             current: ArcSwap::from_pointee(Built { source, snapshot }),
         }
     }
 
     /// The snapshot of the resources published now, built here if this worker has not yet.
-    pub(crate) fn get(&self, published: &ArcSwap<Loaded>, egress: &Egress) -> Arc<Snapshot> {
+    pub(crate) fn get(
+        &self,
+        published: &ArcSwap<Loaded>,
+        egress: &Egress,
+        limiter: &Limiter,
+    ) -> Arc<Snapshot> {
         let source = published.load();
         let cached = self.current.load();
         if Arc::ptr_eq(&cached.source, &source) {
             return cached.snapshot.clone();
         }
-        let snapshot = Arc::new(Snapshot::build(&source.resources, &source.states, egress));
+        let snapshot = Arc::new(Snapshot::build(
+            &source.resources,
+            &source.states,
+            egress,
+            limiter,
+        ));
         self.current.store(Arc::new(Built {
             source: Arc::clone(&source),
             snapshot: snapshot.clone(),
@@ -537,28 +601,85 @@ mod tests {
     #[test]
     fn a_stale_rebuild_finishing_last_is_replaced_by_the_next_request() {
         let egress = Egress::direct();
+        let limiter = Limiter::in_memory(Arc::new(SystemClock));
         let published = ArcSwap::from_pointee(resources("old"));
-        let cache = SnapshotCache::new(&published, &egress);
+        let cache = SnapshotCache::new(&published, &egress, &limiter);
         let old_source = published.load_full();
-        assert!(cache.get(&published, &egress).model("old").is_some());
+        assert!(
+            cache
+                .get(&published, &egress, &limiter)
+                .model("old")
+                .is_some()
+        );
 
         published.store(Arc::new(resources("new")));
-        assert!(cache.get(&published, &egress).model("new").is_some());
+        assert!(
+            cache
+                .get(&published, &egress, &limiter)
+                .model("new")
+                .is_some()
+        );
         // A request that loaded the old resources before the reload stores its rebuild last.
         cache.current.store(Arc::new(Built {
             snapshot: Arc::new(Snapshot::build(
                 &old_source.resources,
                 &old_source.states,
                 &egress,
+                &limiter,
             )),
             source: old_source,
         }));
-        let snapshot = cache.get(&published, &egress);
+        let snapshot = cache.get(&published, &egress, &limiter);
         assert!(snapshot.model("new").is_some() && snapshot.model("old").is_none());
         assert!(Arc::ptr_eq(
-            &cache.get(&published, &egress),
-            &cache.get(&published, &egress)
+            &cache.get(&published, &egress, &limiter),
+            &cache.get(&published, &egress, &limiter)
         ));
+    }
+
+    #[test]
+    fn limits_are_built_per_entry_and_a_group_is_priced_at_its_targets_highest_prices() {
+        let yaml = r#"_format_version: "1"
+provider_keys: [{display_name: p, provider: mock}]
+models:
+  - {display_name: cheap, provider: mock, model_name: m, provider_key: p, cost: {input_per_1k: 0.001, output_per_1k: 0.02}}
+  - {display_name: dear, provider: mock, model_name: m, provider_key: p, rate_limit: {rpm: 5}, cost: {input_per_1k: 0.005, output_per_1k: 0.01}}
+  - {display_name: free, provider: mock, model_name: m, provider_key: p}
+  - display_name: chat
+    routing: {targets: [{model: cheap}, {model: dear}, {model: free}]}
+    rate_limit: {tpm: 1000}
+api_keys:
+  - {display_name: limited, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: ["*"], budget: {usd: 5, period: day}}
+"#;
+        let resources =
+            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
+        let snapshot = Snapshot::from_resources(&resources);
+        let direct = |name| match snapshot.model(name) {
+            Some(Named::Direct(route)) => route.clone(),
+            other => panic!("{name}: {other:?}"),
+        };
+        assert!(
+            direct("cheap").limits.is_none(),
+            "no rate_limit, no subject"
+        );
+        assert!(direct("dear").limits.is_some());
+        let Some(Named::Group(group)) = snapshot.model("chat") else {
+            panic!("chat is a group");
+        };
+        assert!(group.limits.is_some());
+        let usd = |s| aisix_config::Usd::parse(s).unwrap();
+        assert_eq!(
+            group.cost,
+            Some(Cost {
+                input_per_1k: usd("0.005"),
+                output_per_1k: usd("0.02"),
+            })
+        );
+        let key = resources.api_keys[0].key_hash;
+        assert!(
+            snapshot.api_key(&key).unwrap().limits.is_some(),
+            "a budget alone"
+        );
     }
 
     #[test]

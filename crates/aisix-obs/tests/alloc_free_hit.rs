@@ -158,6 +158,7 @@ fn worker_connection_hit_allocates_nothing() {
 fn a_whole_request_allocates_nothing_once_warm() {
     let labels = RequestLabels {
         endpoint: Endpoint::Messages,
+        api_key: "team-a",
         model: "claude",
         provider: "anthropic",
         status: StatusClass::from_status(200),
@@ -181,6 +182,7 @@ fn a_whole_request_allocates_nothing_once_warm() {
 fn request_bundle_hit_allocates_nothing() {
     let labels = RequestLabels {
         endpoint: Endpoint::ChatCompletions,
+        api_key: "team-a",
         model: "gpt-4o",
         provider: "openai-main",
         status: StatusClass::from_status(200),

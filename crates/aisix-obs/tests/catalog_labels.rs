@@ -154,6 +154,7 @@ fn the_request_bundle_keeps_every_label_in_the_key() {
     let metrics = Metrics::build().unwrap();
     let base = RequestLabels {
         endpoint: Endpoint::ChatCompletions,
+        api_key: "team-a",
         model: "m1",
         provider: "p1",
         status: StatusClass::Success,
@@ -163,6 +164,10 @@ fn the_request_bundle_keeps_every_label_in_the_key() {
         base,
         RequestLabels {
             endpoint: Endpoint::Messages,
+            ..base
+        },
+        RequestLabels {
+            api_key: "team-b",
             ..base
         },
         RequestLabels {
@@ -198,6 +203,7 @@ fn the_request_bundle_keeps_every_label_in_the_key() {
         .map(|s| {
             let set = labels(&[
                 ("endpoint", s.endpoint.as_str()),
+                ("api_key", s.api_key),
                 ("model", s.model),
                 ("provider", s.provider),
                 ("status_class", s.status.as_str()),
@@ -211,11 +217,18 @@ fn the_request_bundle_keeps_every_label_in_the_key() {
         series(&page, "aisix_requests_total"),
         expect(
             &emitted,
-            &["endpoint", "model", "provider", "status_class", "outcome"]
+            &[
+                "endpoint",
+                "api_key",
+                "model",
+                "provider",
+                "status_class",
+                "outcome"
+            ]
         )
     );
     // A family without a label folds the variants that differ only in it: the duration has no
-    // status class (5 series), the overhead only the endpoint (2).
+    // status class or API key (5 series), the overhead only the endpoint (2).
     assert_eq!(
         series(&page, "aisix_request_duration_seconds"),
         expect(&emitted, &["endpoint", "model", "provider", "outcome"])
@@ -236,7 +249,7 @@ fn the_request_bundle_keeps_every_label_in_the_key() {
         .collect();
     assert_eq!(
         series(&page, "aisix_tokens_total"),
-        expect(&tokens_emitted, &["model", "provider", "kind"])
+        expect(&tokens_emitted, &["api_key", "model", "provider", "kind"])
     );
     assert_eq!(
         series(&page, "aisix_upstream_ttft_seconds"),
@@ -250,6 +263,7 @@ fn the_request_bundle_registers_tokens_and_ttft_only_when_used() {
     let metrics = Metrics::build().unwrap();
     let labels = RequestLabels {
         endpoint: Endpoint::ChatCompletions,
+        api_key: "team-a",
         model: UNROUTED,
         provider: UNROUTED,
         status: StatusClass::ClientError,

@@ -17,6 +17,7 @@ use common::{labels, local, series, sorted_lines, value};
 fn chat_ok<'a>(model: &'a str, provider: &'a str) -> RequestLabels<'a> {
     RequestLabels {
         endpoint: Endpoint::ChatCompletions,
+        api_key: "team-a",
         model,
         provider,
         status: StatusClass::Success,
@@ -85,14 +86,25 @@ fn two_recorders_in_one_process_never_share_handles() {
     let b_guard = local(&b, || emit::request_started(Endpoint::Embeddings));
 
     let (page_a, page_b) = (a.render(), b.render());
-    let input = labels(&[("model", "m"), ("provider", "p"), ("kind", "input")]);
-    let output = labels(&[("model", "m"), ("provider", "p"), ("kind", "output")]);
+    let input = labels(&[
+        ("api_key", "team-a"),
+        ("model", "m"),
+        ("provider", "p"),
+        ("kind", "input"),
+    ]);
+    let output = labels(&[
+        ("api_key", "team-a"),
+        ("model", "m"),
+        ("provider", "p"),
+        ("kind", "output"),
+    ]);
     assert_eq!(value(&page_a, "aisix_tokens_total", &input), Some(2.0));
     assert_eq!(value(&page_a, "aisix_tokens_total", &output), Some(20.0));
     assert_eq!(value(&page_b, "aisix_tokens_total", &input), Some(100.0));
     assert_eq!(value(&page_b, "aisix_tokens_total", &output), Some(1000.0));
     let chat = labels(&[
         ("endpoint", "chat_completions"),
+        ("api_key", "team-a"),
         ("model", "m"),
         ("provider", "p"),
         ("status_class", "2xx"),
@@ -143,7 +155,12 @@ fn label_value_with_the_separator_is_counted_uncached_and_kept_apart() {
         value(
             &page,
             "aisix_tokens_total",
-            &labels(&[("model", model), ("provider", provider), ("kind", "input")]),
+            &labels(&[
+                ("api_key", "team-a"),
+                ("model", model),
+                ("provider", provider),
+                ("kind", "input"),
+            ]),
         )
     };
     assert_eq!(input("a\u{1f}b", "c"), Some(3.0));
@@ -197,6 +214,7 @@ fn emits_from_many_threads_sum_into_one_series() {
     assert_eq!(value(&page, "aisix_requests_in_flight", &chat), Some(0.0));
     let request = labels(&[
         ("endpoint", "chat_completions"),
+        ("api_key", "team-a"),
         ("model", "m"),
         ("provider", "p"),
         ("status_class", "2xx"),
@@ -288,6 +306,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
             emit::request(
                 &RequestLabels {
                     endpoint,
+                    api_key: "team-a",
                     model,
                     provider,
                     status: StatusClass::from_status(status),
@@ -332,17 +351,17 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
             ::metrics::gauge!("aisix_requests_in_flight", "endpoint" => endpoint).increment(1.0);
             ::metrics::gauge!("aisix_requests_in_flight", "endpoint" => endpoint).decrement(1.0);
             ::metrics::counter!("aisix_requests_total",
-                "endpoint" => endpoint, "model" => model, "provider" => provider,
-                "status_class" => status, "outcome" => outcome)
+                "endpoint" => endpoint, "api_key" => "team-a", "model" => model,
+                "provider" => provider, "status_class" => status, "outcome" => outcome)
             .increment(1);
             ::metrics::histogram!("aisix_request_duration_seconds",
                 "endpoint" => endpoint, "model" => model, "provider" => provider, "outcome" => outcome)
             .record(Duration::from_secs_f64(seconds).as_secs_f64());
             ::metrics::histogram!("aisix_gateway_overhead_seconds", "endpoint" => endpoint)
                 .record(Duration::from_secs_f64(seconds / 1000.0).as_secs_f64());
-            ::metrics::counter!("aisix_tokens_total", "model" => model, "provider" => provider, "kind" => "input")
+            ::metrics::counter!("aisix_tokens_total", "api_key" => "team-a", "model" => model, "provider" => provider, "kind" => "input")
                 .increment(3);
-            ::metrics::counter!("aisix_tokens_total", "model" => model, "provider" => provider, "kind" => "output")
+            ::metrics::counter!("aisix_tokens_total", "api_key" => "team-a", "model" => model, "provider" => provider, "kind" => "output")
                 .increment(4);
             ::metrics::histogram!("aisix_upstream_ttft_seconds", "model" => model, "provider" => provider)
                 .record(Duration::from_secs_f64(seconds / 2.0).as_secs_f64());

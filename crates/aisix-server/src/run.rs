@@ -65,6 +65,9 @@ pub(crate) fn load_and_check(config: Option<&Path>) -> Result<Checked, Vec<Confi
     }
 }
 
+/// The longest the end of a drain waits for the limiter's last settlements to reach Redis.
+const LIMITER_FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Runs the gateway until SIGTERM/SIGINT (then drains and returns `Ok`) or until a worker dies.
 pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     let (bootstrap, resources, resources_hash) =
@@ -151,6 +154,7 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     tracing::info!(addr = %server.local_addr(), tls = bootstrap.proxy.tls.is_some(), "listening");
 
     let notifier = Notifier::from_env();
+    let limiter = factory.limiter().clone();
     let stopped = control.block_on(async {
         let stop_signals = StopSignals::install();
         if let (Some(metrics), Some(listener)) = (metrics, metrics_listener) {
@@ -189,7 +193,16 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             stop_signals.nth(1).await;
             notifier.stopping();
         };
-        Ok(server.run(stop, stop_signals.nth(2)).await)
+        let stopped = server.run(stop, stop_signals.nth(2)).await;
+        // Every request has settled its reservation by now; with Redis, apply the last
+        // settlements before the process goes (bounded: Redis may be away).
+        if tokio::time::timeout(LIMITER_FLUSH_TIMEOUT, limiter.flush())
+            .await
+            .is_err()
+        {
+            tracing::warn!("rate-limit settlements not flushed to Redis before exit");
+        }
+        Ok(stopped)
     })?;
     // Every request has been recorded by now; flush the last access-log lines.
     if let Some(writer) = access_log {

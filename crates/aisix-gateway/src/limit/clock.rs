@@ -55,6 +55,33 @@ impl Clock for ManualClock {
     }
 }
 
+/// The system clock moved forward by an offset the end-to-end tests set through
+/// `/__aisix/test/advance-clock`, so they roll windows and budget periods over without
+/// sleeping. Only in builds with the `test-hooks` feature, which release builds refuse.
+#[cfg(feature = "test-hooks")]
+// shared: read by every worker that checks a limit, moved by the test hook.
+#[derive(Debug, Default)]
+pub struct SkewedClock {
+    offset_millis: AtomicU64,
+}
+
+#[cfg(feature = "test-hooks")]
+impl SkewedClock {
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        self.offset_millis.fetch_add(by, Ordering::Relaxed);
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+impl Clock for SkewedClock {
+    fn unix_millis(&self) -> u64 {
+        SystemClock
+            .unix_millis()
+            .saturating_add(self.offset_millis.load(Ordering::Relaxed))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

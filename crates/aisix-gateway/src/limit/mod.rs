@@ -52,6 +52,8 @@ use aisix_config::{
 use aisix_obs::metrics::emit;
 use aisix_obs::metrics::labels::{RateLimitKind, RateLimitScope};
 
+#[cfg(feature = "test-hooks")]
+pub use clock::SkewedClock;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use refusal::{Headroom, Refusal, Refused, Standing};
 

@@ -169,26 +169,36 @@ impl Refused {
         message
     }
 
-    /// `Retry-After` (whole seconds, at least 1) where waiting helps, `x-should-retry: false`
-    /// where an SDK's quick retries cannot (a spent budget), and the `x-ratelimit-*` headers.
-    pub fn write_headers(&self, headers: &mut HeaderMap) {
+    /// `Retry-After` in whole seconds, at least 1, where waiting helps: not for concurrency.
+    pub fn retry_after(&self) -> Option<HeaderValue> {
         match self {
-            Refused::Limit(r) => {
-                if let Some(after) = r.retry_after {
-                    let seconds = after.as_millis().div_ceil(1000).max(1);
-                    headers.insert(
-                        header::RETRY_AFTER,
-                        HeaderValue::from(u64::try_from(seconds).unwrap_or(u64::MAX)),
-                    );
-                }
-                if r.kind == RateLimitKind::Budget {
-                    headers.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
-                }
-                r.headroom.write_headers(headers);
+            Refused::Limit(r) => r.retry_after.map(|after| {
+                let seconds = after.as_millis().div_ceil(1000).max(1);
+                HeaderValue::from(u64::try_from(seconds).unwrap_or(u64::MAX))
+            }),
+            Refused::Unavailable => Some(HeaderValue::from(1u64)),
+        }
+    }
+
+    /// Where the limits stood when it refused, for the `x-ratelimit-*` headers.
+    pub fn headroom(&self) -> Option<Headroom> {
+        match self {
+            Refused::Limit(r) => Some(r.headroom),
+            Refused::Unavailable => None,
+        }
+    }
+
+    /// `Retry-After` where waiting helps, `x-should-retry: false` where an SDK's quick retries
+    /// cannot (a spent budget), and the `x-ratelimit-*` headers.
+    pub fn write_headers(&self, headers: &mut HeaderMap) {
+        if let Some(after) = self.retry_after() {
+            headers.insert(header::RETRY_AFTER, after);
+        }
+        if let Refused::Limit(r) = self {
+            if r.kind == RateLimitKind::Budget {
+                headers.insert(SHOULD_RETRY.clone(), HeaderValue::from_static("false"));
             }
-            Refused::Unavailable => {
-                headers.insert(header::RETRY_AFTER, HeaderValue::from(1u64));
-            }
+            r.headroom.write_headers(headers);
         }
     }
 }

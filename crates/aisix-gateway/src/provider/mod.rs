@@ -164,6 +164,15 @@ impl StreamMap {
         }
     }
 
+    /// Output tokens produced so far: the usage's when the stream reported one, else one per
+    /// content chunk (models stream about one token per chunk).
+    pub(crate) fn produced(&self) -> u64 {
+        let carried = self.carried();
+        carried
+            .usage
+            .map_or(carried.pieces, |usage| usage.completion_tokens)
+    }
+
     /// This stream continues another one: its preamble is not sent again, and its usage is
     /// added to what the other consumed.
     pub(crate) fn continuing(&mut self, before: Carried) {

@@ -182,8 +182,8 @@ pub(crate) struct Passthrough {
     started: bool,
     /// The text of choice 0 so far, kept when the stream may have to be continued.
     text: Option<String>,
-    /// Content chunks relayed, counted while the text is kept (one token each, as OpenAI
-    /// streams them).
+    /// Content chunks relayed (one token each, as OpenAI streams them): what a stream that
+    /// ends without usage is charged for its output.
     pieces: u64,
     /// This stream continues another: what that one consumed is added to what this reports.
     before: Option<Carried>,
@@ -262,14 +262,16 @@ impl Passthrough {
                     self.finished |= 1 << index;
                 }
             }
-            if let Some(text) = self.text.as_mut() {
-                if facts.content {
-                    self.pieces += 1;
-                }
-                if let Some(more) = facts.text {
-                    text.push_str(&more);
-                }
+            if facts.content {
+                self.pieces += 1;
             }
+            if let (Some(text), Some(more)) = (self.text.as_mut(), facts.text) {
+                text.push_str(&more);
+            }
+        } else if step.usage.is_none() {
+            // A chunk after the first token, not parsed: content or tool-call arguments,
+            // about one token.
+            self.pieces += 1;
         }
         if let Some(name) = &self.rename {
             let current = match &step.edit {

@@ -219,6 +219,7 @@ pub(crate) struct RequestHandles {
     pub total: Counter,
     pub duration: Histogram,
     pub overhead: Histogram,
+    api_key: Box<str>,
     model: Box<str>,
     provider: Box<str>,
     tokens: OnceCell<(Counter, Counter)>,
@@ -232,7 +233,10 @@ impl RequestHandles {
             ::metrics::with_recorder(|recorder| {
                 let kind = |kind: &str| {
                     recorder.register_counter(
-                        &key_of(&TOKENS_TOTAL, &[&self.model, &self.provider, kind]),
+                        &key_of(
+                            &TOKENS_TOTAL,
+                            &[&self.api_key, &self.model, &self.provider, kind],
+                        ),
                         &METADATA,
                     )
                 };
@@ -263,19 +267,21 @@ impl CachedHandle for RequestHandles {
         }
     }
 
-    /// `values` are `[endpoint, model, provider, status_class, outcome]` (REQUEST_BUNDLE).
+    /// `values` are `[endpoint, api_key, model, provider, status_class, outcome]`
+    /// (REQUEST_BUNDLE).
     fn register<const N: usize>(
         recorder: &dyn Recorder,
         _family: &'static Family<N>,
         values: &[&str; N],
     ) -> Self {
         let get = |i: usize| values.get(i).copied().unwrap_or_default();
-        let (endpoint, model, provider, status, outcome) = (get(0), get(1), get(2), get(3), get(4));
+        let (endpoint, api_key, model, provider, status, outcome) =
+            (get(0), get(1), get(2), get(3), get(4), get(5));
         Self {
             total: recorder.register_counter(
                 &key_of(
                     &REQUESTS_TOTAL,
-                    &[endpoint, model, provider, status, outcome],
+                    &[endpoint, api_key, model, provider, status, outcome],
                 ),
                 &METADATA,
             ),
@@ -285,6 +291,7 @@ impl CachedHandle for RequestHandles {
             ),
             overhead: recorder
                 .register_histogram(&key_of(&GATEWAY_OVERHEAD, &[endpoint]), &METADATA),
+            api_key: api_key.into(),
             model: model.into(),
             provider: provider.into(),
             tokens: OnceCell::new(),
@@ -339,10 +346,10 @@ pub(crate) fn started<R>(endpoint: Endpoint, f: impl FnOnce(&Counter, &Gauge) ->
     })
 }
 
-/// Runs `f` on the request handles for `values` (`[endpoint, model, provider, status_class,
-/// outcome]`), cached on this thread.
+/// Runs `f` on the request handles for `values` (`[endpoint, api_key, model, provider,
+/// status_class, outcome]`), cached on this thread.
 #[inline]
-pub(crate) fn request<R>(values: [&str; 5], f: impl Fn(&RequestHandles) -> R) -> R {
+pub(crate) fn request<R>(values: [&str; 6], f: impl Fn(&RequestHandles) -> R) -> R {
     with_handle(&REQUEST_BUNDLE, &values, f)
 }
 

@@ -108,13 +108,23 @@ pub const OVERHEAD_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25,
 ];
 
-pub static REQUESTS_TOTAL: Family<5> = Family {
+/// The labels of `aisix_requests_total`, which the request bundle is keyed by.
+const REQUEST_LABELS: [&str; 6] = [
+    "endpoint",
+    "api_key",
+    "model",
+    "provider",
+    "status_class",
+    "outcome",
+];
+
+pub static REQUESTS_TOTAL: Family<6> = Family {
     id: FamilyId::RequestsTotal,
     name: "aisix_requests_total",
-    help: "Requests answered, by endpoint, model, provider, status class and outcome.",
+    help: "Requests answered, by endpoint, API key, model, provider, status class and outcome.",
     kind: Kind::Counter,
     unit: Unit::Count,
-    labels: ["endpoint", "model", "provider", "status_class", "outcome"],
+    labels: REQUEST_LABELS,
 };
 
 pub static REQUEST_DURATION: Family<4> = Family {
@@ -139,13 +149,13 @@ pub static UPSTREAM_TTFT: Family<2> = Family {
     labels: ["model", "provider"],
 };
 
-pub static TOKENS_TOTAL: Family<3> = Family {
+pub static TOKENS_TOTAL: Family<4> = Family {
     id: FamilyId::TokensTotal,
     name: "aisix_tokens_total",
-    help: "Tokens reported by providers, by model, provider and kind (input or output).",
+    help: "Tokens reported by providers, by API key, model, provider and kind (input or output).",
     kind: Kind::Counter,
     unit: Unit::Count,
-    labels: ["model", "provider", "kind"],
+    labels: ["api_key", "model", "provider", "kind"],
 };
 
 pub static REQUESTS_IN_FLIGHT: Family<1> = Family {
@@ -326,13 +336,13 @@ pub static TARGETS_COOLING: Family<0> = Family {
 
 /// Not exported: names the handle-cache entry that holds every handle of a finished request
 /// (see `cache::RequestHandles`), keyed by the request's labels.
-pub(crate) static REQUEST_BUNDLE: Family<5> = Family {
+pub(crate) static REQUEST_BUNDLE: Family<6> = Family {
     id: FamilyId::RequestBundle,
     name: "aisix_request_bundle",
     help: "",
     kind: Kind::Counter,
     unit: Unit::Count,
-    labels: ["endpoint", "model", "provider", "status_class", "outcome"],
+    labels: REQUEST_LABELS,
 };
 
 /// Every family, in the order the families are documented above.

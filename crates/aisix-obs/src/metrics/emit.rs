@@ -24,11 +24,14 @@ use super::labels::{
 };
 use super::worker;
 
-/// The labels of a finished request. `model` and `provider` are configured names (or
-/// [`UNROUTED`](super::labels::UNROUTED) before routing chose one), never request strings.
+/// The labels of a finished request. `api_key`, `model` and `provider` are configured names
+/// (or [`UNROUTED`](super::labels::UNROUTED) before authentication or routing found one),
+/// never request strings.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestLabels<'a> {
     pub endpoint: Endpoint,
+    /// The API key's `display_name`.
+    pub api_key: &'a str,
     pub model: &'a str,
     pub provider: &'a str,
     pub status: StatusClass,
@@ -55,6 +58,7 @@ pub struct RequestFacts {
 pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
     let RequestLabels {
         endpoint,
+        api_key,
         model,
         provider,
         status,
@@ -63,6 +67,7 @@ pub fn request(labels: &RequestLabels<'_>, facts: &RequestFacts) {
     cache::request(
         [
             endpoint.as_str(),
+            api_key,
             model,
             provider,
             status.as_str(),

@@ -22,6 +22,7 @@
 //! emit::request(
 //!     &emit::RequestLabels {
 //!         endpoint: Endpoint::ChatCompletions,
+//!         api_key: "team-a",
 //!         model: "gpt-4o",
 //!         provider: "openai",
 //!         status: StatusClass::from_status(200),

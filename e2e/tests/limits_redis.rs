@@ -1,0 +1,130 @@
+//! Limits shared through a real Redis (Debian's `redis-server`), in both serving modes: two
+//! aisix processes enforce one rate limit and one budget; with Redis stopped, `on_error: allow`
+//! keeps answering on local counters and `on_error: deny` refuses with 503, each within one
+//! request deadline; with Redis back, both use it again.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use aisix_e2e::both_modes;
+use aisix_e2e::gateway::{Gateway, Mode};
+use aisix_e2e::limits::{Limits, Rig, align, answer, burst, chat, chat_body, code};
+use aisix_e2e::mock::MockProvider;
+use aisix_e2e::prom::sample;
+use aisix_e2e::third_party::redis::Redis;
+
+/// The bootstrap section that puts the counters in `redis`.
+fn backend(redis: &Redis, on_error: &str) -> String {
+    format!(
+        "ratelimit:\n  backend: redis\n  redis:\n    url: \"{}\"\n    on_error: {on_error}\n    timeout_ms: 200\n",
+        redis.url()
+    )
+}
+
+/// A second gateway in front of the same mock, with the same resources.
+fn second(mode: Mode, mock: &MockProvider, limits: &Limits, extra: &str) -> Gateway {
+    Gateway::start(&Rig::config(mode, mock, limits, extra))
+}
+
+/// The limiter's keys in Redis.
+fn keys(redis: &Redis) -> String {
+    redis.command(&["KEYS", "aisix:rl:*"])
+}
+
+/// A request answered within one deadline (the client's patience, well above
+/// `ratelimit.redis.timeout_ms`).
+async fn within_deadline(gateway: &Gateway, body: &str) -> aisix_e2e::client::Reply {
+    tokio::time::timeout(Duration::from_secs(5), chat(gateway, body))
+        .await
+        .expect("answered within one request deadline")
+}
+
+both_modes! {
+    async fn two_processes_share_one_rate_limit(mode: Mode) {
+        let redis = Redis::start();
+        let limits = Limits { model: "rate_limit: {rpm: 3}".into(), ..Limits::default() };
+        let rig = Rig::start(mode, &limits, &backend(&redis, "allow"));
+        let other = second(mode, &rig.mock, &limits, &backend(&redis, "allow"));
+        align(&[&rig.gateway, &other], 0, 60_000, 1_000).await;
+        let body = chat_body(16, false);
+
+        let (a, b) = tokio::join!(burst(&rig.gateway, &body, 5), burst(&other, &body, 5));
+        let admitted = a.iter().chain(&b).filter(|r| r.status == 200).count();
+        assert_eq!(admitted, 3, "one limit for both processes");
+        assert_eq!(rig.mock.request_count(), 3);
+        for refused in a.iter().chain(&b).filter(|r| r.status != 200) {
+            assert_eq!((refused.status.as_u16(), code(refused)), (429, "rate_limit_exceeded".into()));
+        }
+        assert!(keys(&redis).contains("aisix:rl:{model:chat}"), "{}", keys(&redis));
+    }
+}
+
+both_modes! {
+    async fn two_processes_share_one_budget(mode: Mode) {
+        let redis = Redis::start();
+        // A request reserves its estimate ($0.01/1k input tokens, $0.02/1k output, in
+        // micro-dollars: 10 per input token, 20 per output token); a budget of one and a half
+        // reservations holds one, never two, whenever the first settles.
+        let body = chat_body(1, false);
+        let reserved = (body.len() as u64).div_ceil(4) * 10 + 20;
+        let budget = reserved * 3 / 2;
+        let limits = Limits {
+            model: "cost: {input_per_1k: 0.01, output_per_1k: 0.02}".into(),
+            key: format!("budget: {{usd: \"0.{budget:06}\", period: day}}"),
+        };
+        let rig = Rig::start(mode, &limits, &backend(&redis, "allow"));
+        let other = second(mode, &rig.mock, &limits, &backend(&redis, "allow"));
+        align(&[&rig.gateway, &other], 0, 86_400_000, 3_600_000).await;
+        rig.mock.set_default(answer(10, 20));
+
+        let reply = chat(&rig.gateway, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let reply = chat(&other, &body).await;
+        assert_eq!(reply.status, 429, "the other process sees the spend: {}", reply.text());
+        assert_eq!(code(&reply), "budget_exceeded");
+        assert_eq!(rig.mock.request_count(), 1);
+    }
+}
+
+both_modes! {
+    async fn redis_away_allows_or_denies_as_configured_and_is_used_again_when_back(mode: Mode) {
+        let mut redis = Redis::start();
+        let limits = Limits { key: "rate_limit: {rpm: 1000}".into(), ..Limits::default() };
+        let allow = Rig::start(mode, &limits, &backend(&redis, "allow"));
+        let deny = second(mode, &allow.mock, &limits, &backend(&redis, "deny"));
+        let body = chat_body(16, false);
+        for gateway in [&allow.gateway, &deny] {
+            assert_eq!(within_deadline(gateway, &body).await.status, 200);
+        }
+        assert!(keys(&redis).contains("aisix:rl:{api_key:team}"), "{}", keys(&redis));
+
+        redis.stop();
+        for _ in 0..3 {
+            let reply = within_deadline(&allow.gateway, &body).await;
+            assert_eq!(reply.status, 200, "allow: counted locally: {}", reply.text());
+            let reply = within_deadline(&deny, &body).await;
+            assert_eq!(reply.status, 503, "deny: {}", reply.text());
+            assert_eq!(code(&reply), "rate_limiter_unavailable");
+            assert_eq!(reply.header("retry-after"), Some("1"));
+        }
+        let page = allow.scrape().await;
+        assert!(sample(&page, "aisix_ratelimit_backend_errors_total", &[]) >= 1.0, "{page}");
+
+        // Back (empty): deny answers again only through Redis; allow writes its counters there.
+        redis.restart();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while within_deadline(&deny, &body).await.status != 200 {
+            assert!(tokio::time::Instant::now() < deadline, "deny never used Redis again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        loop {
+            redis.command(&["FLUSHALL"]);
+            assert_eq!(within_deadline(&allow.gateway, &body).await.status, 200);
+            if keys(&redis).contains("aisix:rl:{api_key:team}") {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "allow never used Redis again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
