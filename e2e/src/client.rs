@@ -68,6 +68,20 @@ pub fn request(
         .expect("valid request")
 }
 
+/// `POST /v1/chat/completions` with `body`, authorized by `key`, with `id` as its
+/// `x-request-id`.
+pub fn chat_request(key: &str, id: &str, body: &str) -> Request<Full<Bytes>> {
+    request(
+        "POST",
+        "/v1/chat/completions",
+        &[
+            ("authorization", &format!("Bearer {key}")),
+            ("x-request-id", id),
+        ],
+        Some(body),
+    )
+}
+
 /// An HTTP/1.1 keep-alive connection, for many requests in a row.
 pub struct Connection {
     addr: SocketAddr,

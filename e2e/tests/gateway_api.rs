@@ -321,7 +321,8 @@ both_modes! {
         let gateway = Gateway::start(&config(mode, &mock));
 
         let reply = chat(&gateway, LOCAL_ONLY_KEY, json!({"model": "gpt-x", "messages": []})).await;
-        assert_openai_error(&reply, 403, "model_not_allowed");
+        // A model the key may not use is answered as an unknown one (issue 15).
+        assert_openai_error(&reply, 404, "model_not_found");
         let reply = chat(&gateway, TEAM_KEY, json!({"model": "no-such-model", "messages": []})).await;
         assert_openai_error(&reply, 404, "model_not_found");
         assert_eq!(reply.json()["error"]["param"], "model");

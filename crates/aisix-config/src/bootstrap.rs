@@ -39,6 +39,10 @@ pub struct ProxyConfig {
     pub backlog: u32,
     /// `proxy.request_body_limit_bytes`: larger request bodies are refused with 413.
     pub request_body_limit_bytes: u64,
+    /// `proxy.max_buffered_bytes_per_worker`: request bytes one worker holds in memory at once;
+    /// a request that would cross it waits within its body deadline, else gets 503 with
+    /// `Retry-After`.
+    pub max_buffered_bytes_per_worker: u64,
     /// `proxy.tls`: serve HTTPS on `addr` when set.
     pub tls: Option<TlsConfig>,
     /// `proxy.pin_workers`: pin `tpc-N` to the N-th CPU the process may run on
@@ -123,8 +127,9 @@ pub struct UpstreamConfig {
     /// `upstream.max_sse_event_bytes`: the largest SSE event relayed; a longer one ends the
     /// stream with an error event.
     pub max_sse_event_bytes: usize,
-    /// `upstream.max_response_bytes`: the largest whole (non-streaming) answer the gateway
-    /// holds to translate; a longer one is refused with 502 and its connection closed.
+    /// `upstream.max_response_bytes`: the largest whole answer held in memory (one that must
+    /// be translated); a larger one is refused with 502 `upstream_response_too_large`. Answers
+    /// relayed as they come are not held and not limited.
     pub max_response_bytes: usize,
     pub resilience: Resilience,
 }
@@ -320,6 +325,7 @@ impl Default for ProxyConfig {
             workers: None,
             backlog: 4096,
             request_body_limit_bytes: 32 * 1024 * 1024,
+            max_buffered_bytes_per_worker: 256 * 1024 * 1024,
             tls: None,
             pin_workers: false,
             balance: Balance::ReusePort,

@@ -109,6 +109,20 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 key_file: resolve(PathBuf::from(key_file.unwrap_or_default())),
             }
         });
+        let request_body_limit_bytes = r
+            .bounded("proxy.request_body_limit_bytes", 1, u64::MAX)
+            .unwrap_or(d.request_body_limit_bytes);
+        let max_buffered_bytes_per_worker = r
+            .bounded("proxy.max_buffered_bytes_per_worker", 1024 * 1024, 1 << 40)
+            .unwrap_or(d.max_buffered_bytes_per_worker);
+        if max_buffered_bytes_per_worker < request_body_limit_bytes {
+            let origin = r.origin_of("proxy.max_buffered_bytes_per_worker");
+            r.error(
+                "proxy.max_buffered_bytes_per_worker",
+                "must be at least proxy.request_body_limit_bytes, or a body at the limit could never be read",
+                origin,
+            );
+        }
         ProxyConfig {
             addr: r.socket_addr("proxy.addr").unwrap_or(d.addr),
             thread_per_core: r.bool("proxy.thread_per_core").unwrap_or(d.thread_per_core),
@@ -116,9 +130,8 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             backlog: r
                 .bounded("proxy.backlog", 1, i32::MAX as u64)
                 .map_or(d.backlog, |n| n as u32),
-            request_body_limit_bytes: r
-                .bounded("proxy.request_body_limit_bytes", 1, u64::MAX)
-                .unwrap_or(d.request_body_limit_bytes),
+            request_body_limit_bytes,
+            max_buffered_bytes_per_worker,
             tls,
             pin_workers: r.bool("proxy.pin_workers").unwrap_or(d.pin_workers),
             balance: read_balance(r).unwrap_or(d.balance),

@@ -452,3 +452,51 @@ fn cooldown_and_retry_budget_are_read_from_file_and_environment_and_checked() {
         );
     }
 }
+
+#[test]
+fn the_held_answer_limit_is_read_from_file_and_environment_and_bounded() {
+    let defaults = Bootstrap::default();
+    assert_eq!(defaults.upstream.max_response_bytes, 16 * 1024 * 1024);
+    let config = load("upstream:\n  max_response_bytes: 65536\n", &[]).unwrap();
+    assert_eq!(config.upstream.max_response_bytes, 65536);
+    let config = load("", &[("AISIX_UPSTREAM__MAX_RESPONSE_BYTES", "2048")]).unwrap();
+    assert_eq!(config.upstream.max_response_bytes, 2048);
+    let errors = load("upstream:\n  max_response_bytes: 10\n", &[]).unwrap_err();
+    let messages = messages(&errors);
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("upstream.max_response_bytes")),
+        "{messages:?}"
+    );
+}
+
+#[test]
+fn the_worker_memory_budget_has_a_default_and_is_at_least_the_body_limit() {
+    let defaults = Bootstrap::default();
+    assert_eq!(
+        defaults.proxy.max_buffered_bytes_per_worker,
+        256 * 1024 * 1024
+    );
+    let config = load("proxy:\n  max_buffered_bytes_per_worker: 67108864\n", &[]).unwrap();
+    assert_eq!(config.proxy.max_buffered_bytes_per_worker, 64 * 1024 * 1024);
+    let config = load(
+        "",
+        &[("AISIX_PROXY__MAX_BUFFERED_BYTES_PER_WORKER", "33554432")],
+    )
+    .unwrap();
+    assert_eq!(config.proxy.max_buffered_bytes_per_worker, 32 * 1024 * 1024);
+    for yaml in [
+        "proxy:\n  max_buffered_bytes_per_worker: 1048575\n",
+        "proxy:\n  max_buffered_bytes_per_worker: 2097152\n  request_body_limit_bytes: 4194304\n",
+    ] {
+        let errors = load(yaml, &[]).unwrap_err();
+        let messages = messages(&errors);
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("proxy.max_buffered_bytes_per_worker")),
+            "{messages:?}"
+        );
+    }
+}

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use aisix_config::{Cost, Usd};
 
+use crate::budget::Held;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::estimate::Tokens;
 use crate::limit::{Charge, Headroom, Reservation};
@@ -55,6 +56,11 @@ pub(crate) struct Record {
     pub overhead: Duration,
     /// When the response head was ready.
     head_at: Option<Instant>,
+    /// When the request body was in: the gateway's own time starts there, not counting the
+    /// client's upload.
+    pub body_read: Option<Instant>,
+    /// The request's charge against its worker's memory budget, given back as it drops.
+    pub held: Held,
     pub ttft: Option<Duration>,
     pub usage: Option<Usage>,
     /// Every call to a direct model, in order.
@@ -107,6 +113,8 @@ impl Record {
             upstream_wait: Duration::ZERO,
             overhead: Duration::ZERO,
             head_at: None,
+            body_read: None,
+            held: Held::default(),
             ttft: None,
             usage: None,
             attempts: Vec::new(),
@@ -164,11 +172,15 @@ impl Record {
         self.failure = None;
     }
 
-    /// Fixes the gateway's own time so far: everything except the upstream wait.
+    /// Fixes the gateway's own time so far: everything since the request body was in (or the
+    /// head, for a request refused before its body was read) except the upstream wait.
     pub(crate) fn mark_head(&mut self) -> Duration {
         let now = Instant::now();
         self.head_at = Some(now);
-        self.overhead = (now - self.received).saturating_sub(self.upstream_wait);
+        let start = self.body_read.unwrap_or(self.received);
+        self.overhead = now
+            .saturating_duration_since(start)
+            .saturating_sub(self.upstream_wait);
         self.overhead
     }
 
@@ -279,5 +291,32 @@ impl Drop for Record {
         if self.sinks.access_log {
             self.write_access_log(latency);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoint::Endpoint;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_overhead_starts_when_the_body_has_been_read() {
+        let mut record = Record::new(
+            HeaderValue::from_static("r"),
+            Endpoint::ChatCompletions,
+            Method::POST,
+            Uri::from_static("/v1/chat/completions"),
+            Instant::now(),
+            Sinks {
+                metrics: false,
+                access_log: false,
+            },
+        );
+        // The client takes a second to upload its body.
+        tokio::time::advance(Duration::from_secs(1)).await;
+        record.body_read = Some(Instant::now());
+        tokio::time::advance(Duration::from_millis(5)).await;
+        record.upstream_wait = Duration::from_millis(3);
+        assert_eq!(record.mark_head(), Duration::from_millis(2));
     }
 }

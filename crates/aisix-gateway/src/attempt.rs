@@ -44,6 +44,7 @@ use crate::route::retry::{self, LONG_WAIT};
 use crate::route::state::{Admission, Clock};
 use crate::snapshot::DirectRoute;
 use crate::stream::{Events, StreamSettings};
+use crate::unary::Unary;
 use crate::upstream::Pool;
 
 /// What every attempt of one worker needs.
@@ -64,6 +65,8 @@ pub(crate) enum Served {
         content_type: HeaderValue,
         body: Bytes,
     },
+    /// A whole answer whose body is relayed as it arrives.
+    Unary(Box<Unary>),
     Stream(Box<Events>),
 }
 
@@ -324,6 +327,14 @@ impl Attempts {
                     body,
                 })
             }
+            Ok(Answer::Unary { mut answer, waited }) => {
+                status = Some(answer.status);
+                if target.track_load {
+                    target.state.observe_ttfb(waited);
+                }
+                answer.in_flight = in_flight;
+                Ok(Served::Unary(Box::new(answer)))
+            }
             Ok(Answer::Stream {
                 status: answered,
                 body,
@@ -430,7 +441,7 @@ impl Attempts {
                         rest: self,
                     };
                 }
-                Ok(Served::Complete { .. }) => {
+                Ok(Served::Complete { .. } | Served::Unary(_)) => {
                     last = GatewayError::new(
                         ErrorKind::UpstreamMalformed,
                         "The upstream answered a stream request with a whole answer.",

@@ -6,43 +6,46 @@ use http::Method;
 
 pub use aisix_obs::metrics::labels::Endpoint;
 
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{Allow, ErrorKind, GatewayError, echo};
 use crate::wire::Dialect;
 
 /// The endpoint for `method path`, or the 404/405 to answer. `/livez` and `/readyz` are
 /// [`Endpoint::Health`]; `/v1/models` and `/v1/models/{id}` are [`Endpoint::Models`].
 pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
     let (endpoint, allowed) = match path {
-        "/livez" | "/readyz" => (Endpoint::Health, Allowed::Get),
-        "/v1/chat/completions" => (Endpoint::ChatCompletions, Allowed::Post),
-        "/v1/completions" => (Endpoint::Completions, Allowed::Post),
-        "/v1/embeddings" => (Endpoint::Embeddings, Allowed::Post),
-        "/v1/messages" => (Endpoint::Messages, Allowed::Post),
-        "/v1/messages/count_tokens" => (Endpoint::CountTokens, Allowed::Post),
-        "/v1/models" => (Endpoint::Models, Allowed::Get),
-        p if model_id(p).is_some() => (Endpoint::Models, Allowed::Get),
+        "/livez" | "/readyz" => (Endpoint::Health, Allow::GetHead),
+        "/v1/chat/completions" => (Endpoint::ChatCompletions, Allow::Post),
+        "/v1/completions" => (Endpoint::Completions, Allow::Post),
+        "/v1/embeddings" => (Endpoint::Embeddings, Allow::Post),
+        "/v1/messages" => (Endpoint::Messages, Allow::Post),
+        "/v1/messages/count_tokens" => (Endpoint::CountTokens, Allow::Post),
+        "/v1/models" => (Endpoint::Models, Allow::GetHead),
+        p if model_id(p).is_some() => (Endpoint::Models, Allow::GetHead),
         _ => {
             return Err(GatewayError::new(
                 ErrorKind::NotFound,
-                format!("Unknown request URL: {method} {}.", truncate(path)),
+                format!(
+                    "Unknown request URL: {} {}.",
+                    echo(method.as_str()),
+                    echo(path)
+                ),
             ));
         }
     };
     let ok = match allowed {
-        Allowed::Get => method == Method::GET || method == Method::HEAD,
-        Allowed::Post => method == Method::POST,
+        Allow::GetHead => method == Method::GET || method == Method::HEAD,
+        Allow::Post => method == Method::POST,
     };
     if ok {
         Ok(endpoint)
     } else {
         Err(GatewayError::new(
-            ErrorKind::MethodNotAllowed,
+            ErrorKind::MethodNotAllowed(allowed),
             format!(
-                "Method {method} is not allowed on {path}; use {}.",
-                match allowed {
-                    Allowed::Get => "GET",
-                    Allowed::Post => "POST",
-                }
+                "Method {} is not allowed on {}; use {}.",
+                echo(method.as_str()),
+                echo(path),
+                allowed.as_str()
             ),
         ))
     }
@@ -92,19 +95,6 @@ impl Proxied for Endpoint {
     }
 }
 
-enum Allowed {
-    Get,
-    Post,
-}
-
-/// Paths are echoed in errors; a huge one is cut.
-fn truncate(path: &str) -> &str {
-    match path.char_indices().nth(200) {
-        Some((i, _)) => &path[..i],
-        None => path,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,9 +124,24 @@ mod tests {
     }
 
     #[test]
+    fn a_huge_method_or_path_is_echoed_cut() {
+        let method = Method::from_bytes("X".repeat(10_000).as_bytes()).unwrap();
+        let err = resolve(&method, "/v1/chat/completions").unwrap_err();
+        assert!(err.message.len() < 400, "{}", err.message);
+        assert!(err.message.contains("… (cut)"));
+        let path = format!("/{}", "p".repeat(10_000));
+        let err = resolve(&Method::GET, &path).unwrap_err();
+        assert!(err.message.len() < 400, "{}", err.message);
+        assert!(err.message.contains("… (cut)"));
+    }
+
+    #[test]
     fn wrong_method_is_405_and_unknown_path_is_404() {
         let err = resolve(&Method::GET, "/v1/chat/completions").unwrap_err();
         assert_eq!(err.status(), 405);
+        assert_eq!(err.kind, ErrorKind::MethodNotAllowed(Allow::Post));
+        let err = resolve(&Method::POST, "/v1/models").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::MethodNotAllowed(Allow::GetHead));
         let err = resolve(&Method::POST, "/v2/nothing").unwrap_err();
         assert_eq!(err.status(), 404);
         assert_eq!(

@@ -5,6 +5,8 @@
 //! message a client sees never carries a secret or an upstream host; details for operators go
 //! to the log.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -29,7 +31,8 @@ pub enum Side {
 pub enum ErrorKind {
     /// No route for the path.
     NotFound,
-    MethodNotAllowed,
+    /// The path exists, with other methods (the `Allow` header lists them).
+    MethodNotAllowed(Allow),
     /// No key, unknown key, disabled key, expired key.
     Unauthorized(AuthFailure),
     ModelNotAllowed,
@@ -49,7 +52,7 @@ pub enum ErrorKind {
     UpstreamServerError(StatusCode),
     /// The upstream answered 4xx; its status is passed through.
     UpstreamClientError(StatusCode),
-    /// A stream ended before it was complete.
+    /// A stream (or a whole answer being relayed) ended before it was complete.
     StreamCut,
     /// A stream went silent for longer than its idle deadline.
     StreamTimeout,
@@ -68,7 +71,26 @@ pub enum ErrorKind {
     BudgetExceeded,
     /// Redis cannot be reached and `ratelimit.redis.on_error` is `deny`.
     LimiterUnavailable,
+    /// The worker's memory budget (`proxy.max_buffered_bytes_per_worker`) had no room for the
+    /// request within its deadline.
+    Overloaded,
     Internal,
+}
+
+/// The methods a path allows, as a 405's `Allow` header lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Allow {
+    GetHead,
+    Post,
+}
+
+impl Allow {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Allow::GetHead => "GET, HEAD",
+            Allow::Post => "POST",
+        }
+    }
 }
 
 /// What an error kind means, in one place: what the client gets, how metrics count it, and
@@ -125,16 +147,18 @@ impl ErrorKind {
         }
         match self {
             ErrorKind::NotFound => client(StatusCode::NOT_FOUND, "unknown_url"),
-            ErrorKind::MethodNotAllowed => {
+            ErrorKind::MethodNotAllowed(_) => {
                 client(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed")
             }
             ErrorKind::Unauthorized(reason) => Meaning {
                 auth_failure: Some(reason),
                 ..client(StatusCode::UNAUTHORIZED, "invalid_api_key")
             },
+            // Answered exactly as an unknown model, so a key cannot learn which models exist;
+            // the operator still sees the refusal in `aisix_auth_failures_total`.
             ErrorKind::ModelNotAllowed => Meaning {
                 auth_failure: Some(AuthFailure::ModelNotAllowed),
-                ..client(StatusCode::FORBIDDEN, "model_not_allowed")
+                ..client(StatusCode::NOT_FOUND, "model_not_found")
             },
             ErrorKind::ModelNotFound => client(StatusCode::NOT_FOUND, "model_not_found"),
             ErrorKind::InvalidJson => client(StatusCode::BAD_REQUEST, "invalid_json"),
@@ -214,6 +238,17 @@ impl ErrorKind {
                 UpstreamErrorKind::Malformed,
                 true,
             ),
+            ErrorKind::Overloaded => Meaning {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                error_type: "server_error",
+                code: "gateway_overloaded",
+                // Load shed, to retry later: counted with the limits' refusals.
+                outcome: Outcome::RateLimited,
+                side: Side::Internal,
+                retryable: false,
+                upstream_error: None,
+                auth_failure: None,
+            },
             ErrorKind::AllCandidatesUnavailable => Meaning {
                 status: StatusCode::SERVICE_UNAVAILABLE,
                 error_type: "upstream_error",
@@ -264,6 +299,15 @@ impl ErrorKind {
             },
         }
     }
+}
+
+/// The most bytes of a client's value (a model name, a path, a method) an error message echoes.
+pub const MAX_ECHO: usize = 256;
+
+/// A client's value as an error message may echo it: cut to [`MAX_ECHO`] bytes and marked as
+/// cut (`… (cut)`) when longer. Every message that quotes client input goes through here.
+pub fn echo(value: &str) -> Cow<'_, str> {
+    crate::wire::json::cut(value, MAX_ECHO)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,6 +409,9 @@ impl GatewayError {
             // Quick retries by an SDK cannot cure a spent budget.
             headers.insert("x-should-retry", HeaderValue::from_static("false"));
         }
+        if let ErrorKind::MethodNotAllowed(allow) = self.kind {
+            headers.insert(header::ALLOW, HeaderValue::from_static(allow.as_str()));
+        }
         if matches!(self.kind, ErrorKind::Unauthorized(_)) {
             headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
@@ -410,9 +457,9 @@ mod tests {
     fn every_kind_renders_the_openai_envelope_with_its_status() {
         let cases = [
             (ErrorKind::NotFound, 404),
-            (ErrorKind::MethodNotAllowed, 405),
+            (ErrorKind::MethodNotAllowed(Allow::Post), 405),
             (ErrorKind::Unauthorized(AuthFailure::Missing), 401),
-            (ErrorKind::ModelNotAllowed, 403),
+            (ErrorKind::ModelNotAllowed, 404),
             (ErrorKind::ModelNotFound, 404),
             (ErrorKind::InvalidJson, 400),
             (ErrorKind::BodyTooLarge, 413),
@@ -430,6 +477,8 @@ mod tests {
             (ErrorKind::StreamCut, 502),
             (ErrorKind::UpstreamMalformed, 502),
             (ErrorKind::AllCandidatesUnavailable, 503),
+            (ErrorKind::UpstreamResponseTooLarge, 502),
+            (ErrorKind::Overloaded, 503),
         ];
         for (kind, status) in cases {
             let response = GatewayError::new(kind, "m").to_response(Dialect::OpenAi);
@@ -511,6 +560,41 @@ mod tests {
                 assert_eq!(response.headers().get(name), expected.get(name), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn echoed_values_are_cut_to_256_bytes_and_marked() {
+        assert_eq!(echo("gpt-4o"), "gpt-4o");
+        let long = "é".repeat(1000);
+        let echoed = echo(&long);
+        assert!(echoed.ends_with("… (cut)"), "{echoed}");
+        assert!(echoed.len() <= MAX_ECHO + "… (cut)".len());
+        assert!(long.starts_with(echoed.trim_end_matches("… (cut)")));
+        assert_eq!(
+            echo(&"a".repeat(MAX_ECHO)).len(),
+            MAX_ECHO,
+            "a value at the limit is whole"
+        );
+    }
+
+    #[test]
+    fn a_405_lists_the_allowed_methods() {
+        let error = GatewayError::new(ErrorKind::MethodNotAllowed(Allow::Post), "m");
+        assert_eq!(
+            error.to_response(Dialect::OpenAi).headers()[header::ALLOW],
+            "POST"
+        );
+    }
+
+    #[test]
+    fn a_model_the_key_may_not_use_renders_as_an_unknown_one() {
+        let refused = ErrorKind::ModelNotAllowed.meaning();
+        let unknown = ErrorKind::ModelNotFound.meaning();
+        assert_eq!(
+            (refused.status, refused.code, refused.error_type),
+            (unknown.status, unknown.code, unknown.error_type)
+        );
+        assert_eq!(refused.auth_failure, Some(AuthFailure::ModelNotAllowed));
     }
 
     #[test]

@@ -21,6 +21,8 @@ use crate::stream::StreamSettings;
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub body_limit: u64,
+    /// `proxy.max_buffered_bytes_per_worker`.
+    pub buffered_per_worker: u64,
     pub deadlines: deadline::Defaults,
     pub upstream: aisix_config::UpstreamConfig,
     pub stream: StreamSettings,
@@ -66,6 +68,7 @@ impl GatewayFactory {
     ) -> Result<Self, GatewayInitError> {
         let settings = Settings {
             body_limit: bootstrap.proxy.request_body_limit_bytes,
+            buffered_per_worker: bootstrap.proxy.max_buffered_bytes_per_worker,
             deadlines: deadline::Defaults {
                 request_body: bootstrap.downstream.request_body_timeout,
                 upstream: bootstrap.upstream.timeouts,
@@ -118,7 +121,7 @@ impl GatewayFactory {
 
 impl ServiceFactory for GatewayFactory {
     type Body = GatewayBody;
-    type BodyError = std::convert::Infallible;
+    type BodyError = crate::unary::Cut;
     type Service = Gateway;
 
     fn thread_started(&self, worker: &WorkerContext) {

@@ -13,6 +13,7 @@ mod account;
 mod attempt;
 mod auth;
 mod body;
+mod budget;
 mod deadline;
 mod egress;
 mod endpoint;
@@ -30,12 +31,15 @@ mod snapshot;
 mod stream;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+#[cfg(test)]
+mod testing;
+mod unary;
 mod upstream;
 pub mod wire;
 
 pub use body::GatewayBody;
 pub use endpoint::Endpoint;
-pub use error::{AuthFailure, ErrorKind, GatewayError, Side};
+pub use error::{Allow, AuthFailure, ErrorKind, GatewayError, Side};
 pub use factory::{GatewayFactory, GatewayInitError};
 pub use service::Gateway;
 pub use snapshot::Snapshot;

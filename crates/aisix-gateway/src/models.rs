@@ -6,7 +6,7 @@ use http::{HeaderValue, Response, header};
 use serde_json::{Value, json};
 
 use crate::body::GatewayBody;
-use crate::error::{ErrorKind, GatewayError};
+use crate::error::{ErrorKind, GatewayError, echo};
 use crate::snapshot::{ApiKeyEntry, Named, Snapshot};
 
 pub(crate) fn list(snapshot: &Snapshot, key: &ApiKeyEntry) -> Response<GatewayBody> {
@@ -25,14 +25,29 @@ pub(crate) fn get(
 ) -> Result<Response<GatewayBody>, GatewayError> {
     match snapshot.model(id) {
         Some(model) if key.allows(model.name()) => Ok(json_response(&model_object(model))),
-        _ => Err(model_not_found(id)),
+        Some(_) => Err(model_not_allowed(id)),
+        None => Err(model_not_found(id)),
     }
 }
 
+/// 404 `model_not_found` for `name`.
 pub(crate) fn model_not_found(name: &str) -> GatewayError {
+    not_found(ErrorKind::ModelNotFound, name)
+}
+
+/// A model the key may not use: the same answer as [`model_not_found`], byte for byte, so the
+/// key cannot learn that the model exists; only the kind (for the operator's metrics) differs.
+pub(crate) fn model_not_allowed(name: &str) -> GatewayError {
+    not_found(ErrorKind::ModelNotAllowed, name)
+}
+
+fn not_found(kind: ErrorKind, name: &str) -> GatewayError {
     GatewayError::new(
-        ErrorKind::ModelNotFound,
-        format!("The model '{name}' does not exist or you do not have access to it."),
+        kind,
+        format!(
+            "The model '{}' does not exist or you do not have access to it.",
+            echo(name)
+        ),
     )
     .with_param("model")
 }

@@ -14,7 +14,7 @@ use aisix_obs::request_id::RequestIds;
 use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderName, HeaderValue, Request, Response, StatusCode, Version};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
@@ -22,6 +22,7 @@ use crate::account::Record;
 use crate::attempt::{Attempts, Ctx, Served};
 use crate::auth;
 use crate::body::GatewayBody;
+use crate::budget::Budget;
 use crate::endpoint::{self, Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
@@ -33,6 +34,8 @@ use crate::models;
 use crate::relay::SseRelay;
 use crate::route::Plan;
 use crate::snapshot::{ApiKeyEntry, Named, Snapshot, SnapshotCache};
+use crate::stream::Outbox;
+use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -54,6 +57,8 @@ struct Inner {
     snapshots: SnapshotCache,
     pool: Pool,
     ids: RequestIds,
+    /// The request bytes this worker may hold at once.
+    budget: Budget,
 }
 
 impl Gateway {
@@ -61,6 +66,7 @@ impl Gateway {
         let snapshots = SnapshotCache::new(&common.loaded, &common.egress, &common.limiter);
         let pool = Pool::new(&common.settings.upstream, common.tls.clone());
         let ids = RequestIds::new(ctx.id);
+        let budget = Budget::new(common.settings.buffered_per_worker);
         Self {
             inner: Arc::new(Inner {
                 ctx,
@@ -68,6 +74,7 @@ impl Gateway {
                 snapshots,
                 pool,
                 ids,
+                budget,
             }),
         }
     }
@@ -200,6 +207,7 @@ impl Inner {
         let key = self.authenticate(&snapshot, &request, record)?;
         let forwarded = inbound::forwarded(endpoint, request.headers());
         let body = self.read(request, record).await?;
+        record.body_read = Some(Instant::now());
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
         self.limit(key, &model, &inbound, record).await?;
@@ -222,12 +230,14 @@ impl Inner {
     }
 
     /// Reads the request body by its deadline, refusing one over the limit from its
-    /// `Content-Length` before reading, and otherwise as soon as it passes the limit. A body
-    /// already in when the head arrived is read without arming a timer.
+    /// `Content-Length` before reading, and otherwise as soon as it passes the limit. The body
+    /// is charged to the worker's memory budget before it is held (all of a declared length
+    /// at once, else piece by piece), and the record holds the charge until the request ends.
+    /// A body already in when the head arrived is read without arming a timer.
     async fn read(
         &self,
         request: Request<Incoming>,
-        record: &Record,
+        record: &mut Record,
     ) -> Result<Bytes, GatewayError> {
         let settings = &self.common.settings;
         let limit = settings.body_limit;
@@ -245,23 +255,43 @@ impl Inner {
         if declared.is_some_and(|len| len > limit) {
             return Err(too_large());
         }
-        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let reading = Limited::new(request.into_body(), limit).collect();
         let deadline = settings.deadlines.body(record.received);
-        match tokio::time::timeout_at(deadline, reading).await {
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-            Ok(Err(_)) => Err(GatewayError::new(
-                ErrorKind::InvalidRequest,
-                "The request body could not be read.",
-            )),
-            Err(_) => Err(GatewayError::new(
+        let timed_out = || {
+            GatewayError::new(
                 ErrorKind::RequestTimeout,
                 format!(
                     "The request body did not arrive within {} seconds.",
                     settings.deadlines.request_body.as_secs()
                 ),
-            )),
+            )
+        };
+        let held = &mut record.held;
+        self.budget
+            .cover(held, declared.unwrap_or(0), deadline)
+            .await?;
+        let mut body = request.into_body();
+        let (mut pieces, mut len) = (Outbox::default(), 0u64);
+        loop {
+            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(Some(Ok(frame))) => frame,
+                Ok(None) => return Ok(pieces.take()),
+                Ok(Some(Err(_))) => {
+                    return Err(GatewayError::new(
+                        ErrorKind::InvalidRequest,
+                        "The request body could not be read.",
+                    ));
+                }
+                Err(_) => return Err(timed_out()),
+            };
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len += data.len() as u64;
+            if len > limit {
+                return Err(too_large());
+            }
+            self.budget.cover(held, len, deadline).await?;
+            pieces.push(data);
         }
     }
 
@@ -282,14 +312,7 @@ impl Inner {
             .ok_or_else(|| models::model_not_found(name))?
             .clone();
         if !key.allows(model.name()) {
-            return Err(GatewayError::new(
-                ErrorKind::ModelNotAllowed,
-                format!(
-                    "This API key is not allowed to use the model '{}'.",
-                    model.name()
-                ),
-            )
-            .with_param("model"));
+            return Err(models::model_not_allowed(name));
         }
         Ok((inbound, model))
     }
@@ -387,8 +410,9 @@ enum Reply {
 }
 
 /// The relay phase: turns the answer (or the error, rendered here and only here) into the
-/// response, and hands the record on. A stream's body takes the record and accounts for the
-/// request when it ends; any other response is accounted for now, its head complete.
+/// response, and hands the record on. A relayed body (a stream's, or a whole answer still
+/// upstream) takes the record and accounts for the request when it ends; any other response
+/// is accounted for now, its head complete.
 fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
         request_id: record.request_id.clone(),
@@ -417,6 +441,17 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
             *response.status_mut() = status;
             response.headers_mut().insert(CONTENT_TYPE, content_type);
             response
+        }
+        Ok(Reply::Served(Served::Unary(answer), attempts)) => {
+            let (status, content_type) = (answer.status, answer.content_type.clone());
+            record.status = status.as_u16();
+            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.served_by = attempts.served_by();
+            let relay = UnaryRelay::new(*answer, record);
+            let mut response = Response::new(GatewayBody::Unary(Box::new(relay)));
+            *response.status_mut() = status;
+            response.headers_mut().insert(CONTENT_TYPE, content_type);
+            return (response, head);
         }
         Ok(Reply::Served(Served::Stream(events), attempts)) => {
             record.status = StatusCode::OK.as_u16();

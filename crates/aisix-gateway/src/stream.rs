@@ -90,16 +90,16 @@ pub(crate) struct Events {
     _in_flight: Option<InFlight>,
 }
 
-/// Output gathered for one write: the first piece kept as it came (no copy for the common
-/// case of one upstream frame), later ones appended.
+/// Bytes gathered for one write (or one request body): the first piece kept as it came (no
+/// copy for the common case of one frame), later ones appended.
 #[derive(Default)]
-struct Outbox {
+pub(crate) struct Outbox {
     first: Option<Bytes>,
     more: BytesMut,
 }
 
 impl Outbox {
-    fn push(&mut self, bytes: Bytes) {
+    pub(crate) fn push(&mut self, bytes: Bytes) {
         if bytes.is_empty() {
             return;
         }
@@ -118,7 +118,7 @@ impl Outbox {
         self.first.is_none() && self.more.is_empty()
     }
 
-    fn take(&mut self) -> Bytes {
+    pub(crate) fn take(&mut self) -> Bytes {
         self.first
             .take()
             .unwrap_or_else(|| self.more.split().freeze())
@@ -501,35 +501,13 @@ impl std::fmt::Debug for Events {
 mod tests {
     use std::time::Duration;
 
-    use http::Request;
-    use http_body_util::Full;
-    use hyper_util::rt::TokioIo;
-    use tokio::io::AsyncWriteExt;
-
     use super::*;
     use crate::provider::openai::Passthrough;
 
     /// Events over a real hyper HTTP/1.1 response whose raw bytes (head and chunked body) the
     /// upstream writes in one go; the upstream keeps its end open unless `close`.
     async fn events_of(raw: Vec<u8>, close: bool, max_event_bytes: usize) -> Events {
-        let (client, mut server) = tokio::io::duplex(1 << 20);
-        tokio::spawn(async move {
-            let mut head = [0u8; 1024];
-            let _ = tokio::io::AsyncReadExt::read(&mut server, &mut head).await;
-            server.write_all(&raw).await.unwrap();
-            if !close {
-                tokio::time::sleep(Duration::from_secs(3600)).await;
-            }
-        });
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(client))
-            .await
-            .unwrap();
-        tokio::spawn(conn);
-        let request = Request::post("/v1/chat/completions")
-            .header("host", "up")
-            .body(Full::new(Bytes::new()))
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
+        let response = crate::testing::raw_response(raw, close).await;
         let now = Instant::now();
         let settings = StreamSettings {
             keepalive: None,

@@ -17,7 +17,8 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
 use crate::upstream::{ConnectError, Lease, Pool, SendError};
 
-/// Largest non-streaming upstream body the gateway buffers (embeddings can be large).
+/// Largest whole Anthropic answer relayed to an Anthropic client without translation, held
+/// to read its usage.
 pub(crate) const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
 /// Largest upstream error body read to relay its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -240,4 +241,36 @@ fn timeout(provider: &str) -> GatewayError {
         ErrorKind::UpstreamTimeout,
         "The upstream provider did not answer in time.",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::testing::raw_response;
+
+    #[tokio::test]
+    async fn a_held_answer_past_the_limit_is_refused_as_too_large() {
+        let mut raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..4 {
+            raw.extend_from_slice(b"400\r\n");
+            raw.extend_from_slice(&[b'a'; 0x400]);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let response = raw_response(raw.clone(), false).await;
+        let error = read_body(response.into_body(), None, 3000, deadline, "p")
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::UpstreamResponseTooLarge);
+        assert_eq!(error.status(), StatusCode::BAD_GATEWAY);
+        assert_eq!(error.code(), "upstream_response_too_large");
+        let response = raw_response(raw, false).await;
+        let body = read_body(response.into_body(), None, 4096, deadline, "p")
+            .await
+            .unwrap();
+        assert_eq!(body.len(), 4096);
+    }
 }

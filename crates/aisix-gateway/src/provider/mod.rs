@@ -6,8 +6,10 @@
 //!   another dialect), sends it through [`exchange`] within the attempt's deadlines, and turns
 //!   every failure into a [`GatewayError`] whose kind says whether another try may help (an
 //!   error status's body becomes the provider's error object in the client's dialect).
-//! - A whole answer comes back as [`Answer::Complete`]: the body already in the client's
-//!   dialect, with its usage and (for groups) its `model` naming the direct model.
+//! - A whole answer the gateway must hold (a translation, the in-process mock) comes back as
+//!   [`Answer::Complete`]: the body already in the client's dialect, with its usage and (for
+//!   groups) its `model` naming the direct model. One in the client's dialect comes back as
+//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::unary`]).
 //! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
 //!   turns each upstream event into the client's (usage read, completeness and the first
 //!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
@@ -33,6 +35,7 @@ use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::inbound::Inbound;
 use crate::snapshot::DirectRoute;
+use crate::unary::Unary;
 use crate::upstream::{Lease, Pool};
 use crate::wire::usage::Usage;
 
@@ -57,6 +60,12 @@ pub(crate) enum Answer {
         body: Bytes,
         usage: Option<Usage>,
         /// From sending until the whole body was in.
+        waited: Duration,
+    },
+    /// A whole answer in the client's dialect, its body still upstream.
+    Unary {
+        answer: Unary,
+        /// From sending until the response head arrived.
         waited: Duration,
     },
     Stream {

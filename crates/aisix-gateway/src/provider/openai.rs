@@ -9,20 +9,22 @@ use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderValue, StatusCode};
 
-use super::exchange::{self, MAX_UPSTREAM_BODY, Rejection};
+use super::exchange::{self, Rejection};
 use super::translated::Translated;
 use super::{Answer, Call, Carried, Edit, Step, StreamMap};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
+use crate::unary::Unary;
 use crate::wire::anthropic::{error as anthropic_error, request, response};
 use crate::wire::sse::{self, Event};
 use crate::wire::usage::{self, Usage};
 use crate::wire::{Dialect, chunk};
 
-/// Sends the client's request to the direct model and waits for the head (streams) or the
-/// whole body (everything else): the head by the first-byte deadline, the body by the end.
-/// An Anthropic client's request is translated to chat completions, and the answer back.
+/// Sends the client's request to the direct model and waits for the head by the first-byte
+/// deadline; a stream's body or a whole answer in the client's dialect is relayed as it comes.
+/// An Anthropic client's request is translated to chat completions, and the answer back (a
+/// translated whole answer is held, up to `upstream.max_response_bytes`).
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let Call {
         pool,
@@ -88,21 +90,15 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             waited: head.waited,
         });
     }
-    let limit = if translated {
-        max_response_bytes
-    } else {
-        MAX_UPSTREAM_BODY
-    };
-    let body = exchange::read_body(
-        head.response.into_body(),
-        head.lease,
-        limit,
-        deadlines.end,
-        &provider.name,
-    )
-    .await?;
-    let json = HeaderValue::from_static("application/json");
     if translated {
+        let body = exchange::read_body(
+            head.response.into_body(),
+            head.lease,
+            max_response_bytes,
+            deadlines.end,
+            &provider.name,
+        )
+        .await?;
         let (body, usage) = match inbound.endpoint {
             Endpoint::CountTokens => (response::count_tokens_from_openai(&body), None),
             _ => match response::to_anthropic(&body) {
@@ -112,22 +108,23 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         };
         return Ok(Answer::Complete {
             status,
-            content_type: json,
+            content_type: HeaderValue::from_static("application/json"),
             body: body.map_err(|m| super::anthropic::malformed(provider, &m.0))?,
             usage,
             waited: head.waited,
         });
     }
-    let usage = usage::from_response(&body);
-    let body = match rename.and_then(|name| chunk::with_model(&body, &name)) {
-        Some(renamed) => Bytes::from(renamed),
-        None => body,
-    };
-    Ok(Answer::Complete {
-        status,
-        content_type: content_type.unwrap_or(json),
-        body,
-        usage,
+    Ok(Answer::Unary {
+        answer: Unary {
+            status,
+            content_type: content_type
+                .unwrap_or_else(|| HeaderValue::from_static("application/json")),
+            body: head.response.into_body(),
+            lease: head.lease,
+            rename,
+            end: deadlines.end,
+            in_flight: None,
+        },
         waited: head.waited,
     })
 }

@@ -98,30 +98,54 @@ pub fn is_error(data: &[u8]) -> bool {
 /// `model` comes before the choices), quotes included. A `"model"` inside a string is escaped
 /// (`\"model\"`) and never matches.
 pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
-    let at = memmem::find(json, b"\"model\"")? + 7;
-    let rest = &json[at..];
-    let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-    if rest[colon] != b':' {
-        return None;
+    let at = memmem::find(json, MODEL_KEY)?;
+    match string_value_after_key(json, at + MODEL_KEY.len()) {
+        Value::String(start, end) => Some((start, end)),
+        Value::Other | Value::Incomplete => None,
     }
-    let value_start = at
-        + colon
-        + 1
-        + json[at + colon + 1..]
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())?;
+}
+
+/// The key [`model_span`] looks for, quotes included.
+pub const MODEL_KEY: &[u8] = b"\"model\"";
+
+/// What follows a key in a JSON text that may not have fully arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value {
+    /// `: "..."`: the string's byte range, quotes included.
+    String(usize, usize),
+    /// Something else: not a colon, or not a string.
+    Other,
+    /// The text ends before the answer is known.
+    Incomplete,
+}
+
+/// Reads what follows a key that ends at `at` in `json`: a string value's span, something
+/// else, or not enough bytes to tell. Each byte is looked at once.
+pub fn string_value_after_key(json: &[u8], at: usize) -> Value {
+    let rest = &json[at..];
+    let Some(colon) = rest.iter().position(|b| !b.is_ascii_whitespace()) else {
+        return Value::Incomplete;
+    };
+    if rest[colon] != b':' {
+        return Value::Other;
+    }
+    let after = at + colon + 1;
+    let Some(ws) = json[after..].iter().position(|b| !b.is_ascii_whitespace()) else {
+        return Value::Incomplete;
+    };
+    let value_start = after + ws;
     if json[value_start] != b'"' {
-        return None;
+        return Value::Other;
     }
     let mut i = value_start + 1;
     while i < json.len() {
         match json[i] {
             b'\\' => i += 2,
-            b'"' => return Some((value_start, i + 1)),
+            b'"' => return Value::String(value_start, i + 1),
             _ => i += 1,
         }
     }
-    None
+    Value::Incomplete
 }
 
 /// `json` with its `model` value replaced by `model` (a JSON string literal), or `None` when it

@@ -2,6 +2,8 @@
 //! that names the path of the first bad value (`messages[2].content[0].type: …`) in a message
 //! of bounded length, safe to show a client.
 
+use std::borrow::Cow;
+
 use serde::de::DeserializeOwned;
 
 /// Longest message [`parse`] returns; serde quotes the offending input, which is the client's.
@@ -51,16 +53,27 @@ pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ParseError> {
 }
 
 /// `message`, cut at a character boundary to at most 512 bytes and marked when cut.
-pub fn bounded(mut message: String) -> String {
-    if message.len() > MAX_MESSAGE {
-        let mut end = MAX_MESSAGE;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
-        message.truncate(end);
-        message.push_str("… (cut)");
+pub fn bounded(message: String) -> String {
+    match cut(&message, MAX_MESSAGE) {
+        Cow::Borrowed(_) => message,
+        Cow::Owned(cut) => cut,
     }
-    message
+}
+
+/// The marker that ends a text cut by [`cut`].
+pub const CUT_MARK: &str = "… (cut)";
+
+/// `text` cut at a character boundary to at most `max` bytes, marked with [`CUT_MARK`] when
+/// cut; borrowed when it fits.
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}{CUT_MARK}", &text[..end]))
 }
 
 #[cfg(test)]

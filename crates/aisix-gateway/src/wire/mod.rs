@@ -8,6 +8,7 @@ pub mod chunk;
 pub mod content;
 pub mod json;
 pub mod openai;
+pub mod rename;
 pub mod sse;
 pub mod usage;
 

@@ -103,8 +103,13 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
 
     let stream_options = match probe.stream_options {
         Some(raw) if raw.get() != "null" => {
-            let options: StreamOptionsProbe = serde_json::from_str(raw.get())
-                .map_err(|_| BodyError::InvalidField("stream_options", "an object"))?;
+            if !raw.get().starts_with('{') {
+                return Err(BodyError::InvalidField("stream_options", "an object"));
+            }
+            // The only field read; any other is the provider's to judge.
+            let options: StreamOptionsProbe = serde_json::from_str(raw.get()).map_err(|_| {
+                BodyError::InvalidField("stream_options.include_usage", "a boolean")
+            })?;
             Some(StreamOptions {
                 span: span_of(body, raw.get()),
                 include_usage: options.include_usage.unwrap_or(false),
@@ -326,6 +331,17 @@ mod tests {
         assert_eq!(
             inspect(br#"{"model":"m","stream":"yes"}"#),
             Err(BodyError::InvalidField("stream", "a boolean"))
+        );
+        assert_eq!(
+            inspect(br#"{"model":"m","stream_options":[]}"#),
+            Err(BodyError::InvalidField("stream_options", "an object"))
+        );
+        assert_eq!(
+            inspect(br#"{"model":"m","stream_options":{"include_usage":"yes"}}"#),
+            Err(BodyError::InvalidField(
+                "stream_options.include_usage",
+                "a boolean"
+            ))
         );
         assert_eq!(inspect(br#"{"model":"m","n":0}"#).unwrap().choices, 1);
         assert_eq!(inspect(br#"{"model":"m","n":3}"#).unwrap().choices, 3);

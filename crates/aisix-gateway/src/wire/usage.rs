@@ -60,6 +60,50 @@ fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
     Some((start, start + raw.get().len()))
 }
 
+/// The usage of a whole answer that is relayed rather than held: its first and last
+/// [`WINDOW`] bytes are kept as they pass (amortized one copy per byte), and read at the end,
+/// the tail first ([`from_response`] on the whole answer when it fit in the head).
+#[derive(Debug, Default)]
+pub struct UsageWindow {
+    head: Vec<u8>,
+    /// The last bytes, between `WINDOW` and `2 * WINDOW` of them once that many came.
+    tail: Vec<u8>,
+    total: usize,
+}
+
+/// The bytes [`UsageWindow`] keeps at each end: a usage object with its details is a few
+/// hundred.
+pub const WINDOW: usize = 16 * 1024;
+
+impl UsageWindow {
+    /// Notes the answer's next piece.
+    pub fn push(&mut self, piece: &[u8]) {
+        self.total += piece.len();
+        if self.head.len() < WINDOW {
+            let room = WINDOW - self.head.len();
+            self.head.extend_from_slice(&piece[..room.min(piece.len())]);
+        }
+        if piece.len() >= WINDOW {
+            self.tail.clear();
+            self.tail.extend_from_slice(&piece[piece.len() - WINDOW..]);
+            return;
+        }
+        if self.tail.len() + piece.len() > 2 * WINDOW {
+            let keep = WINDOW - piece.len();
+            self.tail.drain(..self.tail.len() - keep);
+        }
+        self.tail.extend_from_slice(piece);
+    }
+
+    /// The answer's usage, once it has all passed.
+    pub fn usage(&self) -> Option<Usage> {
+        if self.total <= WINDOW {
+            return from_response(&self.head);
+        }
+        last_usage_object(&self.tail).or_else(|| last_usage_object(&self.head))
+    }
+}
+
 /// `json` (an answer or a chunk) with its usage object replaced by `usage`.
 pub fn with_usage(json: &[u8], usage: Usage) -> Option<Vec<u8>> {
     let (start, end) = last_usage_span(json)?;
@@ -131,5 +175,27 @@ mod tests {
         let usage = from_response(br#"{"usage":{"prompt_tokens":4,"total_tokens":4}}"#).unwrap();
         assert_eq!(usage.completion_tokens, 0);
         assert_eq!(usage.total_tokens, 4);
+    }
+    #[test]
+    fn a_relayed_answer_s_usage_is_read_from_its_ends_however_it_is_cut() {
+        let usage = r#""usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}"#;
+        let small = format!(r#"{{"id":"x",{usage}}}"#);
+        let filler = "a".repeat(5 * WINDOW);
+        let large_last =
+            format!(r#"{{"choices":[{{"message":{{"content":"{filler}"}}}}],{usage}}}"#);
+        let large_first =
+            format!(r#"{{{usage},"choices":[{{"message":{{"content":"{filler}"}}}}]}}"#);
+        for body in [&small, &large_last, &large_first] {
+            let whole = from_response(body.as_bytes());
+            assert!(whole.is_some());
+            for size in [1, 7, 1000, WINDOW - 1, WINDOW, WINDOW + 1, body.len()] {
+                let mut window = UsageWindow::default();
+                for piece in body.as_bytes().chunks(size) {
+                    window.push(piece);
+                }
+                assert_eq!(window.usage(), whole, "pieces of {size}");
+                assert!(window.tail.len() <= 2 * WINDOW && window.head.len() <= WINDOW);
+            }
+        }
     }
 }

@@ -1,0 +1,154 @@
+//! Errors echo nothing unbounded and leak nothing, in both serving modes: a client's value is
+//! cut to 256 bytes and marked as cut, a 405 lists what is allowed, a model the key may not use
+//! is answered exactly like one that does not exist (chat and `/v1/models/{id}`), and a type
+//! error in `stream_options` names the field and the type it must have.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use aisix_e2e::both_modes;
+use aisix_e2e::client::{self, Reply};
+use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::mock::MockProvider;
+use serde_json::json;
+
+const KEY: &str = "sk-hygiene-open-1";
+const NARROW_KEY: &str = "sk-hygiene-narrow-2";
+const CUT: &str = "… (cut)";
+
+fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
+    GatewayConfig::new(mode)
+        .resources(format!(
+            r#"_format_version: "1"
+provider_keys:
+  - {{display_name: up, provider: openai, api_key: sk-up, api_base: "{}"}}
+models:
+  - {{display_name: gpt-x, provider: openai, model_name: up-x, provider_key: up}}
+  - {{display_name: gpt-secret, provider: openai, model_name: up-s, provider_key: up}}
+api_keys:
+  - {{display_name: open, key_env: HYGIENE_KEY, allowed_models: ["*"]}}
+  - {{display_name: narrow, key_env: HYGIENE_NARROW_KEY, allowed_models: ["gpt-x"]}}
+"#,
+            mock.base_url()
+        ))
+        .env("HYGIENE_KEY", KEY)
+        .env("HYGIENE_NARROW_KEY", NARROW_KEY)
+}
+
+async fn chat(gateway: &Gateway, key: &str, body: &str) -> Reply {
+    let request = client::request(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &format!("Bearer {key}"))],
+        Some(body),
+    );
+    client::send(gateway.addr(), request).await
+}
+
+fn message(reply: &Reply) -> String {
+    reply.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+both_modes! {
+    async fn echoed_values_are_cut_to_256_bytes_and_marked(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+
+        let model = "m".repeat(1024 * 1024);
+        let body = json!({"model": model, "messages": []}).to_string();
+        let reply = chat(&gateway, KEY, &body).await;
+        assert_eq!(reply.status, 404);
+        let text = message(&reply);
+        assert!(text.contains(&format!("{}{CUT}", "m".repeat(256))), "{text}");
+        assert!(text.len() < 512, "{} bytes", text.len());
+
+        let method = "X".repeat(10 * 1024);
+        let request = client::request(&method, "/v1/chat/completions", &[], None);
+        let reply = client::send(gateway.addr(), request).await;
+        assert_eq!(reply.status, 405);
+        let text = message(&reply);
+        assert!(text.contains(CUT) && text.len() < 512, "{text}");
+
+        let id = "i".repeat(4096);
+        let request = client::request(
+            "GET",
+            &format!("/v1/models/{id}"),
+            &[("authorization", &format!("Bearer {KEY}"))],
+            None,
+        );
+        let reply = client::send(gateway.addr(), request).await;
+        assert_eq!(reply.status, 404);
+        let text = message(&reply);
+        assert!(text.contains(CUT) && text.len() < 512, "{text}");
+        assert_eq!(mock.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn a_405_carries_allow(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        for (method, path, allow) in [
+            ("GET", "/v1/chat/completions", "POST"),
+            ("PUT", "/v1/embeddings", "POST"),
+            ("POST", "/v1/models", "GET, HEAD"),
+            ("DELETE", "/livez", "GET, HEAD"),
+        ] {
+            let reply = client::send(gateway.addr(), client::request(method, path, &[], None)).await;
+            assert_eq!(reply.status, 405, "{method} {path}");
+            assert_eq!(reply.header("allow"), Some(allow), "{method} {path}");
+        }
+    }
+}
+
+both_modes! {
+    async fn a_model_the_key_may_not_use_is_answered_as_an_unknown_model(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let refused_as = |reply: &Reply, name: &str| {
+            (reply.status, reply.header("content-type").map(str::to_owned), reply.text().replace(name, "NAME"))
+        };
+
+        // Chat: the same status, headers and body, the name aside.
+        let refused = chat(&gateway, NARROW_KEY, &json!({"model": "gpt-secret", "messages": []}).to_string()).await;
+        let unknown = chat(&gateway, NARROW_KEY, &json!({"model": "gpt-nothing", "messages": []}).to_string()).await;
+        assert_eq!(refused.status, 404, "{}", refused.text());
+        assert_eq!(refused_as(&refused, "gpt-secret"), refused_as(&unknown, "gpt-nothing"));
+
+        // `/v1/models/{id}`.
+        let get = |id: &str| {
+            client::request(
+                "GET",
+                &format!("/v1/models/{id}"),
+                &[("authorization", &format!("Bearer {NARROW_KEY}"))],
+                None,
+            )
+        };
+        let refused = client::send(gateway.addr(), get("gpt-secret")).await;
+        let unknown = client::send(gateway.addr(), get("gpt-nothing")).await;
+        assert_eq!(refused.status, 404);
+        assert_eq!(refused_as(&refused, "gpt-secret"), refused_as(&unknown, "gpt-nothing"));
+        assert_eq!(mock.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn a_type_error_in_stream_options_names_the_field_and_type(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let body = json!({"model": "gpt-x", "stream": true, "messages": [], "stream_options": {"include_usage": "yes"}});
+        let reply = chat(&gateway, KEY, &body.to_string()).await;
+        assert_eq!(reply.status, 400);
+        let error = &reply.json()["error"];
+        assert_eq!(error["code"], "invalid_request");
+        assert_eq!(error["param"], "stream_options.include_usage");
+        let text = error["message"].as_str().unwrap();
+        assert!(text.contains("'stream_options.include_usage'") && text.contains("a boolean"), "{text}");
+
+        let body = json!({"model": "gpt-x", "messages": [], "stream_options": 3});
+        let reply = chat(&gateway, KEY, &body.to_string()).await;
+        assert_eq!(reply.status, 400);
+        assert!(message(&reply).contains("'stream_options' must be an object"));
+    }
+}
