@@ -116,12 +116,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             .bounded("proxy.max_buffered_bytes_per_worker", 1024 * 1024, 1 << 40)
             .unwrap_or(d.max_buffered_bytes_per_worker);
         if max_buffered_bytes_per_worker < request_body_limit_bytes {
-            let origin = r.origin_of("proxy.max_buffered_bytes_per_worker");
-            r.error(
-                "proxy.max_buffered_bytes_per_worker",
-                "must be at least proxy.request_body_limit_bytes, or a body at the limit could never be read",
-                origin,
-            );
+            r.refuse("proxy.max_buffered_bytes_per_worker", "must be at least proxy.request_body_limit_bytes, or a body at the limit could never be read");
         }
         ProxyConfig {
             addr: r.socket_addr("proxy.addr").unwrap_or(d.addr),
@@ -229,11 +224,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             .string("observability.metrics.prometheus.path")
             .unwrap_or(dp.path);
         if !path.starts_with('/') {
-            let origin = r.origin_of("observability.metrics.prometheus.path");
-            r.error(
+            r.refuse(
                 "observability.metrics.prometheus.path",
                 "must start with '/'",
-                origin,
             );
         }
         ObservabilityConfig {
@@ -262,11 +255,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         .bool("resources_watch")
         .unwrap_or(defaults.resources_watch);
     if resources_watch && resources_file.is_none() {
-        let origin = r.origin_of("resources_watch");
-        r.error(
+        r.refuse(
             "resources_watch",
             "needs resources_file: there is no file to watch",
-            origin,
         );
     }
 
@@ -274,11 +265,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         && observability.metrics.prometheus.addr == proxy.addr
         && proxy.addr.port() != 0
     {
-        let origin = r.origin_of("observability.metrics.prometheus.addr");
-        r.error(
+        r.refuse(
             "observability.metrics.prometheus.addr",
             format!("must differ from proxy.addr ({})", proxy.addr),
-            origin,
         );
     }
 
@@ -301,11 +290,9 @@ fn read_balance(r: &mut Reader<'_>) -> Option<Balance> {
         "reuseport" => Some(Balance::ReusePort),
         "handoff" => Some(Balance::Handoff),
         other => {
-            let origin = r.origin_of("proxy.balance");
-            r.error(
+            r.refuse(
                 "proxy.balance",
                 format!("expected reuseport or handoff, got {other:?}"),
-                origin,
             );
             None
         }
@@ -328,22 +315,18 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     let redis = match backend.as_deref() {
         None | Some("memory") => {
             if redis_given {
-                let origin = r.origin_of("ratelimit.redis");
-                r.error(
+                r.refuse(
                     "ratelimit.redis",
                     "is set but ratelimit.backend is memory (set backend: redis to use it)",
-                    origin,
                 );
             }
             false
         }
         Some("redis") => true,
         Some(other) => {
-            let origin = r.origin_of("ratelimit.backend");
-            r.error(
+            r.refuse(
                 "ratelimit.backend",
                 format!("expected memory or redis, got {other:?}"),
-                origin,
             );
             false
         }
@@ -358,11 +341,9 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
         None | Some("allow") => OnRedisError::Allow,
         Some("deny") => OnRedisError::Deny,
         Some(other) => {
-            let origin = r.origin_of("ratelimit.redis.on_error");
-            r.error(
+            r.refuse(
                 "ratelimit.redis.on_error",
                 format!("expected allow or deny, got {other:?}"),
-                origin,
             );
             OnRedisError::Allow
         }
@@ -458,6 +439,12 @@ impl Reader<'_> {
 
     fn error(&mut self, path: &str, message: impl Into<String>, origin: Origin) {
         self.errors.push(ConfigError::new(path, message, origin));
+    }
+
+    /// An error at `path`, from wherever `path` was set.
+    fn refuse(&mut self, path: &str, message: impl Into<String>) {
+        let origin = self.origin_of(path);
+        self.error(path, message, origin);
     }
 
     /// The raw value at `path`, if set to something other than null.
