@@ -299,13 +299,15 @@ class Suite:
             code="model_not_found",
         )
 
-    def hidden_model_is_denied(self) -> str:
+    def hidden_model_is_unknown(self) -> str:
+        # Answered exactly as a model that does not exist, so a key cannot learn which do.
         return expect_status_error(
             lambda: self.client.chat.completions.create(
                 model=self.args.hidden_model, messages=PROMPT
             ),
-            openai.PermissionDeniedError,
-            403,
+            openai.NotFoundError,
+            404,
+            code="model_not_found",
         )
 
     def completion(self) -> str:
@@ -345,8 +347,8 @@ class Suite:
                 self.hidden_model_is_not_retrievable,
             )
             self.run(
-                "chat with a model the key may not use is PermissionDeniedError 403",
-                self.hidden_model_is_denied,
+                "chat with a model the key may not use is NotFoundError 404",
+                self.hidden_model_is_unknown,
             )
         self.run("completions.create", self.completion)
         self.run("completions.create stream", self.completion_stream)

@@ -49,6 +49,52 @@ async fn run_sdk(gateway: &Gateway, embed_encoding: &str, logs: impl FnOnce() ->
     sdk::assert_passed(status, &printed, || {
         format!("--- gateway log ---\n{}\n{}", gateway.logs(), logs())
     });
+    assert_answers_accounted(gateway);
+}
+
+/// Every answer the SDK got whole is recorded as a success, and every non-streaming one with
+/// the usage its body reported: a real server's framing (HTTP/2's `END_STREAM` in a frame of
+/// its own after the last data) must not make a delivered answer read as abandoned.
+fn assert_answers_accounted(gateway: &Gateway) {
+    // The script's last request is a streamed completion: once its line is written, every
+    // earlier line is too (one writer per worker; a poll, not a timing assertion).
+    let is_last = |line: &Value| {
+        line["path"] == "/v1/completions" && line["stream"] == true && line["status"] == 200
+    };
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        lines = access_lines(gateway);
+        if lines.iter().any(is_last) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let answered: Vec<&Value> = lines.iter().filter(|l| l["status"] == 200).collect();
+    assert!(
+        answered.iter().any(|l| is_last(l)),
+        "no access line for the last request: {lines:#?}"
+    );
+    for line in answered {
+        assert!(
+            line["error"].is_null(),
+            "a delivered answer recorded as failed: {line}"
+        );
+        if line["stream"] == false && line["method"] == "POST" {
+            assert!(
+                line["input_tokens"].as_u64().is_some(),
+                "a delivered answer's usage was lost: {line}"
+            );
+        }
+    }
+}
+
+fn access_lines(gateway: &Gateway) -> Vec<Value> {
+    gateway
+        .logs()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["type"] == "access")
+        .collect()
 }
 
 fn str_of<'a>(record: &'a Value, key: &str) -> &'a str {

@@ -104,8 +104,11 @@ impl UnaryRelay {
     }
 }
 
+/// Whether the upstream body has nothing more to give: ended, or its whole `Content-Length`
+/// is in. An HTTP/2 server may send `END_STREAM` in an empty frame after the last data, so
+/// the length is the signal that arrives with the last bytes (hyper may never poll again).
 fn upstream_ended(upstream: Option<&Incoming>) -> bool {
-    upstream.is_some_and(Body::is_end_stream)
+    upstream.is_some_and(|body| body.is_end_stream() || body.size_hint().exact() == Some(0))
 }
 
 impl UnaryRelay {
