@@ -611,6 +611,36 @@ both_modes! {
 }
 
 both_modes! {
+    async fn a_relayed_message_far_past_max_response_bytes_arrives_whole_with_its_usage_counted(mode: Mode) {
+        let rig = start(mode);
+        // 3 MiB, far past the 4 KiB the rig holds to translate: relayed as it arrives.
+        let big = "y".repeat(3 * 1024 * 1024);
+        let answer = anthropic::message_body("msg_huge", "claude-upstream", json!([{"type": "text", "text": big}]),
+            "end_turn", None, json!({"input_tokens": 7, "cache_read_input_tokens": 5,
+            "cache_creation_input_tokens": 2, "output_tokens": 11})).to_string();
+        let enqueue = || rig.anthropic.enqueue(Mock::status(200).header("content-type", "application/json").body(answer.clone()));
+        enqueue();
+        let body = r#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.body == answer.as_bytes(), "the answer was not relayed whole ({} of {} bytes)", reply.body.len(), answer.len());
+
+        // Through a group, the answer names the direct model, the rest intact.
+        enqueue();
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &body.replace("claude", "claude-first")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let got = reply.json();
+        assert_eq!(got["model"], "claude");
+        assert_eq!(got["content"][0]["text"].as_str().map(str::len), Some(big.len()));
+
+        let page = rig.metrics().await;
+        assert_eq!(prom::sample(&page, "aisix_tokens_total", &[("model", "claude"), ("kind", "input")]), 28.0);
+        assert_eq!(prom::sample(&page, "aisix_tokens_total", &[("model", "claude"), ("kind", "output")]), 22.0);
+        assert!(!prom::has_series(&page, "aisix_upstream_errors_total", &[("provider", "ant"), ("kind", "response_too_large")]));
+    }
+}
+
+both_modes! {
     async fn the_clients_anthropic_headers_go_upstream_on_the_relay_and_the_keys_version_otherwise(mode: Mode) {
         let rig = start(mode);
         let body = r#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;

@@ -34,6 +34,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         request_id,
         rename,
         max_response_bytes,
+        budget,
     } = *call;
     let provider = &*route.provider;
     let stream = inbound.stream;
@@ -91,10 +92,11 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         });
     }
     if translated {
-        let body = exchange::read_body(
+        let (body, held) = exchange::read_body(
             head.response.into_body(),
             head.lease,
             max_response_bytes,
+            Some(budget),
             deadlines.end,
             &provider.name,
         )
@@ -111,6 +113,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             content_type: HeaderValue::from_static("application/json"),
             body: body.map_err(|m| super::anthropic::malformed(provider, &m.0))?,
             usage,
+            held,
             waited: head.waited,
         });
     }
@@ -122,6 +125,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             body: head.response.into_body(),
             lease: head.lease,
             rename,
+            usage: Some(Dialect::OpenAi),
             end: deadlines.end,
             in_flight: None,
         },
