@@ -661,3 +661,48 @@ both_modes! {
         assert_eq!(rig.anthropic.last_request().unwrap().header("anthropic-beta"), None);
     }
 }
+
+both_modes! {
+    async fn a_groups_answers_name_the_direct_model_in_both_dialects_streamed_or_not(mode: Mode) {
+        let rig = start(mode);
+        let chat = |model: &str, stream: bool| json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+        let message = |model: &str, stream: bool| json!({"model": model, "max_tokens": 50, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let chunk_models = |reply: &Reply| -> Vec<String> {
+            events(&reply.text()).iter()
+                .filter_map(|(_, data)| data.get("model").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        };
+        let start_model = |reply: &Reply| -> Option<String> {
+            events(&reply.text()).iter()
+                .find(|(name, _)| name.as_deref() == Some("message_start"))
+                .and_then(|(_, data)| data.pointer("/message/model").and_then(Value::as_str).map(str::to_owned))
+        };
+
+        // OpenAI to an OpenAI client, the way the others follow: every chunk names `gpt`.
+        let reply = rig.chat(chat("gpt-first", true)).await;
+        let models = chunk_models(&reply);
+        assert!(!models.is_empty() && models.iter().all(|m| m == "gpt"), "{models:?}");
+        assert_eq!(rig.chat(chat("gpt-first", false)).await.json()["model"], "gpt");
+
+        // Anthropic to an OpenAI client.
+        let reply = rig.chat(chat("claude-first", true)).await;
+        let models = chunk_models(&reply);
+        assert!(!models.is_empty() && models.iter().all(|m| m == "claude"), "{models:?}");
+        assert_eq!(rig.chat(chat("claude-first", false)).await.json()["model"], "claude");
+
+        // Anthropic relayed to an Anthropic client.
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("claude-first", true)).await;
+        assert_eq!(start_model(&reply).as_deref(), Some("claude"), "{}", reply.text());
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("claude-first", false)).await;
+        assert_eq!(reply.json()["model"], "claude");
+
+        // OpenAI to an Anthropic client.
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("gpt-first", true)).await;
+        assert_eq!(start_model(&reply).as_deref(), Some("gpt"), "{}", reply.text());
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("gpt-first", false)).await;
+        assert_eq!(reply.json()["model"], "gpt");
+
+        // A direct model's answers name what the upstream said.
+        assert_eq!(start_model(&rig.messages("/v1/messages", CLIENT_KEY, &message("claude", true)).await).as_deref(), Some("claude-upstream"));
+    }
+}

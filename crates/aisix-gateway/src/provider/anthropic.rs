@@ -86,9 +86,13 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let content_type = head.response.headers().get(CONTENT_TYPE).cloned();
     if stream && exchange::is_sse(content_type.as_ref()) {
         let map = if relayed {
-            Translated::relay()
+            Translated::relay(rename.then(|| route.name_json.clone()))
         } else {
-            Translated::to_openai(inbound.client_wants_usage(), exchange::unix_now())
+            Translated::to_openai(
+                inbound.client_wants_usage(),
+                exchange::unix_now(),
+                rename.then_some(&*route.name),
+            )
         };
         return Ok(Answer::Stream {
             status,

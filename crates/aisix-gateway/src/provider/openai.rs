@@ -75,7 +75,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let rename = rename.then(|| route.name_json.clone());
     if stream && exchange::is_sse(content_type.as_ref()) {
         let map = if translated {
-            StreamMap::Translated(Box::new(Translated::to_anthropic()))
+            StreamMap::Translated(Box::new(Translated::to_anthropic(
+                rename.is_some().then_some(&*route.name),
+            )))
         } else {
             StreamMap::OpenAi(Passthrough::new(
                 !inbound.client_wants_usage(),
@@ -108,6 +110,16 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 Err(malformed) => (Err(malformed), None),
             },
         };
+        // A group's answer names the direct model, as the relayed ones do.
+        let body = body.map(|body| {
+            match rename
+                .as_ref()
+                .and_then(|name| chunk::with_model(&body, name))
+            {
+                Some(renamed) => Bytes::from(renamed),
+                None => body,
+            }
+        });
         return Ok(Answer::Complete {
             status,
             content_type: HeaderValue::from_static("application/json"),
