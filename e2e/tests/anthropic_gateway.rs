@@ -611,6 +611,36 @@ both_modes! {
 }
 
 both_modes! {
+    async fn a_relayed_message_far_past_max_response_bytes_arrives_whole_with_its_usage_counted(mode: Mode) {
+        let rig = start(mode);
+        // 3 MiB, far past the 4 KiB the rig holds to translate: relayed as it arrives.
+        let big = "y".repeat(3 * 1024 * 1024);
+        let answer = anthropic::message_body("msg_huge", "claude-upstream", json!([{"type": "text", "text": big}]),
+            "end_turn", None, json!({"input_tokens": 7, "cache_read_input_tokens": 5,
+            "cache_creation_input_tokens": 2, "output_tokens": 11})).to_string();
+        let enqueue = || rig.anthropic.enqueue(Mock::status(200).header("content-type", "application/json").body(answer.clone()));
+        enqueue();
+        let body = r#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert!(reply.body == answer.as_bytes(), "the answer was not relayed whole ({} of {} bytes)", reply.body.len(), answer.len());
+
+        // Through a group, the answer names the direct model, the rest intact.
+        enqueue();
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &body.replace("claude", "claude-first")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let got = reply.json();
+        assert_eq!(got["model"], "claude");
+        assert_eq!(got["content"][0]["text"].as_str().map(str::len), Some(big.len()));
+
+        let page = rig.metrics().await;
+        assert_eq!(prom::sample(&page, "aisix_tokens_total", &[("model", "claude"), ("kind", "input")]), 28.0);
+        assert_eq!(prom::sample(&page, "aisix_tokens_total", &[("model", "claude"), ("kind", "output")]), 22.0);
+        assert!(!prom::has_series(&page, "aisix_upstream_errors_total", &[("provider", "ant"), ("kind", "response_too_large")]));
+    }
+}
+
+both_modes! {
     async fn the_clients_anthropic_headers_go_upstream_on_the_relay_and_the_keys_version_otherwise(mode: Mode) {
         let rig = start(mode);
         let body = r#"{"model":"claude","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}"#;
@@ -629,5 +659,50 @@ both_modes! {
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(rig.anthropic.last_request().unwrap().header("anthropic-version"), Some("2023-06-01"));
         assert_eq!(rig.anthropic.last_request().unwrap().header("anthropic-beta"), None);
+    }
+}
+
+both_modes! {
+    async fn a_groups_answers_name_the_direct_model_in_both_dialects_streamed_or_not(mode: Mode) {
+        let rig = start(mode);
+        let chat = |model: &str, stream: bool| json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+        let message = |model: &str, stream: bool| json!({"model": model, "max_tokens": 50, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let chunk_models = |reply: &Reply| -> Vec<String> {
+            events(&reply.text()).iter()
+                .filter_map(|(_, data)| data.get("model").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        };
+        let start_model = |reply: &Reply| -> Option<String> {
+            events(&reply.text()).iter()
+                .find(|(name, _)| name.as_deref() == Some("message_start"))
+                .and_then(|(_, data)| data.pointer("/message/model").and_then(Value::as_str).map(str::to_owned))
+        };
+
+        // OpenAI to an OpenAI client, the way the others follow: every chunk names `gpt`.
+        let reply = rig.chat(chat("gpt-first", true)).await;
+        let models = chunk_models(&reply);
+        assert!(!models.is_empty() && models.iter().all(|m| m == "gpt"), "{models:?}");
+        assert_eq!(rig.chat(chat("gpt-first", false)).await.json()["model"], "gpt");
+
+        // Anthropic to an OpenAI client.
+        let reply = rig.chat(chat("claude-first", true)).await;
+        let models = chunk_models(&reply);
+        assert!(!models.is_empty() && models.iter().all(|m| m == "claude"), "{models:?}");
+        assert_eq!(rig.chat(chat("claude-first", false)).await.json()["model"], "claude");
+
+        // Anthropic relayed to an Anthropic client.
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("claude-first", true)).await;
+        assert_eq!(start_model(&reply).as_deref(), Some("claude"), "{}", reply.text());
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("claude-first", false)).await;
+        assert_eq!(reply.json()["model"], "claude");
+
+        // OpenAI to an Anthropic client.
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("gpt-first", true)).await;
+        assert_eq!(start_model(&reply).as_deref(), Some("gpt"), "{}", reply.text());
+        let reply = rig.messages("/v1/messages", CLIENT_KEY, &message("gpt-first", false)).await;
+        assert_eq!(reply.json()["model"], "gpt");
+
+        // A direct model's answers name what the upstream said.
+        assert_eq!(start_model(&rig.messages("/v1/messages", CLIENT_KEY, &message("claude", true)).await).as_deref(), Some("claude-upstream"));
     }
 }

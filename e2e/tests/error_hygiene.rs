@@ -1,7 +1,8 @@
 //! Errors echo nothing unbounded and leak nothing, in both serving modes: a client's value is
 //! cut to 256 bytes and marked as cut, a 405 lists what is allowed, a model the key may not use
-//! is answered exactly like one that does not exist (chat and `/v1/models/{id}`), and a type
-//! error in `stream_options` names the field and the type it must have.
+//! is answered exactly like one that does not exist (chat, `/v1/models/{id}`, and Anthropic's
+//! `/v1/messages` and `count_tokens`), and a type error in `stream_options` names the field and
+//! the type it must have.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use aisix_e2e::both_modes;
@@ -129,6 +130,21 @@ both_modes! {
         let unknown = client::send(gateway.addr(), get("gpt-nothing")).await;
         assert_eq!(refused.status, 404);
         assert_eq!(refused_as(&refused, "gpt-secret"), refused_as(&unknown, "gpt-nothing"));
+
+        // Anthropic's `/v1/messages` and its `count_tokens`, in Anthropic's envelope.
+        for path in ["/v1/messages", "/v1/messages/count_tokens"] {
+            let ask = |model: &str| {
+                let body = json!({"model": model, "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+                client::request("POST", path, &[("x-api-key", NARROW_KEY), ("anthropic-version", "2023-06-01")],
+                    Some(&body.to_string()))
+            };
+            let refused = client::send(gateway.addr(), ask("gpt-secret")).await;
+            let unknown = client::send(gateway.addr(), ask("gpt-nothing")).await;
+            assert_eq!(refused.status, 404, "{path}: {}", refused.text());
+            assert_eq!(refused.json()["type"], "error", "{path}");
+            assert_eq!(refused.json()["error"]["type"], "not_found_error", "{path}");
+            assert_eq!(refused_as(&refused, "gpt-secret"), refused_as(&unknown, "gpt-nothing"), "{path}");
+        }
         assert_eq!(mock.request_count(), 0);
     }
 }

@@ -157,6 +157,39 @@ fn data_json(event: &str) -> Option<Value> {
 }
 
 both_modes! {
+    async fn the_overhead_header_leaves_out_a_slow_upload(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let addr = gateway.addr();
+        let response = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let body = r#"{"model":"gpt-x","messages":[{"role":"user","content":"hi"}]}"#;
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            let head = format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {TEAM_KEY}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            // The client pauses between its head and its body: the upload is its own time.
+            std::thread::sleep(Duration::from_secs(1));
+            stream.write_all(body.as_bytes()).unwrap();
+            client::read_response(&mut stream)
+        })
+        .await
+        .unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let overhead: u64 = response
+            .lines()
+            .find_map(|l| l.strip_prefix("x-aisix-overhead-us: "))
+            .expect("an x-aisix-overhead-us header")
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(overhead < 500_000, "the 1 s upload counted as overhead: {overhead} µs");
+    }
+}
+
+both_modes! {
     async fn chat_is_relayed_with_the_upstream_model_and_provider_key(mode: Mode) {
         let mock = MockProvider::start();
         let gateway = Gateway::start(&config(mode, &mock));

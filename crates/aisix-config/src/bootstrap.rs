@@ -39,9 +39,10 @@ pub struct ProxyConfig {
     pub backlog: u32,
     /// `proxy.request_body_limit_bytes`: larger request bodies are refused with 413.
     pub request_body_limit_bytes: u64,
-    /// `proxy.max_buffered_bytes_per_worker`: request bytes one worker holds in memory at once;
-    /// a request that would cross it waits within its body deadline, else gets 503 with
-    /// `Retry-After`.
+    /// `proxy.max_buffered_bytes_per_worker`: request bytes (and whole answers held to
+    /// translate them) one worker holds in memory at once; a request body that would cross it
+    /// waits within its body deadline, else gets 503 with `Retry-After`; an answer gets the 503
+    /// at once.
     pub max_buffered_bytes_per_worker: u64,
     /// `proxy.tls`: serve HTTPS on `addr` when set.
     pub tls: Option<TlsConfig>,

@@ -35,6 +35,7 @@ use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use crate::account::Record;
+use crate::budget::Budget;
 use crate::deadline;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::inbound::Inbound;
@@ -55,6 +56,8 @@ pub(crate) struct Ctx {
     pub stream: StreamSettings,
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
+    /// The worker's memory budget (`proxy.max_buffered_bytes_per_worker`).
+    pub budget: Budget,
     pub clock: Clock,
 }
 
@@ -305,6 +308,7 @@ impl Attempts {
             request_id: &self.request_id,
             rename: self.plan.group().is_some(),
             max_response_bytes: self.ctx.max_response_bytes,
+            budget: &self.ctx.budget,
         })
         .await;
         let mut status = None;
@@ -314,9 +318,11 @@ impl Attempts {
                 content_type,
                 body,
                 usage,
+                held,
                 waited,
             }) => {
                 status = Some(answered);
+                record.held.merge(held);
                 if target.track_load {
                     target.state.observe_ttfb(waited);
                 }

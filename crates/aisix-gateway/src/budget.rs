@@ -1,8 +1,10 @@
-//! The worker's memory budget (`proxy.max_buffered_bytes_per_worker`): the request bytes its
-//! requests hold in memory at once. A request charges its body before holding it (from its
+//! The worker's memory budget (`proxy.max_buffered_bytes_per_worker`): the bytes its requests
+//! hold in memory at once. A request charges its body before holding it (from its
 //! `Content-Length`, or piece by piece as it arrives) and gives it back when its response
 //! ends; one that would cross the budget waits for room until its own deadline, then gets 503
-//! `gateway_overloaded` with `Retry-After`. Bytes are counted in KiB, rounded up.
+//! `gateway_overloaded` with `Retry-After`. An upstream answer held whole (to translate it) is
+//! charged piece by piece as it arrives and refused at once when there is no room. Bytes are
+//! counted in KiB, rounded up.
 
 use std::sync::Arc;
 
@@ -46,11 +48,9 @@ impl Budget {
         bytes: u64,
         deadline: Instant,
     ) -> Result<(), GatewayError> {
-        if bytes <= held.bytes {
+        let Some(wanted) = held.wanted(bytes)? else {
             return Ok(());
-        }
-        let units = (bytes - held.bytes).div_ceil(UNIT);
-        let wanted = u32::try_from(units).map_err(|_| overloaded())?;
+        };
         let permit = match self.room.clone().try_acquire_many_owned(wanted) {
             Ok(permit) => permit,
             Err(_) => {
@@ -66,12 +66,54 @@ impl Budget {
                 }
             }
         };
-        held.bytes += units * UNIT;
-        match held.permit.as_mut() {
-            Some(mine) => mine.merge(permit),
-            None => held.permit = Some(permit),
-        }
+        held.add(permit, wanted);
         Ok(())
+    }
+
+    /// Grows `held` to cover `bytes` if there is room now. For an upstream answer arriving:
+    /// one that waited would hold its connection and what it has read, and answers waiting
+    /// for each other's room would all wait until their deadlines.
+    pub(crate) fn try_cover(&self, held: &mut Held, bytes: u64) -> Result<(), GatewayError> {
+        let Some(wanted) = held.wanted(bytes)? else {
+            return Ok(());
+        };
+        match self.room.clone().try_acquire_many_owned(wanted) {
+            Ok(permit) => {
+                held.add(permit, wanted);
+                Ok(())
+            }
+            Err(_) => Err(overloaded()),
+        }
+    }
+}
+
+impl Held {
+    /// The units to add to cover `bytes`, `None` when they are covered already.
+    fn wanted(&self, bytes: u64) -> Result<Option<u32>, GatewayError> {
+        if bytes <= self.bytes {
+            return Ok(None);
+        }
+        let units = (bytes - self.bytes).div_ceil(UNIT);
+        u32::try_from(units).map(Some).map_err(|_| overloaded())
+    }
+
+    fn add(&mut self, permit: OwnedSemaphorePermit, units: u32) {
+        self.bytes += u64::from(units) * UNIT;
+        match self.permit.as_mut() {
+            Some(mine) => mine.merge(permit),
+            None => self.permit = Some(permit),
+        }
+    }
+
+    /// Holds what `other` holds too, until this is dropped.
+    pub(crate) fn merge(&mut self, mut other: Held) {
+        if let Some(permit) = other.permit.take() {
+            self.bytes += other.bytes;
+            match self.permit.as_mut() {
+                Some(mine) => mine.merge(permit),
+                None => self.permit = Some(permit),
+            }
+        }
     }
 }
 
@@ -79,7 +121,7 @@ fn overloaded() -> GatewayError {
     tracing::warn!("request refused: the worker's memory budget had no room in time");
     let mut error = GatewayError::new(
         ErrorKind::Overloaded,
-        "The gateway is holding as much request data as it may; retry shortly.",
+        "The gateway is holding as much data as it may; retry shortly.",
     );
     error.retry_after = Some(HeaderValue::from_static("1"));
     error
@@ -128,5 +170,28 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(1)).await;
         drop(first);
         assert_eq!(waiting.await.unwrap().unwrap(), 2 * UNIT);
+    }
+
+    #[test]
+    fn an_answer_s_bytes_are_refused_at_once_without_room_and_given_back_with_the_request() {
+        let budget = Budget::new(4 * UNIT);
+        let mut request = Held::default();
+        budget.try_cover(&mut request, UNIT).unwrap();
+
+        let mut answer = Held::default();
+        budget.try_cover(&mut answer, 2 * UNIT).unwrap();
+        let error = budget.try_cover(&mut answer, 3 * UNIT + 1).unwrap_err();
+        assert_eq!(error.code(), "gateway_overloaded");
+        assert_eq!(error.retry_after, Some(HeaderValue::from_static("1")));
+        assert_eq!(answer.bytes, 2 * UNIT, "a refusal takes nothing");
+        budget.try_cover(&mut answer, 3 * UNIT).unwrap();
+
+        // The answer's charge moves to the request's and goes back with it.
+        request.merge(answer);
+        assert_eq!(request.bytes, 4 * UNIT);
+        let mut other = Held::default();
+        assert!(budget.try_cover(&mut other, 1).is_err());
+        drop(request);
+        budget.try_cover(&mut other, 4 * UNIT).unwrap();
     }
 }

@@ -613,7 +613,8 @@ mod tests {
                 ErrorKind::Unauthorized(AuthFailure::Unknown),
                 "authentication_error",
             ),
-            (ErrorKind::ModelNotAllowed, "permission_error"),
+            // Answered as an unknown model, in this envelope too.
+            (ErrorKind::ModelNotAllowed, "not_found_error"),
             (ErrorKind::ModelNotFound, "not_found_error"),
             (ErrorKind::InvalidJson, "invalid_request_error"),
             (ErrorKind::BodyTooLarge, "request_too_large"),

@@ -376,6 +376,7 @@ impl Inner {
             deadlines: settings.deadlines,
             stream: settings.stream,
             max_response_bytes: settings.upstream.max_response_bytes,
+            budget: self.budget.clone(),
             clock: snapshot.clock,
         };
         Attempts::new(

@@ -24,6 +24,7 @@ use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError};
 use crate::route::state::InFlight;
 use crate::upstream::Lease;
+use crate::wire::Dialect;
 use crate::wire::rename::{Renamer, join};
 use crate::wire::usage::UsageWindow;
 
@@ -35,6 +36,8 @@ pub(crate) struct Unary {
     pub lease: Option<Lease>,
     /// The direct model's name as a JSON string, put in the answer's `model` (groups).
     pub rename: Option<Bytes>,
+    /// The shape of the answer's `usage` object (`None`: it reports none).
+    pub usage: Option<Dialect>,
     /// The whole request's deadline.
     pub end: Instant,
     /// Counts the call in its direct model's load while the body is relayed.
@@ -67,7 +70,7 @@ impl UnaryRelay {
             upstream: Some(answer.body),
             lease: answer.lease,
             rename: answer.rename.map(Renamer::new),
-            usage: UsageWindow::default(),
+            usage: UsageWindow::new(answer.usage),
             record: Some(record),
             timer: Box::pin(tokio::time::sleep_until(answer.end)),
             _in_flight: answer.in_flight,
@@ -227,6 +230,7 @@ mod tests {
             body: response.into_body(),
             lease: None,
             rename: rename.map(Bytes::from_static),
+            usage: Some(Dialect::OpenAi),
             end: Instant::now() + Duration::from_secs(60),
             in_flight: None,
         };

@@ -1,24 +1,25 @@
 //! The Anthropic adapter (`anthropic`): `x-api-key` and `anthropic-version` upstream, requests
 //! to `{api_base}/v1/messages`. An Anthropic client's request is relayed byte for byte with
 //! only `model` rewritten in place, its `anthropic-version` and `anthropic-beta` forwarded (the
-//! key's `anthropic_version` when it sent none), and the answer relayed unchanged (a stream
-//! unparsed but for its usage). An OpenAI client's chat request is translated to a Messages
-//! request, and the answer, stream or error back to OpenAI's shape.
+//! key's `anthropic_version` when it sent none), and the answer relayed unchanged as it
+//! arrives (unparsed but for its usage and, for groups, its `model`). An OpenAI client's chat
+//! request is translated to a Messages request, and the answer, stream or error back to
+//! OpenAI's shape.
 
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::{HeaderMap, HeaderName, HeaderValue};
 
-use super::exchange::{self, MAX_UPSTREAM_BODY, Rejection};
+use super::exchange::{self, Rejection};
 use super::translated::Translated;
 use super::{Answer, Call, StreamMap};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
+use crate::unary::Unary;
 use crate::wire::anthropic::request::{self, DEFAULT_MAX_TOKENS, RequestError};
-use crate::wire::anthropic::types::TokenUsage;
 use crate::wire::anthropic::{error as anthropic_error, response};
-use crate::wire::{Dialect, chunk, usage};
+use crate::wire::{Dialect, chunk};
 
 static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
@@ -35,6 +36,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         request_id,
         rename,
         max_response_bytes,
+        budget,
     } = *call;
     let provider = &*route.provider;
     let stream = inbound.stream;
@@ -84,9 +86,13 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let content_type = head.response.headers().get(CONTENT_TYPE).cloned();
     if stream && exchange::is_sse(content_type.as_ref()) {
         let map = if relayed {
-            Translated::relay()
+            Translated::relay(rename.then(|| route.name_json.clone()))
         } else {
-            Translated::to_openai(inbound.client_wants_usage(), exchange::unix_now())
+            Translated::to_openai(
+                inbound.client_wants_usage(),
+                exchange::unix_now(),
+                rename.then_some(&*route.name),
+            )
         };
         return Ok(Answer::Stream {
             status,
@@ -96,40 +102,45 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             waited: head.waited,
         });
     }
-    let limit = if relayed {
-        MAX_UPSTREAM_BODY
-    } else {
-        max_response_bytes
-    };
-    let body = exchange::read_body(
+    let json = HeaderValue::from_static("application/json");
+    if relayed {
+        let messages = endpoint == Endpoint::Messages;
+        return Ok(Answer::Unary {
+            answer: Unary {
+                status,
+                content_type: content_type.unwrap_or(json),
+                body: head.response.into_body(),
+                lease: head.lease,
+                // A token count names no model and reports no usage: nothing was generated.
+                rename: (rename && messages).then(|| route.name_json.clone()),
+                usage: messages.then_some(Dialect::Anthropic),
+                end: deadlines.end,
+                in_flight: None,
+            },
+            waited: head.waited,
+        });
+    }
+    let (body, held) = exchange::read_body(
         head.response.into_body(),
         head.lease,
-        limit,
+        max_response_bytes,
+        Some(budget),
         deadlines.end,
         &provider.name,
     )
     .await?;
-    let json = HeaderValue::from_static("application/json");
-    let (body, usage, content_type) = if relayed {
-        let usage = (endpoint == Endpoint::Messages)
-            .then(|| usage::last_usage_object::<TokenUsage>(&body))
-            .flatten()
-            .map(|u| u.to_usage());
-        (body, usage, content_type.unwrap_or(json))
-    } else {
-        let answer = response::to_openai(&body, exchange::unix_now())
-            .map_err(|m| malformed(provider, &m.0))?;
-        (answer.body, Some(answer.usage.to_usage()), json)
-    };
-    let body = match rename.then(|| chunk::with_model(&body, &route.name_json)) {
+    let answer =
+        response::to_openai(&body, exchange::unix_now()).map_err(|m| malformed(provider, &m.0))?;
+    let body = match rename.then(|| chunk::with_model(&answer.body, &route.name_json)) {
         Some(Some(renamed)) => Bytes::from(renamed),
-        _ => body,
+        _ => answer.body,
     };
     Ok(Answer::Complete {
         status,
-        content_type,
+        content_type: json,
         body,
-        usage,
+        usage: Some(answer.usage.to_usage()),
+        held,
         waited: head.waited,
     })
 }

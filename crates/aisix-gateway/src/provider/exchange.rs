@@ -8,18 +8,17 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
+use crate::stream::Outbox;
 use crate::upstream::{ConnectError, Lease, Pool, SendError};
 
-/// Largest whole Anthropic answer relayed to an Anthropic client without translation, held
-/// to read its usage.
-pub(crate) const MAX_UPSTREAM_BODY: usize = 64 * 1024 * 1024;
 /// Largest upstream error body read to relay its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
@@ -126,39 +125,58 @@ pub(crate) async fn send(
     }
 }
 
-/// Reads a whole body of at most `limit` bytes by `deadline`; hands the connection back when
-/// it was read to the end. A longer body is `upstream_response_too_large`, and its connection
-/// is closed (never pooled with the rest unread).
+/// Reads a whole body of at most `limit` bytes by `deadline`, each piece charged to `budget`
+/// (when given) as it arrives; hands the connection back when it was read to the end. A
+/// longer body is `upstream_response_too_large`, one the budget has no room for
+/// `gateway_overloaded`, and either way its connection is closed (never pooled with the rest
+/// unread). The charge comes back with the body, held until it is dropped.
 pub(crate) async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
     limit: usize,
+    budget: Option<&Budget>,
     deadline: Instant,
     provider: &str,
-) -> Result<Bytes, GatewayError> {
-    match tokio::time::timeout_at(deadline, Limited::new(body, limit).collect()).await {
-        Ok(Ok(collected)) => {
+) -> Result<(Bytes, Held), GatewayError> {
+    let read = async move {
+        let (mut body, mut pieces, mut held) = (body, Outbox::default(), Held::default());
+        let mut len = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|error| {
+                tracing::warn!(provider, %error, "upstream response body failed");
+                GatewayError::new(
+                    ErrorKind::UpstreamUnavailable,
+                    "The upstream provider's response was cut off.",
+                )
+            })?;
+            let Ok(data) = frame.into_data() else {
+                continue;
+            };
+            len = len.saturating_add(data.len());
+            if len > limit {
+                tracing::warn!(provider, limit, "upstream response body too large");
+                return Err(GatewayError::new(
+                    ErrorKind::UpstreamResponseTooLarge,
+                    format!(
+                        "The upstream provider's answer is larger than the limit of {limit} bytes."
+                    ),
+                ));
+            }
+            if let Some(budget) = budget {
+                budget.try_cover(&mut held, len as u64)?;
+            }
+            pieces.push(data);
+        }
+        Ok((pieces.take(), held))
+    };
+    match tokio::time::timeout_at(deadline, read).await {
+        Ok(Ok(read)) => {
             if let Some(lease) = lease {
                 lease.release();
             }
-            Ok(collected.to_bytes())
+            Ok(read)
         }
-        Ok(Err(error)) if error.is::<LengthLimitError>() => {
-            tracing::warn!(provider, limit, "upstream response body too large");
-            Err(GatewayError::new(
-                ErrorKind::UpstreamResponseTooLarge,
-                format!(
-                    "The upstream provider's answer is larger than the limit of {limit} bytes."
-                ),
-            ))
-        }
-        Ok(Err(error)) => {
-            tracing::warn!(provider, %error, "upstream response body failed");
-            Err(GatewayError::new(
-                ErrorKind::UpstreamUnavailable,
-                "The upstream provider's response was cut off.",
-            ))
-        }
+        Ok(Err(error)) => Err(error),
         Err(_) => Err(timeout(provider)),
     }
 }
@@ -167,10 +185,11 @@ pub(crate) async fn read_body(
 pub(crate) async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
     let status = head.response.status();
     let retry_after = head.response.headers().get(RETRY_AFTER).cloned();
-    let body = read_body(
+    let (body, _) = read_body(
         head.response.into_body(),
         head.lease,
         MAX_ERROR_BODY,
+        None,
         deadline,
         provider,
     )
@@ -261,16 +280,73 @@ mod tests {
         raw.extend_from_slice(b"0\r\n\r\n");
         let deadline = Instant::now() + Duration::from_secs(60);
         let response = raw_response(raw.clone(), false).await;
-        let error = read_body(response.into_body(), None, 3000, deadline, "p")
+        let error = read_body(response.into_body(), None, 3000, None, deadline, "p")
             .await
             .unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamResponseTooLarge);
         assert_eq!(error.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(error.code(), "upstream_response_too_large");
         let response = raw_response(raw, false).await;
-        let body = read_body(response.into_body(), None, 4096, deadline, "p")
+        let (body, _) = read_body(response.into_body(), None, 4096, None, deadline, "p")
             .await
             .unwrap();
         assert_eq!(body.len(), 4096);
+    }
+
+    #[tokio::test]
+    async fn a_held_answer_is_charged_to_the_budget_as_it_arrives_and_refused_without_room() {
+        let mut raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+        for _ in 0..4 {
+            raw.extend_from_slice(b"400\r\n");
+            raw.extend_from_slice(&[b'a'; 0x400]);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let budget = Budget::new(6 * 1024);
+        let response = raw_response(raw.clone(), false).await;
+        let (body, held) = read_body(
+            response.into_body(),
+            None,
+            1 << 20,
+            Some(&budget),
+            deadline,
+            "p",
+        )
+        .await
+        .unwrap();
+        assert_eq!(body.len(), 4096);
+
+        // With 4 KiB of the 6 still held, the next 4 KiB answer finds no room on the way.
+        let response = raw_response(raw.clone(), false).await;
+        let error = read_body(
+            response.into_body(),
+            None,
+            1 << 20,
+            Some(&budget),
+            deadline,
+            "p",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(error.code(), "gateway_overloaded");
+        assert!(error.retry_after.is_some());
+
+        // Given back with the first answer, the room is there again.
+        drop(held);
+        let response = raw_response(raw, false).await;
+        assert!(
+            read_body(
+                response.into_body(),
+                None,
+                1 << 20,
+                Some(&budget),
+                deadline,
+                "p"
+            )
+            .await
+            .is_ok()
+        );
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 use http::{HeaderValue, StatusCode};
 
 use super::{Answer, Call};
+use crate::budget::Held;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::wire::usage::Usage;
@@ -64,6 +65,7 @@ pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         content_type: HeaderValue::from_static(reply.content_type),
         body: reply.body,
         usage: Some(reply.usage),
+        held: Held::default(),
         waited: Duration::ZERO,
     })
 }

@@ -31,6 +31,7 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
+use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::inbound::Inbound;
@@ -50,6 +51,8 @@ pub(crate) struct Call<'a> {
     pub rename: bool,
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
+    /// The worker's memory budget, charged for a whole answer held to translate.
+    pub budget: &'a Budget,
 }
 
 /// A direct model's answer, in the client's dialect.
@@ -59,6 +62,9 @@ pub(crate) enum Answer {
         content_type: HeaderValue,
         body: Bytes,
         usage: Option<Usage>,
+        /// The upstream answer's charge against the worker's memory budget, held until the
+        /// answer is handed on.
+        held: Held,
         /// From sending until the whole body was in.
         waited: Duration,
     },

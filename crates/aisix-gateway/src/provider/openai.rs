@@ -34,6 +34,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         request_id,
         rename,
         max_response_bytes,
+        budget,
     } = *call;
     let provider = &*route.provider;
     let stream = inbound.stream;
@@ -74,7 +75,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let rename = rename.then(|| route.name_json.clone());
     if stream && exchange::is_sse(content_type.as_ref()) {
         let map = if translated {
-            StreamMap::Translated(Box::new(Translated::to_anthropic()))
+            StreamMap::Translated(Box::new(Translated::to_anthropic(
+                rename.is_some().then_some(&*route.name),
+            )))
         } else {
             StreamMap::OpenAi(Passthrough::new(
                 !inbound.client_wants_usage(),
@@ -91,10 +94,11 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         });
     }
     if translated {
-        let body = exchange::read_body(
+        let (body, held) = exchange::read_body(
             head.response.into_body(),
             head.lease,
             max_response_bytes,
+            Some(budget),
             deadlines.end,
             &provider.name,
         )
@@ -106,11 +110,22 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 Err(malformed) => (Err(malformed), None),
             },
         };
+        // A group's answer names the direct model, as the relayed ones do.
+        let body = body.map(|body| {
+            match rename
+                .as_ref()
+                .and_then(|name| chunk::with_model(&body, name))
+            {
+                Some(renamed) => Bytes::from(renamed),
+                None => body,
+            }
+        });
         return Ok(Answer::Complete {
             status,
             content_type: HeaderValue::from_static("application/json"),
             body: body.map_err(|m| super::anthropic::malformed(provider, &m.0))?,
             usage,
+            held,
             waited: head.waited,
         });
     }
@@ -122,6 +137,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             body: head.response.into_body(),
             lease: head.lease,
             rename,
+            usage: Some(Dialect::OpenAi),
             end: deadlines.end,
             in_flight: None,
         },

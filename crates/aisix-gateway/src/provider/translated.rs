@@ -13,6 +13,7 @@ use http::StatusCode;
 use super::{Carried, Edit, Step};
 use crate::error::ErrorKind;
 use crate::wire::anthropic::stream::{self, ToAnthropic, ToOpenAi, Translator, UsageScan};
+use crate::wire::chunk;
 use crate::wire::usage::Usage;
 
 /// One stream's events, relayed with a usage scan or translated.
@@ -22,6 +23,9 @@ pub(crate) struct Translated {
     /// The translator's output for the event at hand.
     out: BytesMut,
     usage: Option<Usage>,
+    /// For a relay: the name (a JSON string literal) `message_start` is to give as `model`,
+    /// until that event has passed.
+    rename: Option<Bytes>,
 }
 
 #[derive(Debug)]
@@ -35,20 +39,32 @@ enum Way {
 }
 
 impl Translated {
-    /// An Anthropic stream for an Anthropic client.
-    pub(crate) fn relay() -> Self {
-        Self::new(Way::Relay(UsageScan::new()))
+    /// An Anthropic stream for an Anthropic client; `rename` (a JSON string literal) is the
+    /// model its `message_start` names (a group's direct model).
+    pub(crate) fn relay(rename: Option<Bytes>) -> Self {
+        let mut map = Self::new(Way::Relay(UsageScan::new()));
+        map.rename = rename;
+        map
     }
 
     /// An Anthropic stream for an OpenAI client; `include_usage` sends the usage-only chunk,
-    /// `created` is the Unix time its chunks report.
-    pub(crate) fn to_openai(include_usage: bool, created: u64) -> Self {
-        Self::new(Way::ToOpenAi(ToOpenAi::new(include_usage, created)))
+    /// `created` is the Unix time its chunks report, `rename` the model they name.
+    pub(crate) fn to_openai(include_usage: bool, created: u64, rename: Option<&str>) -> Self {
+        let translator = ToOpenAi::new(include_usage, created);
+        Self::new(Way::ToOpenAi(match rename {
+            Some(model) => translator.naming(model),
+            None => translator,
+        }))
     }
 
-    /// An OpenAI stream for an Anthropic client.
-    pub(crate) fn to_anthropic() -> Self {
-        Self::new(Way::ToAnthropic(ToAnthropic::new()))
+    /// An OpenAI stream for an Anthropic client; `rename` is the model its `message_start`
+    /// names.
+    pub(crate) fn to_anthropic(rename: Option<&str>) -> Self {
+        let translator = ToAnthropic::new();
+        Self::new(Way::ToAnthropic(match rename {
+            Some(model) => translator.naming(model),
+            None => translator,
+        }))
     }
 
     fn new(way: Way) -> Self {
@@ -56,7 +72,17 @@ impl Translated {
             way,
             out: BytesMut::new(),
             usage: None,
+            rename: None,
         }
+    }
+
+    /// A relayed `message_start` with the model renamed; the events after it pass as they are.
+    fn renamed(&mut self, event: &[u8]) -> Option<Bytes> {
+        let name = self.rename.as_ref()?;
+        memchr::memmem::find(event, b"message_start")?;
+        let renamed = chunk::with_model(event, name);
+        self.rename = None;
+        renamed.map(Bytes::from)
     }
 
     pub(super) fn event(&mut self, event: &[u8]) -> Step {
@@ -66,6 +92,9 @@ impl Translated {
             Way::ToAnthropic(t) => (t.event(event, &mut self.out), true),
         };
         let mut out = Step::default();
+        if let Some(renamed) = self.renamed(event) {
+            out.edit = Edit::Replace(renamed);
+        }
         if translated {
             out.edit = if self.out.is_empty() {
                 Edit::Drop
@@ -136,7 +165,7 @@ mod tests {
 
     #[test]
     fn a_relayed_stream_is_kept_and_its_usage_read() {
-        let mut map = Translated::relay();
+        let mut map = Translated::relay(None);
         let step = map.event(START);
         assert!(matches!(step.edit, Edit::Keep));
         assert_eq!(step.usage.map(|u| u.prompt_tokens), Some(3));
@@ -148,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_translated_stream_replaces_each_event_and_fails_on_garbage() {
-        let mut map = Translated::to_openai(false, 1);
+        let mut map = Translated::to_openai(false, 1, None);
         let Edit::Replace(first) = map.event(START).edit else {
             panic!("message_start was not translated")
         };
@@ -164,5 +193,36 @@ mod tests {
         assert!(map.finish().is_none(), "a stream without its stop is cut");
         let broken = map.event(b"event: content_block_delta\ndata: {nope\n\n");
         assert!(broken.failure.is_some());
+    }
+
+    #[test]
+    fn a_group_s_stream_names_the_direct_model_in_either_dialect() {
+        let mut relay = Translated::relay(Some(Bytes::from_static(b"\"primary\"")));
+        let Edit::Replace(start) = relay.event(START).edit else {
+            panic!("message_start was not renamed")
+        };
+        assert_eq!(
+            start,
+            chunk::with_model(START, b"\"primary\"").unwrap(),
+            "only the model changes"
+        );
+        assert!(matches!(relay.event(BLOCK).edit, Edit::Keep));
+
+        let mut translated = Translated::to_openai(true, 1, Some("primary"));
+        for event in [START, BLOCK, TEXT, STOP] {
+            if let Edit::Replace(out) = translated.event(event).edit {
+                let out = std::str::from_utf8(&out).unwrap();
+                assert!(!out.contains("\"model\":\"c\""), "{out}");
+                assert!(out.contains("\"model\":\"primary\""), "{out}");
+            }
+        }
+
+        let mut back = Translated::to_anthropic(Some("primary"));
+        let first = b"data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+        let Edit::Replace(out) = back.event(first).edit else {
+            panic!("the chunk was not translated")
+        };
+        let out = std::str::from_utf8(&out).unwrap();
+        assert!(out.contains("\"model\":\"primary\""), "{out}");
     }
 }

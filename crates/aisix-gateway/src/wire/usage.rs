@@ -1,7 +1,11 @@
-//! Token usage as OpenAI reports it, read from response bodies and stream chunks.
+//! Token usage as OpenAI reports it, read from response bodies and stream chunks (and from
+//! Anthropic's whole answers relayed as they are).
 
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
+
+use super::Dialect;
+use super::anthropic::types::TokenUsage;
 
 /// Tokens one request consumed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -62,9 +66,13 @@ fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
 
 /// The usage of a whole answer that is relayed rather than held: its first and last
 /// [`WINDOW`] bytes are kept as they pass (amortized one copy per byte), and read at the end,
-/// the tail first ([`from_response`] on the whole answer when it fit in the head).
+/// the tail first ([`from_response`] on the whole answer when it fit in the head), in the
+/// answer's dialect.
 #[derive(Debug, Default)]
 pub struct UsageWindow {
+    /// The shape of the answer's `usage` object; `None` for an answer that reports none (a
+    /// token count), whose bytes are not kept.
+    dialect: Option<Dialect>,
     head: Vec<u8>,
     /// The last bytes, between `WINDOW` and `2 * WINDOW` of them once that many came.
     tail: Vec<u8>,
@@ -76,8 +84,19 @@ pub struct UsageWindow {
 pub const WINDOW: usize = 16 * 1024;
 
 impl UsageWindow {
+    /// A window for an answer whose `usage` is in `dialect`'s shape (`None`: it has none).
+    pub fn new(dialect: Option<Dialect>) -> Self {
+        Self {
+            dialect,
+            ..Self::default()
+        }
+    }
+
     /// Notes the answer's next piece.
     pub fn push(&mut self, piece: &[u8]) {
+        if self.dialect.is_none() {
+            return;
+        }
         self.total += piece.len();
         if self.head.len() < WINDOW {
             let room = WINDOW - self.head.len();
@@ -97,10 +116,22 @@ impl UsageWindow {
 
     /// The answer's usage, once it has all passed.
     pub fn usage(&self) -> Option<Usage> {
-        if self.total <= WINDOW {
-            return from_response(&self.head);
+        match self.dialect? {
+            Dialect::OpenAi if self.total <= WINDOW => from_response(&self.head),
+            Dialect::OpenAi => {
+                last_usage_object(&self.tail).or_else(|| last_usage_object(&self.head))
+            }
+            // Anthropic's answers put `usage` last; a small one is all in the head.
+            Dialect::Anthropic => {
+                let read = |bytes: &[u8]| last_usage_object::<TokenUsage>(bytes);
+                let usage = if self.total <= WINDOW {
+                    read(&self.head)
+                } else {
+                    read(&self.tail).or_else(|| read(&self.head))
+                };
+                usage.map(|u| u.to_usage())
+            }
         }
-        last_usage_object(&self.tail).or_else(|| last_usage_object(&self.head))
     }
 }
 
@@ -189,7 +220,7 @@ mod tests {
             let whole = from_response(body.as_bytes());
             assert!(whole.is_some());
             for size in [1, 7, 1000, WINDOW - 1, WINDOW, WINDOW + 1, body.len()] {
-                let mut window = UsageWindow::default();
+                let mut window = UsageWindow::new(Some(Dialect::OpenAi));
                 for piece in body.as_bytes().chunks(size) {
                     window.push(piece);
                 }
@@ -197,5 +228,33 @@ mod tests {
                 assert!(window.tail.len() <= 2 * WINDOW && window.head.len() <= WINDOW);
             }
         }
+    }
+
+    #[test]
+    fn an_anthropic_answer_s_usage_counts_cached_prompt_tokens() {
+        let usage = r#""usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":7,"cache_creation_input_tokens":11}"#;
+        let filler = "a".repeat(3 * WINDOW);
+        let small = format!(r#"{{"type":"message","content":[],{usage}}}"#);
+        let large = format!(
+            r#"{{"type":"message","content":[{{"type":"text","text":"{filler}"}}],{usage}}}"#
+        );
+        let expected = Usage {
+            prompt_tokens: 21,
+            completion_tokens: 5,
+            total_tokens: 26,
+        };
+        for body in [&small, &large] {
+            for size in [1, 1000, WINDOW + 1, body.len()] {
+                let mut window = UsageWindow::new(Some(Dialect::Anthropic));
+                for piece in body.as_bytes().chunks(size) {
+                    window.push(piece);
+                }
+                assert_eq!(window.usage(), Some(expected), "pieces of {size}");
+            }
+        }
+        let mut none = UsageWindow::new(None);
+        none.push(small.as_bytes());
+        assert_eq!(none.usage(), None);
+        assert!(none.head.is_empty(), "an answer without usage is not kept");
     }
 }

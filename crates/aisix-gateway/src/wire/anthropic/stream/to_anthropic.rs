@@ -32,6 +32,9 @@ pub struct ToAnthropic {
     stop: Option<&'static str>,
     usage: Option<TokenUsage>,
     content: bool,
+    /// The name `message_start` gives as `model`, whatever the upstream's (a group's direct
+    /// model).
+    named: Option<String>,
 }
 
 /// The block being streamed.
@@ -59,13 +62,22 @@ impl ToAnthropic {
             stop: None,
             usage: None,
             content: false,
+            named: None,
         }
+    }
+
+    /// `message_start` names `model` (not the upstream's model).
+    pub fn naming(mut self, model: &str) -> ToAnthropic {
+        self.named = Some(model.to_owned());
+        self
     }
 
     fn start(&mut self, out: &mut BytesMut, id: &str, model: &str) {
         if self.phase != Phase::Start {
             return;
         }
+        let named = self.named.take();
+        let model = named.as_deref().unwrap_or(model);
         let usage = self.usage.unwrap_or_default();
         write_event(
             out,

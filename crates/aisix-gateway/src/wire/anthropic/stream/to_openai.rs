@@ -25,6 +25,8 @@ pub struct ToOpenAi {
     created: u64,
     id: String,
     model: String,
+    /// The name every chunk gives as `model`, whatever the upstream's (a group's direct model).
+    named: Option<String>,
     phase: Phase,
     /// Anthropic block index → what the block is, for its deltas.
     blocks: HashMap<u64, BlockKind, foldhash::fast::RandomState>,
@@ -56,6 +58,7 @@ impl ToOpenAi {
             created,
             id: String::new(),
             model: String::new(),
+            named: None,
             phase: Phase::Start,
             blocks: HashMap::default(),
             calls: 0,
@@ -63,6 +66,12 @@ impl ToOpenAi {
             finish: None,
             content: false,
         }
+    }
+
+    /// Every chunk names `model` (not the upstream's model).
+    pub fn naming(mut self, model: &str) -> ToOpenAi {
+        self.named = Some(model.to_owned());
+        self
     }
 
     fn chunk(&mut self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
@@ -113,7 +122,10 @@ impl ToOpenAi {
                 }
                 let start: MessageStart<'_> = serde_json::from_slice(data).ok()?;
                 self.id = start.message.id.into_owned();
-                self.model = start.message.model.into_owned();
+                self.model = match self.named.take() {
+                    Some(named) => named,
+                    None => start.message.model.into_owned(),
+                };
                 self.usage = Some(start.message.usage);
                 self.phase = Phase::Body;
                 self.chunk(
