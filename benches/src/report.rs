@@ -813,7 +813,7 @@ impl Results {
             md,
             "\nThe normal traffic's figures are its own (any failure makes the window invalid); the \
              neighbour's count covers the window and its warm-up, one request in flight at a time, \
-             each on a fresh connection. gateway peak RSS: `VmHWM`, reset before each window. \
+             each on a fresh connection. gateway peak RSS: `VmHWM`, reset before each window (to the RSS of that moment). \
              The ratio `hostile-neighbour p99 with/without` (Ratios) is the medians' quotient; target ≤ 2."
         );
     }
