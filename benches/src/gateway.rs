@@ -196,6 +196,9 @@ pub struct Features {
     pub group: bool,
     /// `bench-claude` on an `anthropic` provider key pointing at the mock (issue 10).
     pub anthropic: bool,
+    /// `bench-hostile`: the mock's hostile answers (one huge SSE event, one huge body), for the
+    /// hostile-neighbour leg.
+    pub hostile: bool,
 }
 
 /// Where the limiter counts.
@@ -220,6 +223,9 @@ pub const BURST_MODEL: &str = "bench-burst";
 pub const GROUP_MODEL: &str = "bench-group";
 /// The model on the `anthropic` provider key.
 pub const ANTHROPIC_MODEL: &str = "bench-claude";
+/// The model the mock answers with hostile answers (upstream name
+/// [`aisix_testkit::mock::fast::HOSTILE_MODEL`]).
+pub const HOSTILE_MODEL: &str = "bench-hostile";
 
 impl GatewaySpec {
     /// The thread-per-core or shared gateway the grid measures, with nothing optional on.
@@ -296,6 +302,12 @@ fn resources(upstreams: &Upstreams, features: &Features) -> String {
         ));
         models.push_str(&format!(
             "  - {{display_name: {ANTHROPIC_MODEL}, provider: anthropic, model_name: mock-claude, provider_key: mock-anthropic}}\n"
+        ));
+    }
+    if features.hostile {
+        models.push_str(&format!(
+            "  - {{display_name: {HOSTILE_MODEL}, provider: openai, model_name: {}, provider_key: mock}}\n",
+            aisix_testkit::mock::fast::HOSTILE_MODEL
         ));
     }
     let limit = if features.limits.is_some() {
@@ -518,6 +530,7 @@ mod tests {
         spec.handoff = true;
         spec.pin_workers = true;
         spec.features.group = true;
+        spec.features.hostile = true;
         let upstreams = Upstreams {
             mock: "127.0.0.1:9".parse().unwrap(),
             burst: Some("127.0.0.1:10".parse().unwrap()),
@@ -541,6 +554,13 @@ mod tests {
                     .groups
                     .iter()
                     .any(|g| g.display_name == GROUP_MODEL)
+            );
+            assert!(
+                resources
+                    .models
+                    .iter()
+                    .any(|m| m.display_name == HOSTILE_MODEL
+                        && m.model_name == aisix_testkit::mock::fast::HOSTILE_MODEL)
             );
             assert!(!resources.api_keys[0].rate_limit.is_empty());
             let redis = matches!(

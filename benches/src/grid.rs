@@ -166,6 +166,8 @@ impl GridArgs {
             frames: self.frames.max(1),
             gap: self.gap,
             burst,
+            hostile_event_mib: self.variants.hostile_event_mib,
+            hostile_body_mb: self.variants.hostile_body_mb,
         }
     }
 

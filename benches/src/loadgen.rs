@@ -558,6 +558,8 @@ mod tests {
             frames,
             gap: Duration::from_millis(1),
             burst: false,
+            hostile_event_mib: 1,
+            hostile_body_mb: 1,
         }
         .start()
         .unwrap()

@@ -4,6 +4,7 @@
 mod args;
 mod gateway;
 mod grid;
+mod hostile;
 mod http1;
 mod loadgen;
 mod logfile;

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use aisix_testkit::mock::{MockProvider, Pacing};
+use aisix_testkit::mock::{Hostile, MockProvider, Pacing};
 use anyhow::{Context, Result, bail};
 
 use crate::loadgen;
@@ -40,6 +40,13 @@ pub struct MockArgs {
     /// that buffers its answer does.
     #[arg(long)]
     pub burst: bool,
+    /// Hostile answers (model `mock-hostile` upstream): a streaming request gets one SSE event
+    /// this many MiB long that never ends.
+    #[arg(long, default_value_t = 50)]
+    pub hostile_event_mib: usize,
+    /// Hostile answers: a non-streaming request gets a JSON body this many MB (10^6 bytes) long.
+    #[arg(long, default_value_t = 100)]
+    pub hostile_body_mb: usize,
 }
 
 impl MockArgs {
@@ -53,6 +60,10 @@ impl MockArgs {
                 frames: self.frames,
                 gap: self.gap,
                 burst: self.burst,
+            })
+            .hostile(Hostile {
+                event_bytes: self.hostile_event_mib * 1024 * 1024,
+                body_bytes: self.hostile_body_mb * 1_000_000,
             })
             .start()
             .with_context(|| format!("start the mock on {}", self.addr))
@@ -116,6 +127,8 @@ impl Mock {
             .arg(format!("--frames={}", args.frames))
             .arg(format!("--gap={}us", args.gap.as_micros()))
             .args(args.burst.then_some("--burst"))
+            .arg(format!("--hostile-event-mib={}", args.hostile_event_mib))
+            .arg(format!("--hostile-body-mb={}", args.hostile_body_mb))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(log)?);

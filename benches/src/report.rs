@@ -186,6 +186,37 @@ pub struct Results {
     pub obs_pair: Option<(String, String)>,
     /// Legs priced against another leg of the run (CPU µs/req and req/s ratios).
     pub pairs: Vec<Pair>,
+    /// Legs whose p99 is priced against another leg's (the ratio is named `what` alone).
+    pub latency_pairs: Vec<Pair>,
+    /// The hostile-neighbour leg's windows, in the order they ran.
+    pub hostile: Vec<HostileRow>,
+}
+
+/// One window of the hostile-neighbour leg: which leg and rep (its figures are the
+/// [`WindowRow`] of the same leg, concurrency and rep) and, beside the neighbour, what the
+/// neighbour did.
+#[derive(Debug, Clone, Default)]
+pub struct HostileRow {
+    pub leg: String,
+    pub concurrency: usize,
+    pub rep: usize,
+    /// `None`: the normal traffic alone.
+    pub neighbour: Option<crate::hostile::Tally>,
+}
+
+impl HostileRow {
+    fn json(&self) -> Value {
+        let neighbour = self.neighbour.as_ref().map(|t| {
+            json!({
+                "streams": t.streams, "bodies": t.bodies, "bytes": t.bytes,
+                "outcomes": t.outcomes,
+            })
+        });
+        json!({
+            "type": "hostile", "leg": self.leg, "concurrency": self.concurrency, "rep": self.rep,
+            "neighbour": neighbour,
+        })
+    }
 }
 
 /// A leg compared with a base leg at each concurrency both have.
@@ -399,6 +430,9 @@ impl Results {
         for row in &self.syscalls {
             push(row.json());
         }
+        for row in &self.hostile {
+            push(row.json());
+        }
         for ratio in self.ratios() {
             push(
                 json!({"type": "ratio", "what": ratio.0, "concurrency": ratio.1, "value": round(ratio.2, 3)}),
@@ -462,6 +496,13 @@ impl Results {
                         p.concurrency,
                         p.rps / base.rps,
                     ));
+                }
+            }
+        }
+        for pair in &self.latency_pairs {
+            for p in points.iter().filter(|p| p.leg == pair.leg) {
+                if let Some(base) = find(&pair.base, p.concurrency) {
+                    out.push((pair.what.clone(), p.concurrency, p.p99_us / base.p99_us));
                 }
             }
         }
@@ -594,6 +635,8 @@ impl Results {
             );
         }
 
+        self.hostile_table(&mut md);
+
         let ratios = self.ratios();
         if !ratios.is_empty() {
             let _ = writeln!(
@@ -720,6 +763,59 @@ impl Results {
             }
         }
         md
+    }
+}
+
+impl Results {
+    /// The hostile-neighbour leg, window by window.
+    fn hostile_table(&self, md: &mut String) {
+        if self.hostile.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "\n## Hostile neighbour (one worker; windows in the order they ran)\n\n\
+             | window | conc | rep | req/s | p50 ms | p99 ms | failed | neighbour streams | neighbour bodies | neighbour MB read | neighbour outcomes | gateway peak RSS MiB | ok |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|:-:|"
+        );
+        for h in &self.hostile {
+            let Some(row) = self
+                .windows
+                .iter()
+                .find(|r| r.leg == h.leg && r.concurrency == h.concurrency && r.rep == h.rep)
+            else {
+                continue;
+            };
+            let (streams, bodies, mb, outcomes) = match &h.neighbour {
+                Some(t) => (
+                    t.streams.to_string(),
+                    t.bodies.to_string(),
+                    format!("{:.1}", t.bytes as f64 / 1e6),
+                    t.outcomes_cell(),
+                ),
+                None => ("–".into(), "–".into(), "–".into(), "–".into()),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.0} | {:.3} | {:.3} | {} | {streams} | {bodies} | {mb} | {outcomes} | {:.1} | {} |",
+                h.leg,
+                h.concurrency,
+                h.rep,
+                row.rps,
+                row.p50_us / 1e3,
+                row.p99_us / 1e3,
+                row.failures,
+                row.hwm_mib,
+                if row.valid() { "✓" } else { "✗" },
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nThe normal traffic's figures are its own (any failure makes the window invalid); the \
+             neighbour's count covers the window and its warm-up, one request in flight at a time, \
+             each on a fresh connection. gateway peak RSS: `VmHWM`, reset before each window (to the RSS of that moment). \
+             The ratio `hostile-neighbour p99 with/without` (Ratios) is the medians' quotient; target ≤ 2."
+        );
     }
 }
 
@@ -888,5 +984,68 @@ mod tests {
             markdown.contains("| aisix-tpc open-loop 70% | 512 | 700 | 0.100 | 0.200 | 3 |"),
             "{markdown}"
         );
+    }
+
+    #[test]
+    fn hostile_windows_get_their_table_and_a_p99_ratio_against_the_quiet_windows() {
+        use crate::hostile::{HOSTILE_LEG, HOSTILE_RATIO, QUIET_LEG, Tally};
+        let with_p99 = |leg: &str, rep: usize, p99_us: f64| {
+            let mut row = window(leg, 32, 1000.0, 10.0);
+            row.rep = rep;
+            row.p99_us = p99_us;
+            row.hwm_mib = 40.0;
+            row
+        };
+        let mut tally = Tally {
+            streams: 3,
+            bodies: 2,
+            bytes: 200_000_000,
+            ..Tally::default()
+        };
+        tally
+            .outcomes
+            .insert("stream 200 in-band stream_event_too_large".into(), 3);
+        tally.outcomes.insert("body 200 whole".into(), 2);
+        let hostile = |leg: &str, rep: usize, neighbour: Option<Tally>| HostileRow {
+            leg: leg.into(),
+            concurrency: 32,
+            rep,
+            neighbour,
+        };
+        let results = Results {
+            windows: vec![
+                with_p99(QUIET_LEG, 1, 1000.0),
+                with_p99(HOSTILE_LEG, 1, 3000.0),
+                with_p99(QUIET_LEG, 2, 2000.0),
+                with_p99(HOSTILE_LEG, 2, 3000.0),
+            ],
+            hostile: vec![
+                hostile(QUIET_LEG, 1, None),
+                hostile(HOSTILE_LEG, 1, Some(tally.clone())),
+                hostile(QUIET_LEG, 2, None),
+                hostile(HOSTILE_LEG, 2, Some(tally)),
+            ],
+            latency_pairs: vec![Pair::new(HOSTILE_RATIO, HOSTILE_LEG, QUIET_LEG)],
+            ..Results::default()
+        };
+        let ratios = results.ratios();
+        let p99 = ratios.iter().find(|r| r.0 == HOSTILE_RATIO).map(|r| r.2);
+        assert_eq!(p99, Some(2.0), "median 3 ms over median 1.5 ms");
+        let markdown = results.markdown();
+        assert!(
+            markdown.contains(
+                "| aisix-tpc-1w +hostile | 32 | 2 | 1000 | 0.100 | 3.000 | 0 | 3 | 2 | 200.0 | \
+                 body 200 whole ×2; stream 200 in-band stream_event_too_large ×3 | 40.0 | ✓ |"
+            ),
+            "{markdown}"
+        );
+        assert!(
+            markdown.contains("| aisix-tpc-1w quiet | 32 | 1 | 1000 | 0.100 | 1.000 | 0 | – | – | – | – | 40.0 | ✓ |"),
+            "{markdown}"
+        );
+        assert!(markdown.contains("| hostile-neighbour p99 with/without | 32 | 2.00 |"));
+        let json = results.json_lines();
+        assert!(json.contains("\"type\":\"hostile\""), "{json}");
+        assert!(json.contains("\"body 200 whole\":2"), "{json}");
     }
 }

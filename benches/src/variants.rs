@@ -74,6 +74,15 @@ pub struct VariantArgs {
     /// Skip the bursty-upstream streaming leg.
     #[arg(long)]
     pub no_burst: bool,
+    /// Skip the hostile-neighbour leg.
+    #[arg(long)]
+    pub no_hostile: bool,
+    /// Hostile neighbour: the size of the one SSE event it asks for, in MiB.
+    #[arg(long, default_value_t = 50)]
+    pub hostile_event_mib: usize,
+    /// Hostile neighbour: the size of the non-streaming body it asks for, in MB (10^6 bytes).
+    #[arg(long, default_value_t = 100)]
+    pub hostile_body_mb: usize,
 }
 
 impl VariantArgs {
@@ -83,6 +92,8 @@ impl VariantArgs {
         self.balance_window = Duration::from_millis(300);
         self.feature_concurrency = CommaList(vec![8]);
         self.rss_concurrency = self.rss_concurrency.min(32);
+        self.hostile_event_mib = self.hostile_event_mib.min(4);
+        self.hostile_body_mb = self.hostile_body_mb.min(8);
     }
 }
 
@@ -184,6 +195,9 @@ impl Legs<'_> {
         }
         if !v.no_burst && self.args.streams > 0 {
             legs.push(("burst".into(), Box::new(|r| self.burst(bin, r))));
+        }
+        if !v.no_hostile {
+            legs.push(("hostile".into(), Box::new(|r| self.hostile(bin, r))));
         }
         for (name, leg) in legs {
             if let Err(error) = leg(results) {

@@ -34,6 +34,30 @@ pub(crate) enum Frames {
     /// The same chunk again and again at a steady pace, and a last one: a stream without a
     /// list to allocate (the fast path), or a single chunk.
     Paced(Paced),
+    /// A head, `fill` again and again, and a tail, all at once: a huge body from one small
+    /// buffer (the fast path's hostile answers).
+    Filled(Filled),
+}
+
+/// `head`, then `fill` `fills` times, then `tail`, each chunk as soon as the peer takes it;
+/// empty parts are skipped.
+pub(crate) struct Filled {
+    head: Bytes,
+    fill: Bytes,
+    fills: usize,
+    tail: Bytes,
+}
+
+impl Filled {
+    pub(crate) fn new(head: Bytes, fill: Bytes, fills: usize, tail: Bytes) -> Filled {
+        let fills = if fill.is_empty() { 0 } else { fills };
+        Filled {
+            head,
+            fill,
+            fills,
+            tail,
+        }
+    }
 }
 
 /// `left` chunks: `frame` until the last, which is `last`; the first after `delay`, each
@@ -81,10 +105,14 @@ impl Frames {
         match self {
             Frames::Listed(chunks) => chunks.front().map(|(delay, _)| *delay),
             Frames::Paced(paced) => (paced.left > 0).then_some(paced.delay),
+            Frames::Filled(filled) => {
+                (!filled.head.is_empty() || filled.fills > 0 || !filled.tail.is_empty())
+                    .then_some(Duration::ZERO)
+            }
         }
     }
 
-    fn pop(&mut self) -> Option<Bytes> {
+    pub(crate) fn pop(&mut self) -> Option<Bytes> {
         match self {
             Frames::Listed(chunks) => chunks.pop_front().map(|(_, bytes)| bytes),
             Frames::Paced(paced) => {
@@ -95,6 +123,18 @@ impl Frames {
                 } else {
                     paced.frame.clone()
                 })
+            }
+            Frames::Filled(filled) => {
+                if !filled.head.is_empty() {
+                    Some(std::mem::take(&mut filled.head))
+                } else if filled.fills > 0 {
+                    filled.fills -= 1;
+                    Some(filled.fill.clone())
+                } else if !filled.tail.is_empty() {
+                    Some(std::mem::take(&mut filled.tail))
+                } else {
+                    None
+                }
             }
         }
     }
@@ -111,6 +151,11 @@ impl Frames {
                 0 => 0,
                 left => (left as u64 - 1) * paced.frame.len() as u64 + paced.last.len() as u64,
             },
+            Frames::Filled(filled) => {
+                filled.head.len() as u64
+                    + filled.fills as u64 * filled.fill.len() as u64
+                    + filled.tail.len() as u64
+            }
         }
     }
 }

@@ -38,7 +38,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::watch;
 
 pub use dialect::Dialect;
-pub use fast::Pacing;
+pub use fast::{Hostile, Pacing};
 pub use record::RecordedRequest;
 pub use reply::{Frame, Reply};
 
@@ -71,6 +71,7 @@ pub struct MockBuilder {
     addr: SocketAddr,
     workers: usize,
     fast: Option<Pacing>,
+    hostile: Option<Hostile>,
     dialect: Dialect,
 }
 
@@ -96,6 +97,13 @@ impl MockBuilder {
         self
     }
 
+    /// On the fast path, requests for [`fast::HOSTILE_MODEL`] get the hostile answers `sizes`
+    /// describes (one huge SSE event, one huge JSON body); without it they get the usual ones.
+    pub fn hostile(mut self, sizes: Hostile) -> MockBuilder {
+        self.hostile = Some(sizes);
+        self
+    }
+
     /// The dialect unscripted requests are answered in, and whose terminator ends a scripted
     /// stream (default [`Dialect::OpenAi`]).
     pub fn dialect(mut self, dialect: Dialect) -> MockBuilder {
@@ -112,7 +120,9 @@ impl MockBuilder {
             .ok_or_else(|| io::Error::other("no listener"))?
             .local_addr()?;
         let state = Arc::new(State::new(
-            self.fast.as_ref().map(fast::Answers::new),
+            self.fast
+                .as_ref()
+                .map(|pacing| fast::Answers::new(pacing, self.hostile.as_ref())),
             listeners.len(),
             self.dialect,
         ));
@@ -180,6 +190,7 @@ impl MockProvider {
             addr: (Ipv4Addr::LOCALHOST, 0).into(),
             workers: 1,
             fast: None,
+            hostile: None,
             dialect: Dialect::default(),
         }
     }
