@@ -50,8 +50,16 @@ pub(crate) struct Unary {
 #[error("the upstream answer was cut off")]
 pub struct Cut;
 
+/// Bytes the relay passes on before it lets the worker's other tasks run. hyper writes a
+/// body's frames in a loop for as long as the client's socket takes them, so one huge answer
+/// to a fast client would otherwise hold the worker's thread for milliseconds at a time, and
+/// every other request on that worker would wait behind it.
+const BYTES_PER_TURN: usize = 256 * 1024;
+
 pub struct UnaryRelay {
     upstream: Option<Incoming>,
+    /// Bytes passed on since the relay last gave its turn up.
+    this_turn: usize,
     lease: Option<Lease>,
     rename: Option<Renamer>,
     usage: UsageWindow,
@@ -68,6 +76,7 @@ impl UnaryRelay {
         record.streaming();
         Self {
             upstream: Some(answer.body),
+            this_turn: 0,
             lease: answer.lease,
             rename: answer.rename.map(Renamer::new),
             usage: UsageWindow::new(answer.usage),
@@ -136,6 +145,12 @@ impl Body for UnaryRelay {
         if this.upstream.is_some() && this.timer.as_mut().poll(cx).is_ready() {
             return this.timed_out();
         }
+        if this.this_turn >= BYTES_PER_TURN {
+            // Give the turn up: woken at once, polled again after the tasks already waiting.
+            this.this_turn = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         loop {
             let Some(upstream) = this.upstream.as_mut() else {
                 return Poll::Ready(None);
@@ -146,6 +161,7 @@ impl Body for UnaryRelay {
                         continue;
                     };
                     this.usage.push(&data);
+                    this.this_turn += data.len();
                     let mut data = match this.rename.as_mut() {
                         Some(renamer) => renamer.push(data),
                         None => data,
@@ -280,6 +296,41 @@ mod tests {
         let raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n";
         let relay = relay_of(raw, false, None).await;
         assert!(relay.collect().await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_large_answer_gives_its_turn_up_between_pieces_and_still_arrives_whole() {
+        let body = vec![b'a'; 3 * BYTES_PER_TURN];
+        let mut raw = format!(
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n",
+            body.len()
+        )
+        .into_bytes();
+        raw.extend_from_slice(&body);
+        raw.extend_from_slice(b"\r\n0\r\n\r\n");
+        let mut relay = relay_of(&raw, false, None).await;
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut relayed = 0;
+        let mut turns_given_up = 0;
+        loop {
+            let turn_is_over = relay.this_turn >= BYTES_PER_TURN;
+            match Pin::new(&mut relay).poll_frame(&mut cx) {
+                Poll::Ready(Some(frame)) => {
+                    assert!(!turn_is_over, "a frame past the turn's allowance");
+                    relayed += frame.unwrap().into_data().unwrap().len();
+                }
+                Poll::Ready(None) => break,
+                Poll::Pending if turn_is_over => turns_given_up += 1,
+                // The upstream's bytes are still on their way from the test's server.
+                Poll::Pending => tokio::task::yield_now().await,
+            }
+        }
+        assert_eq!(relayed, body.len());
+        assert!(
+            turns_given_up >= 2,
+            "{turns_given_up} turns given up over {relayed} bytes"
+        );
     }
 
     #[tokio::test(start_paused = true)]

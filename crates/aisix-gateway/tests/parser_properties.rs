@@ -6,7 +6,7 @@
 
 use aisix_gateway::wire::rename::Renamer;
 use aisix_gateway::wire::usage::{self, UsageWindow};
-use aisix_gateway::wire::{chunk, openai, sse};
+use aisix_gateway::wire::{Dialect, chunk, openai, sse};
 use bytes::Bytes;
 use proptest::prelude::*;
 
@@ -137,7 +137,7 @@ proptest! {
         body in answer(),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
     ) {
-        let mut window = UsageWindow::default();
+        let mut window = UsageWindow::new(Some(Dialect::OpenAi));
         for piece in pieces(&body, &cuts) {
             window.push(&piece);
         }
@@ -150,7 +150,7 @@ proptest! {
         body in json_ish(),
         cuts in prop::collection::vec(any::<usize>(), 0..8),
     ) {
-        let mut window = UsageWindow::default();
+        let mut window = UsageWindow::new(Some(Dialect::OpenAi));
         for piece in pieces(&body, &cuts) {
             window.push(&piece);
         }
