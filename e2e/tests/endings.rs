@@ -71,15 +71,22 @@ both_modes! {
         assert_eq!(client::send(addr, request("unary-ok", false)).await.status, 200);
         mock.enqueue(Mock::status(500).body("boom"));
         assert_eq!(client::send(addr, request("unary-error", false)).await.status, 502);
-        mock.enqueue(Mock::openai().delay_head(Duration::from_millis(1500)));
+        mock.enqueue(Mock::openai().delay_head(Duration::from_secs(30)));
         assert_eq!(client::send(addr, request("unary-timeout", false)).await.status, 504);
+        // Each cancelled upstream request is seen by the mock before the next one starts, so
+        // the counts below belong to one request each (a late count cannot stand in for
+        // another's).
+        assert!(
+            mock.wait_until_async(Duration::from_secs(25), |m| m.requests_abandoned() == 1).await,
+            "the upstream request that missed its deadline was not cancelled"
+        );
         mock.enqueue(Mock::openai().delay_head(Duration::from_secs(30)));
         let leaving = tokio::spawn(client::send(addr, request("unary-left", false)));
         assert!(mock.wait_until_async(Duration::from_secs(10), |m| m.request_count() == 4).await);
         leaving.abort();
         assert!(
             // Well inside the mock's 30 s head delay; generous for a loaded CI machine.
-            mock.wait_until_async(Duration::from_secs(25), |m| m.requests_abandoned() == 1).await,
+            mock.wait_until_async(Duration::from_secs(25), |m| m.requests_abandoned() == 2).await,
             "the upstream request of a client that left was not cancelled"
         );
 
@@ -88,13 +95,20 @@ both_modes! {
         assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
         mock.enqueue(Mock::sse([Frame::chat_delta("up-x", "partial")]).disconnect());
         assert!(client::send(addr, request("stream-error", true)).await.text().contains("stream_cut"));
-        mock.enqueue(Mock::sse([Frame::chat_delta("up-x", "late").after(Duration::from_millis(1500))]));
+        mock.enqueue(Mock::sse([Frame::chat_delta("up-x", "late").after(Duration::from_secs(30))]));
         assert!(client::send(addr, request("stream-timeout", true)).await.text().contains("upstream_timeout"));
+        assert!(
+            mock.wait_until_async(Duration::from_secs(25), |m| m.streams_cancelled() == 1).await,
+            "the upstream stream that missed its deadline was not cancelled"
+        );
         mock.enqueue(Mock::sse([Frame::chat_delta("up-x", "first")]).hang());
         let mut body = client::send_streaming(addr, request("stream-left", true)).await.into_body();
         assert!(body.frame().await.unwrap().unwrap().is_data());
         drop(body);
-        assert!(mock.wait_until_async(Duration::from_secs(10), |m| m.streams_cancelled() == 1).await);
+        assert!(
+            mock.wait_until_async(Duration::from_secs(25), |m| m.streams_cancelled() == 2).await,
+            "the upstream stream of a client that left was not cancelled"
+        );
 
         let expected = [
             ("unary-ok", 200, Value::Null),
