@@ -46,16 +46,21 @@ pub fn workspace_root() -> PathBuf {
     manifest.parent().unwrap_or(manifest).to_path_buf()
 }
 
+/// A prebuilt binary named by `flag`, as an absolute path.
+pub fn prebuilt(path: &Path, flag: &str) -> Result<PathBuf> {
+    if !path.is_file() {
+        bail!("{flag} {} does not exist", path.display());
+    }
+    // Legs start the gateway from their own folders: a relative path must not depend on it.
+    Ok(path.canonicalize()?)
+}
+
 /// The `aisix` binary to run: `explicit` if given, else `cargo build --release -p aisix-server`
 /// (a no-op when up to date) and the executable cargo reports. Cargo's JSON messages go to
 /// `messages`; Ctrl-C stops the build.
 pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
     if let Some(path) = explicit {
-        if !path.is_file() {
-            bail!("--aisix-bin {} does not exist", path.display());
-        }
-        // Legs start the gateway from their own folders: a relative path must not depend on it.
-        return Ok(path.canonicalize()?);
+        return prebuilt(path, "--aisix-bin");
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     eprintln!("[bench] cargo build --release -p aisix-server (a no-op when up to date)");

@@ -18,7 +18,7 @@ use crate::measure::{Rig, Subject, Timing};
 use crate::mock::{Mock, MockArgs};
 use crate::nginx::Nginx;
 use crate::process::{self, CpuList};
-use crate::report::{self, Results, WindowRow};
+use crate::report::{self, Pair, Results, WindowRow};
 use crate::variants::VariantArgs;
 use crate::wrk::Wrk;
 
@@ -123,6 +123,11 @@ pub struct GridArgs {
     /// A prebuilt aisix binary [default: cargo build --release -p aisix-server].
     #[arg(long)]
     pub aisix_bin: Option<PathBuf>,
+    /// Another aisix binary (an earlier commit's release build) measured on the unary grid
+    /// right after the first mode's leg, with the same settings: its leg is
+    /// `<mode leg>-baseline` and the report prices the first mode against it (`now/baseline`).
+    #[arg(long)]
+    pub baseline_bin: Option<PathBuf>,
     /// Extra environment for every gateway leg, e.g. `AISIX_OBSERVABILITY__ACCESS_LOG=false` to
     /// price one feature; repeatable.
     #[arg(long = "gateway-env", value_name = "KEY=VALUE", value_parser = args::key_value)]
@@ -244,7 +249,7 @@ fn describe(
         mock_workers,
         ..
     } = placement;
-    let header = vec![
+    let mut header = vec![
         format!("run {run_name} on {}", machine()),
         format!(
             "gateway: {workers} workers on {} ({}); mock: {mock_workers} workers on {}; load generator: {load_threads} threads on {}",
@@ -270,6 +275,9 @@ fn describe(
             args.streams, args.frames, args.ttft, args.gap, args.stream_window
         ),
     ];
+    if let Some(baseline) = &args.baseline_bin {
+        header.push(format!("baseline: {}", baseline.display()));
+    }
     let settings = json!({
         "smoke": args.smoke, "workers": workers, "modes": args.modes.0.iter().map(|&m| gateway::short_name(m)).collect::<Vec<_>>(),
         "gateway_cpus": args.gateway_cpus.as_ref().map(ToString::to_string),
@@ -280,6 +288,7 @@ fn describe(
         "window_s": args.window.as_secs_f64(), "reps": args.reps, "streams": args.streams,
         "frames": args.frames, "ttft_ms": args.ttft.as_secs_f64() * 1e3, "gap_ms": args.gap.as_secs_f64() * 1e3,
         "machine": machine(), "aisix_bin": aisix_bin.display().to_string(),
+        "baseline_bin": args.baseline_bin.as_ref().map(|b| b.display().to_string()),
     });
     (header, settings)
 }
@@ -306,6 +315,10 @@ pub fn run(mut args: GridArgs) -> Result<()> {
     eprintln!("[bench] results: {}", run_dir.display());
 
     let aisix_bin = gateway::binary(args.aisix_bin.as_deref(), &work.join("cargo-build.jsonl"))?;
+    let baseline_bin = match &args.baseline_bin {
+        Some(path) => Some(gateway::prebuilt(path, "--baseline-bin")?),
+        None => None,
+    };
     let nginx_bin = if args.no_nginx {
         None
     } else {
@@ -396,6 +409,20 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         let leg = gateway::mode_leg(mode);
         attempt(&mut results, &leg, &mut |r| {
             legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
+        })?;
+    }
+    if let (Some(baseline), Some(&mode)) = (&baseline_bin, args.modes.0.first()) {
+        let spec = GatewaySpec::new(
+            mode,
+            workers,
+            args.gateway_cpus.clone(),
+            args.gateway_env.clone(),
+        );
+        let now = gateway::mode_leg(mode);
+        let leg = format!("{now}-baseline");
+        results.pairs.push(Pair::new("now/baseline", &now, &leg));
+        attempt(&mut results, &leg, &mut |r| {
+            legs.gateway(baseline, &spec, &leg, &args.concurrency.0, false, r)
         })?;
     }
     if !args.no_obs_off
