@@ -645,8 +645,10 @@ impl Legs<'_> {
         Ok(())
     }
 
-    /// Open-loop windows at each `--open-loop` share of the leg's best closed-loop req/s, over
-    /// as many pooled connections as the largest grid point.
+    /// Open-loop windows over as many pooled connections as the largest grid point, at each
+    /// `--open-loop` share of the closed-loop req/s the leg made on that many connections (its
+    /// saturation with the pool's connection count: the best point at fewer connections would
+    /// put the higher shares past it).
     fn open_loop(
         &self,
         subject: &Subject,
@@ -656,15 +658,15 @@ impl Legs<'_> {
         if self.args.no_open_loop {
             return Ok(());
         }
-        let saturation = results.saturation(&subject.leg);
+        let connections = self.args.concurrency.0.iter().copied().max().unwrap_or(1);
+        let saturation = results.saturation(&subject.leg, connections);
         if saturation <= 0.0 {
             results.notes.push(format!(
-                "{}: no valid closed-loop point, so no open-loop leg",
+                "{}: no valid closed-loop point at c={connections}, so no open-loop leg",
                 subject.leg
             ));
             return Ok(());
         }
-        let connections = self.args.concurrency.0.iter().copied().max().unwrap_or(1);
         for &percent in &self.args.open_loop.0 {
             let rate = saturation * f64::from(percent) / 100.0;
             let leg = Subject {

@@ -328,13 +328,13 @@ fn is_open_loop(leg: &str) -> bool {
 }
 
 impl Results {
-    /// The best median req/s of `leg`'s valid closed-loop points (0 when it has none).
-    pub fn saturation(&self, leg: &str) -> f64 {
+    /// The median req/s of `leg`'s valid closed-loop point at `concurrency` connections: the
+    /// rate it sustains on that many connections (0 when it has no such point).
+    pub fn saturation(&self, leg: &str, concurrency: usize) -> f64 {
         self.points()
             .iter()
-            .filter(|p| p.leg == leg && p.valid)
-            .map(|p| p.rps)
-            .fold(0.0, f64::max)
+            .find(|p| p.leg == leg && p.concurrency == concurrency && p.valid)
+            .map_or(0.0, |p| p.rps)
     }
 
     /// The windows of each (leg, concurrency) whose leg `keep` accepts, in first-seen order.
@@ -975,10 +975,16 @@ mod tests {
         let mut row = window(&open_loop_leg("aisix-tpc", 70), 512, 700.0, 10.0);
         row.late = 3;
         let results = Results {
-            windows: vec![window("aisix-tpc", 512, 1000.0, 10.0), row],
+            windows: vec![
+                window("aisix-tpc", 32, 2000.0, 10.0),
+                window("aisix-tpc", 512, 1000.0, 10.0),
+                row,
+            ],
             ..Results::default()
         };
-        assert_eq!(results.saturation("aisix-tpc"), 1000.0);
+        // The base is the pool's own concurrency, not the best point at fewer connections.
+        assert_eq!(results.saturation("aisix-tpc", 512), 1000.0);
+        assert_eq!(results.saturation("aisix-tpc", 128), 0.0);
         let markdown = results.markdown();
         assert!(
             markdown.contains("| aisix-tpc open-loop 70% | 512 | 700 | 0.100 | 0.200 | 3 |"),
