@@ -9,6 +9,7 @@ use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
 use aisix_e2e::prom::sample;
+use aisix_e2e::resources;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
@@ -16,16 +17,10 @@ const KEY: &str = "sk-endings-test-1";
 
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
-        .resources(format!(
-            r#"_format_version: "1"
-provider_keys:
-  - {{display_name: up, provider: openai, api_key: sk-up, api_base: "{}"}}
-models:
-  - {{display_name: gpt-x, provider: openai, model_name: up-x, provider_key: up}}
-api_keys:
-  - {{display_name: k, key_env: ENDINGS_KEY, allowed_models: ["*"]}}
-"#,
-            mock.base_url()
+        .resources(resources::openai(
+            &mock.base_url(),
+            &[("gpt-x", "up-x")],
+            "ENDINGS_KEY",
         ))
         .env("ENDINGS_KEY", KEY)
         .metrics()
@@ -43,22 +38,6 @@ fn request(id: &str, stream: bool) -> http::Request<http_body_util::Full<bytes::
         ],
         Some(&body),
     )
-}
-
-/// The access-log line of request `id`, once written.
-fn access_line(gateway: &Gateway, id: &str) -> Value {
-    let needle = format!("\"request_id\":\"{id}\"");
-    assert!(
-        gateway.wait_for_log(&needle, Duration::from_secs(10)),
-        "no access line for {id}:\n{}",
-        gateway.logs()
-    );
-    let logs = gateway.logs();
-    let line = logs
-        .lines()
-        .find(|l| l.contains(&needle) && l.contains("\"type\":\"access\""))
-        .unwrap();
-    serde_json::from_str(line).unwrap()
 }
 
 both_modes! {
@@ -121,7 +100,7 @@ both_modes! {
             ("stream-left", 200, Value::from("client_closed")),
         ];
         for (id, status, error) in expected {
-            let line = access_line(&gateway, id);
+            let line = gateway.access_line(id);
             assert_eq!(line["status"], status, "{id}: {line}");
             assert_eq!(line["error"], error, "{id}: {line}");
             assert_eq!(line["stream"], id.starts_with("stream"), "{id}: {line}");

@@ -9,6 +9,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::MockProvider;
+use aisix_e2e::resources;
 use serde_json::json;
 
 const KEY: &str = "sk-hygiene-open-1";
@@ -17,19 +18,13 @@ const CUT: &str = "… (cut)";
 
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
-        .resources(format!(
-            r#"_format_version: "1"
-provider_keys:
-  - {{display_name: up, provider: openai, api_key: sk-up, api_base: "{}"}}
-models:
-  - {{display_name: gpt-x, provider: openai, model_name: up-x, provider_key: up}}
-  - {{display_name: gpt-secret, provider: openai, model_name: up-s, provider_key: up}}
-api_keys:
-  - {{display_name: open, key_env: HYGIENE_KEY, allowed_models: ["*"]}}
-  - {{display_name: narrow, key_env: HYGIENE_NARROW_KEY, allowed_models: ["gpt-x"]}}
-"#,
-            mock.base_url()
-        ))
+        .resources(
+            resources::openai(
+                &mock.base_url(),
+                &[("gpt-x", "up-x"), ("gpt-secret", "up-s")],
+                "HYGIENE_KEY",
+            ) + &resources::api_key("narrow", "HYGIENE_NARROW_KEY", &["gpt-x"]),
+        )
         .env("HYGIENE_KEY", KEY)
         .env("HYGIENE_NARROW_KEY", NARROW_KEY)
 }

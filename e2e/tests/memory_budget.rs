@@ -11,6 +11,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock, anthropic};
+use aisix_e2e::resources;
 use serde_json::json;
 
 const KEY: &str = "sk-budget-test-1";
@@ -18,16 +19,10 @@ const KEY: &str = "sk-budget-test-1";
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
         .workers(Some(1))
-        .resources(format!(
-            r#"_format_version: "1"
-provider_keys:
-  - {{display_name: up, provider: openai, api_key: sk-up, api_base: "{}"}}
-models:
-  - {{display_name: gpt-x, provider: openai, model_name: up-x, provider_key: up}}
-api_keys:
-  - {{display_name: k, key_env: BUDGET_KEY, allowed_models: ["*"]}}
-"#,
-            mock.base_url()
+        .resources(resources::openai(
+            &mock.base_url(),
+            &[("gpt-x", "up-x")],
+            "BUDGET_KEY",
         ))
         .env("BUDGET_KEY", KEY)
         .proxy("  max_buffered_bytes_per_worker: 1048576\n  request_body_limit_bytes: 1048576\n")

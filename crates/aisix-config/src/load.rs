@@ -136,12 +136,16 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     let downstream = {
         let d = defaults.downstream;
         DownstreamConfig {
-            header_read_timeout: r
-                .bounded("downstream.header_read_timeout_secs", 1, u32::MAX.into())
-                .map_or(d.header_read_timeout, Duration::from_secs),
-            request_body_timeout: r
-                .bounded("downstream.request_body_timeout_secs", 1, u32::MAX.into())
-                .map_or(d.request_body_timeout, Duration::from_secs),
+            header_read_timeout: r.secs(
+                "downstream.header_read_timeout_secs",
+                1,
+                d.header_read_timeout,
+            ),
+            request_body_timeout: r.secs(
+                "downstream.request_body_timeout_secs",
+                1,
+                d.request_body_timeout,
+            ),
             idle_timeout: r
                 .u64_value("downstream.idle_timeout_secs")
                 .map_or(d.idle_timeout, optional_secs),
@@ -154,53 +158,49 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             max_connection_age: r
                 .bounded("downstream.max_connection_age_secs", 0, u32::MAX.into())
                 .map_or(d.max_connection_age, optional_secs),
-            http1_max_buf_size: r
-                .bounded(
-                    "downstream.http1_max_buf_size_bytes",
-                    DownstreamConfig::MIN_HTTP1_MAX_BUF_SIZE as u64,
-                    u32::MAX.into(),
-                )
-                .map_or(d.http1_max_buf_size, |n| n as usize),
+            http1_max_buf_size: r.usize(
+                "downstream.http1_max_buf_size_bytes",
+                DownstreamConfig::MIN_HTTP1_MAX_BUF_SIZE as u64,
+                d.http1_max_buf_size,
+            ),
         }
     };
 
     let upstream = {
         let d = defaults.upstream;
-        let ms = |r: &mut Reader<'_>, key: &'static str, default: Duration| {
-            r.bounded(key, 1, u32::MAX.into())
-                .map_or(default, Duration::from_millis)
-        };
         let t = d.timeouts;
         let c = d.resilience;
         UpstreamConfig {
             timeouts: UpstreamTimeouts {
-                connect: ms(r, "upstream.connect_timeout_ms", t.connect),
-                first_token: ms(r, "upstream.first_token_timeout_ms", t.first_token),
-                stream_idle: ms(r, "upstream.stream_idle_timeout_ms", t.stream_idle),
-                total: ms(r, "upstream.timeout_ms", t.total),
+                connect: r.millis("upstream.connect_timeout_ms", t.connect),
+                first_token: r.millis("upstream.first_token_timeout_ms", t.first_token),
+                stream_idle: r.millis("upstream.stream_idle_timeout_ms", t.stream_idle),
+                total: r.millis("upstream.timeout_ms", t.total),
             },
-            pool_idle_timeout: r
-                .bounded("upstream.pool_idle_timeout_secs", 1, u32::MAX.into())
-                .map_or(d.pool_idle_timeout, Duration::from_secs),
-            pool_max_idle_per_host: r
-                .bounded("upstream.pool_max_idle_per_host", 1, u32::MAX.into())
-                .map_or(d.pool_max_idle_per_host, |n| n as usize),
-            pool_max_connections_per_host: r
-                .bounded("upstream.pool_max_connections_per_host", 0, u32::MAX.into())
-                .map_or(d.pool_max_connections_per_host, |n| n as usize),
-            max_sse_event_bytes: r
-                .bounded("upstream.max_sse_event_bytes", 1024, u32::MAX.into())
-                .map_or(d.max_sse_event_bytes, |n| n as usize),
-            max_response_bytes: r
-                .bounded("upstream.max_response_bytes", 1024, u32::MAX.into())
-                .map_or(d.max_response_bytes, |n| n as usize),
+            pool_idle_timeout: r.secs("upstream.pool_idle_timeout_secs", 1, d.pool_idle_timeout),
+            pool_max_idle_per_host: r.usize(
+                "upstream.pool_max_idle_per_host",
+                1,
+                d.pool_max_idle_per_host,
+            ),
+            pool_max_connections_per_host: r.usize(
+                "upstream.pool_max_connections_per_host",
+                0,
+                d.pool_max_connections_per_host,
+            ),
+            max_sse_event_bytes: r.usize(
+                "upstream.max_sse_event_bytes",
+                1024,
+                d.max_sse_event_bytes,
+            ),
+            max_response_bytes: r.usize("upstream.max_response_bytes", 1024, d.max_response_bytes),
             resilience: Resilience {
                 cooldown_failures: r
                     .bounded("upstream.cooldown_failures", 1, 1000)
                     .map_or(c.cooldown_failures, |n| n as u32),
-                cooldown_window: ms(r, "upstream.cooldown_window_ms", c.cooldown_window),
-                cooldown: ms(r, "upstream.cooldown_ms", c.cooldown),
-                retry_after_max: ms(r, "upstream.retry_after_max_ms", c.retry_after_max),
+                cooldown_window: r.millis("upstream.cooldown_window_ms", c.cooldown_window),
+                cooldown: r.millis("upstream.cooldown_ms", c.cooldown),
+                retry_after_max: r.millis("upstream.retry_after_max_ms", c.retry_after_max),
                 retry_budget_percent: r
                     .bounded("upstream.retry_budget_percent", 0, 100)
                     .map_or(c.retry_budget_percent, |n| n as u32),
@@ -209,12 +209,16 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     };
 
     let shutdown = ShutdownConfig {
-        readiness_grace: r
-            .bounded("shutdown.readiness_grace_secs", 0, u32::MAX.into())
-            .map_or(defaults.shutdown.readiness_grace, Duration::from_secs),
-        drain_timeout: r
-            .bounded("shutdown.drain_timeout_secs", 0, u32::MAX.into())
-            .map_or(defaults.shutdown.drain_timeout, Duration::from_secs),
+        readiness_grace: r.secs(
+            "shutdown.readiness_grace_secs",
+            0,
+            defaults.shutdown.readiness_grace,
+        ),
+        drain_timeout: r.secs(
+            "shutdown.drain_timeout_secs",
+            0,
+            defaults.shutdown.drain_timeout,
+        ),
     };
 
     let observability = {
@@ -301,9 +305,11 @@ fn read_balance(r: &mut Reader<'_>) -> Option<Balance> {
 
 fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     let defaults = RateLimitConfig::default();
-    let concurrency_ttl = r
-        .bounded("ratelimit.concurrency_ttl_secs", 1, u32::MAX.into())
-        .map_or(defaults.concurrency_ttl, Duration::from_secs);
+    let concurrency_ttl = r.secs(
+        "ratelimit.concurrency_ttl_secs",
+        1,
+        defaults.concurrency_ttl,
+    );
     let redis_given = r.table_present("ratelimit.redis");
     let url = r.string("ratelimit.redis.url");
     let on_error = r.string("ratelimit.redis.on_error");
@@ -543,6 +549,24 @@ impl Reader<'_> {
         } else {
             Some(n)
         }
+    }
+
+    /// A whole number of seconds from `min` up to `u32::MAX`, `default` when absent or wrong.
+    fn secs(&mut self, path: &'static str, min: u64, default: Duration) -> Duration {
+        self.bounded(path, min, u32::MAX.into())
+            .map_or(default, Duration::from_secs)
+    }
+
+    /// A whole number of milliseconds from 1 up to `u32::MAX`, `default` when absent or wrong.
+    fn millis(&mut self, path: &'static str, default: Duration) -> Duration {
+        self.bounded(path, 1, u32::MAX.into())
+            .map_or(default, Duration::from_millis)
+    }
+
+    /// A size or count from `min` up to `u32::MAX`, `default` when absent or wrong.
+    fn usize(&mut self, path: &'static str, min: u64, default: usize) -> usize {
+        self.bounded(path, min, u32::MAX.into())
+            .map_or(default, |n| n as usize)
     }
 
     fn socket_addr(&mut self, path: &'static str) -> Option<SocketAddr> {

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 use crate::relay::SseRelay;
-use crate::unary::{Cut, UnaryRelay};
+use crate::unary::{Cut, Polled, UnaryRelay};
 
 /// A response body: a whole buffer, a relayed upstream event stream, or a relayed whole
 /// upstream answer (the only one that can fail: it is [`Cut`] when the upstream's breaks).
@@ -28,10 +28,7 @@ impl Body for GatewayBody {
     type Data = Bytes;
     type Error = Cut;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         match self.get_mut() {
             GatewayBody::Full(bytes) => Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             GatewayBody::Sse(relay) => Pin::new(relay.as_mut())

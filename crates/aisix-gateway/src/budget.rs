@@ -98,11 +98,10 @@ impl Held {
     }
 
     fn add(&mut self, permit: OwnedSemaphorePermit, units: u32) {
-        self.bytes += u64::from(units) * UNIT;
-        match self.permit.as_mut() {
-            Some(mine) => mine.merge(permit),
-            None => self.permit = Some(permit),
-        }
+        self.merge(Held {
+            permit: Some(permit),
+            bytes: u64::from(units) * UNIT,
+        });
     }
 
     /// Holds what `other` holds too, until this is dropped.

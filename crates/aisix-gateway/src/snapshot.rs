@@ -592,10 +592,19 @@ mod tests {
         let yaml = format!(
             "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\n"
         );
-        let resources =
-            aisix_config::parse_resources(&yaml, std::path::Path::new("r.yaml"), &|_| None)
-                .unwrap_or_default();
-        Loaded::new(resources, None, Resilience::default())
+        Loaded::new(parse(&yaml), None, Resilience::default())
+    }
+
+    fn parse(yaml: &str) -> Resources {
+        aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap()
+    }
+
+    /// The direct model `name` of `snapshot`.
+    fn direct(snapshot: &Snapshot, name: &str) -> Arc<DirectRoute> {
+        match snapshot.model(name) {
+            Some(Named::Direct(route)) => route.clone(),
+            other => panic!("{name}: {other:?}"),
+        }
     }
 
     #[test]
@@ -651,18 +660,13 @@ models:
 api_keys:
   - {display_name: limited, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: ["*"], budget: {usd: 5, period: day}}
 "#;
-        let resources =
-            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
+        let resources = parse(yaml);
         let snapshot = Snapshot::from_resources(&resources);
-        let direct = |name| match snapshot.model(name) {
-            Some(Named::Direct(route)) => route.clone(),
-            other => panic!("{name}: {other:?}"),
-        };
         assert!(
-            direct("cheap").limits.is_none(),
+            direct(&snapshot, "cheap").limits.is_none(),
             "no rate_limit, no subject"
         );
-        assert!(direct("dear").limits.is_some());
+        assert!(direct(&snapshot, "dear").limits.is_some());
         let Some(Named::Group(group)) = snapshot.model("chat") else {
             panic!("chat is a group");
         };
@@ -700,14 +704,9 @@ models:
   - {display_name: a, provider: azure_openai, model_name: gpt4o-prod, provider_key: az}
   - {display_name: o, provider: openai, model_name: gpt-4o, provider_key: oai}
 "#;
-        let resources =
-            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
+        let resources = parse(yaml);
         let snapshot = Snapshot::from_resources(&resources);
-        let direct = |name| match snapshot.model(name) {
-            Some(Named::Direct(route)) => route.clone(),
-            other => panic!("{name}: {other:?}"),
-        };
-        let azure = direct("a");
+        let azure = direct(&snapshot, "a");
         assert_eq!(
             azure
                 .uris
@@ -730,7 +729,7 @@ models:
         assert!(!headers.contains_key("authorization"));
         assert_eq!(headers["openai-organization"], "org-1");
 
-        let openai = direct("o");
+        let openai = direct(&snapshot, "o");
         assert_eq!(
             openai.uris.get(Endpoint::Completions).unwrap().to_string(),
             "http://gw.local/v1/completions?tenant=t1"

@@ -50,6 +50,9 @@ pub(crate) struct Unary {
 #[error("the upstream answer was cut off")]
 pub struct Cut;
 
+/// A poll of a body that may be [`Cut`]: its next frame, its end, or the cut.
+pub(crate) type Polled = Poll<Option<Result<Frame<Bytes>, Cut>>>;
+
 /// Bytes the relay passes on before it lets the worker's other tasks run. hyper writes a
 /// body's frames in a loop for as long as the client's socket takes them, so one huge answer
 /// to a fast client would otherwise hold the worker's thread for milliseconds at a time, and
@@ -124,7 +127,7 @@ fn upstream_ended(upstream: Option<&Incoming>) -> bool {
 }
 
 impl UnaryRelay {
-    fn timed_out(&mut self) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
+    fn timed_out(&mut self) -> Polled {
         self.cut(&GatewayError::new(
             ErrorKind::UpstreamTimeout,
             "The upstream provider did not finish in time.",
@@ -137,10 +140,7 @@ impl Body for UnaryRelay {
     type Data = Bytes;
     type Error = Cut;
 
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Cut>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Polled {
         let this = self.get_mut();
         if this.upstream.is_some() && this.timer.as_mut().poll(cx).is_ready() {
             return this.timed_out();

@@ -1,7 +1,8 @@
 //! The HTTP half of every HTTP provider adapter: send a request through the worker's pool
 //! within its deadlines, read bounded bodies, and map transport failures, timeouts and error
-//! statuses to [`GatewayError`]s without leaking upstream bodies, hosts or credentials. What a
-//! body means is left to each dialect's adapter.
+//! statuses to [`GatewayError`]s without leaking upstream bodies, hosts or credentials; and the
+//! steps every HTTP adapter takes with a [`Call`] (send, hold a whole answer, relay one). What
+//! a body means is left to each dialect's adapter.
 
 use std::time::Duration;
 
@@ -12,12 +13,18 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use super::{Answer, Call, StreamMap};
 use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
+use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
 use crate::stream::Outbox;
+use crate::unary::Unary;
 use crate::upstream::{ConnectError, Lease, Pool, SendError};
+use crate::wire::anthropic::response::Malformed;
+use crate::wire::usage::Usage;
+use crate::wire::{Dialect, chunk};
 
 /// Largest upstream error body read to relay its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
@@ -28,7 +35,7 @@ static GATEWAY_AGENT: HeaderValue =
 /// The upstream request: built from scratch, so only the gateway's own headers, `extra` (what
 /// the adapter forwards of the client's) and the provider's (its credential and static
 /// headers, which win) travel.
-pub(crate) fn request(
+fn request(
     provider: &Provider,
     uri: &Uri,
     body: Bytes,
@@ -62,7 +69,7 @@ pub(crate) fn request(
 }
 
 /// The error for a provider whose `api_base` gave no URI for an endpoint.
-pub(crate) fn no_uri(provider: &Provider) -> GatewayError {
+fn no_uri(provider: &Provider) -> GatewayError {
     tracing::error!(provider = %provider.name, "api_base is not a usable URI");
     GatewayError::new(
         ErrorKind::Internal,
@@ -71,7 +78,7 @@ pub(crate) fn no_uri(provider: &Provider) -> GatewayError {
 }
 
 /// Whether a response's `Content-Type` says it is an event stream.
-pub(crate) fn is_sse(content_type: Option<&HeaderValue>) -> bool {
+fn is_sse(content_type: Option<&HeaderValue>) -> bool {
     content_type
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("text/event-stream"))
@@ -79,7 +86,7 @@ pub(crate) fn is_sse(content_type: Option<&HeaderValue>) -> bool {
 
 /// The provider key scrubbed from an error body the provider sent back (keys shorter than 8
 /// characters are not looked for: they would match ordinary text).
-pub(crate) fn secret(provider: &Provider) -> Option<&str> {
+fn secret(provider: &Provider) -> Option<&str> {
     provider.secret.as_deref().filter(|k| k.len() >= 8)
 }
 
@@ -99,14 +106,143 @@ pub(crate) struct Head {
 }
 
 /// An error status, its body read (bounded).
-pub(crate) struct Rejection {
-    pub status: StatusCode,
-    pub retry_after: Option<HeaderValue>,
-    pub body: Bytes,
+struct Rejection {
+    status: StatusCode,
+    retry_after: Option<HeaderValue>,
+    body: Bytes,
+}
+
+/// An adapter's reading of a provider's error body (`status`, `body`, the provider key to
+/// scrub): the body the client gets in its dialect, `None` when it is not an error object.
+pub(crate) type ErrorBody = fn(u16, &[u8], Option<&str>, Dialect) -> Option<Bytes>;
+
+impl Call<'_> {
+    /// The direct model's provider.
+    pub(crate) fn provider(&self) -> &Provider {
+        &self.route.provider
+    }
+
+    /// The URI of the direct model's `endpoint`.
+    pub(crate) fn uri(&self, endpoint: Endpoint) -> Result<&Uri, GatewayError> {
+        self.route
+            .uris
+            .get(endpoint)
+            .ok_or_else(|| no_uri(self.provider()))
+    }
+
+    /// Sends `body` (with `extra` headers) to `uri` and waits for a successful response head
+    /// by the first-byte deadline. An error status is an error that carries, for the 4xx a
+    /// client may see, the provider's own error object as `error_body` renders it.
+    pub(crate) async fn send(
+        &self,
+        uri: &Uri,
+        body: Bytes,
+        extra: &HeaderMap,
+        error_body: ErrorBody,
+    ) -> Result<Head, GatewayError> {
+        let provider = self.provider();
+        let stream = self.inbound.stream;
+        let request = request(provider, uri, body, stream, self.request_id, extra)?;
+        let head = send(self.pool, provider, request, self.deadlines).await?;
+        if !head.response.status().is_success() {
+            let rejection = rejection(head, self.deadlines.end, &provider.name).await;
+            let mut error = rejection.error();
+            if rejection.passes_through() {
+                error.upstream_body = error_body(
+                    rejection.status.as_u16(),
+                    &rejection.body,
+                    secret(provider),
+                    self.inbound.dialect,
+                );
+            }
+            return Err(error);
+        }
+        Ok(head)
+    }
+
+    /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`, charged to the
+    /// worker's budget) and `translate`s it into the client's dialect: its JSON body, named
+    /// for the direct model when the client named a group, and its usage.
+    pub(crate) async fn translate(
+        &self,
+        head: Head,
+        translate: impl FnOnce(&[u8]) -> Result<(Bytes, Option<Usage>), Malformed>,
+    ) -> Result<Answer, GatewayError> {
+        let provider = self.provider();
+        let status = head.response.status();
+        let (body, held) = read_body(
+            head.response.into_body(),
+            head.lease,
+            self.max_response_bytes,
+            Some(self.budget),
+            self.deadlines.end,
+            &provider.name,
+        )
+        .await?;
+        let (body, usage) = translate(&body).map_err(|m| malformed(provider, &m.0))?;
+        // A group's answer names the direct model, as the relayed ones do.
+        let body = match self
+            .rename
+            .then(|| chunk::with_model(&body, &self.route.name_json))
+        {
+            Some(Some(renamed)) => Bytes::from(renamed),
+            _ => body,
+        };
+        Ok(Answer::Complete {
+            status,
+            content_type: HeaderValue::from_static("application/json"),
+            body,
+            usage,
+            held,
+            waited: head.waited,
+        })
+    }
+
+    /// Relays the whole answer of `head`, already in the client's dialect, as it arrives:
+    /// named for the direct model when `rename`, its usage read in the `usage` dialect.
+    pub(crate) fn relay(&self, head: Head, rename: bool, usage: Option<Dialect>) -> Answer {
+        let content_type = head
+            .response
+            .headers()
+            .get(CONTENT_TYPE)
+            .cloned()
+            .unwrap_or_else(|| HeaderValue::from_static("application/json"));
+        Answer::Unary {
+            answer: Unary {
+                status: head.response.status(),
+                content_type,
+                body: head.response.into_body(),
+                lease: head.lease,
+                rename: rename.then(|| self.route.name_json.clone()),
+                usage,
+                end: self.deadlines.end,
+                in_flight: None,
+            },
+            waited: head.waited,
+        }
+    }
+}
+
+impl Head {
+    /// Whether the answer is the event stream a streaming request asked for.
+    pub(crate) fn is_stream(&self, stream: bool) -> bool {
+        stream && is_sse(self.response.headers().get(CONTENT_TYPE))
+    }
+
+    /// The answer as a stream whose events `map` turns into the client's.
+    pub(crate) fn stream(self, map: StreamMap) -> Answer {
+        Answer::Stream {
+            status: self.response.status(),
+            body: self.response.into_body(),
+            lease: self.lease,
+            map,
+            waited: self.waited,
+        }
+    }
 }
 
 /// Sends `request` to `provider` and waits for the response head by the first-byte deadline.
-pub(crate) async fn send(
+async fn send(
     pool: &Pool,
     provider: &Provider,
     request: Request<Full<Bytes>>,
@@ -130,7 +266,7 @@ pub(crate) async fn send(
 /// longer body is `upstream_response_too_large`, one the budget has no room for
 /// `gateway_overloaded`, and either way its connection is closed (never pooled with the rest
 /// unread). The charge comes back with the body, held until it is dropped.
-pub(crate) async fn read_body(
+async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
     limit: usize,
@@ -182,7 +318,7 @@ pub(crate) async fn read_body(
 }
 
 /// Reads an error status's body (what arrives of it by `deadline`, bounded).
-pub(crate) async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
+async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
     let status = head.response.status();
     let retry_after = head.response.headers().get(RETRY_AFTER).cloned();
     let (body, _) = read_body(
@@ -212,7 +348,7 @@ impl Rejection {
     /// own message; 4xx keeps its status, with a message of its own for 401/403, which are
     /// about the gateway's provider key and which the client cannot act on. The adapter adds
     /// the provider's error object for other 4xx, in the client's dialect.
-    pub(crate) fn error(&self) -> GatewayError {
+    fn error(&self) -> GatewayError {
         let status = self.status;
         let mut error = if status.is_client_error() {
             let message = if matches!(status.as_u16(), 401 | 403) {
@@ -235,9 +371,18 @@ impl Rejection {
     }
 
     /// Whether the provider's own error object may be shown to the client.
-    pub(crate) fn passes_through(&self) -> bool {
+    fn passes_through(&self) -> bool {
         self.status.is_client_error() && !matches!(self.status.as_u16(), 401 | 403)
     }
+}
+
+/// An upstream answer that could not be translated.
+fn malformed(provider: &Provider, why: &str) -> GatewayError {
+    tracing::warn!(provider = %provider.name, why, "upstream answer could not be translated");
+    GatewayError::new(
+        ErrorKind::UpstreamMalformed,
+        "The upstream provider's answer could not be translated.",
+    )
 }
 
 fn transport_error(provider: &str, error: &SendError) -> GatewayError {
@@ -269,8 +414,8 @@ mod tests {
     use super::*;
     use crate::testing::raw_response;
 
-    #[tokio::test]
-    async fn a_held_answer_past_the_limit_is_refused_as_too_large() {
+    /// A raw 200 answer whose chunked body is four 1 KiB chunks.
+    fn four_kib_chunked() -> Vec<u8> {
         let mut raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
         for _ in 0..4 {
             raw.extend_from_slice(b"400\r\n");
@@ -278,75 +423,43 @@ mod tests {
             raw.extend_from_slice(b"\r\n");
         }
         raw.extend_from_slice(b"0\r\n\r\n");
+        raw
+    }
+
+    /// [`read_body`] on a [`four_kib_chunked`] answer.
+    async fn read_four_kib(
+        limit: usize,
+        budget: Option<&Budget>,
+    ) -> Result<(Bytes, Held), GatewayError> {
+        let response = raw_response(four_kib_chunked(), false).await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        let response = raw_response(raw.clone(), false).await;
-        let error = read_body(response.into_body(), None, 3000, None, deadline, "p")
-            .await
-            .unwrap_err();
+        read_body(response.into_body(), None, limit, budget, deadline, "p").await
+    }
+
+    #[tokio::test]
+    async fn a_held_answer_past_the_limit_is_refused_as_too_large() {
+        let error = read_four_kib(3000, None).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamResponseTooLarge);
         assert_eq!(error.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(error.code(), "upstream_response_too_large");
-        let response = raw_response(raw, false).await;
-        let (body, _) = read_body(response.into_body(), None, 4096, None, deadline, "p")
-            .await
-            .unwrap();
+        let (body, _) = read_four_kib(4096, None).await.unwrap();
         assert_eq!(body.len(), 4096);
     }
 
     #[tokio::test]
     async fn a_held_answer_is_charged_to_the_budget_as_it_arrives_and_refused_without_room() {
-        let mut raw = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
-        for _ in 0..4 {
-            raw.extend_from_slice(b"400\r\n");
-            raw.extend_from_slice(&[b'a'; 0x400]);
-            raw.extend_from_slice(b"\r\n");
-        }
-        raw.extend_from_slice(b"0\r\n\r\n");
-        let deadline = Instant::now() + Duration::from_secs(60);
         let budget = Budget::new(6 * 1024);
-        let response = raw_response(raw.clone(), false).await;
-        let (body, held) = read_body(
-            response.into_body(),
-            None,
-            1 << 20,
-            Some(&budget),
-            deadline,
-            "p",
-        )
-        .await
-        .unwrap();
+        let (body, held) = read_four_kib(1 << 20, Some(&budget)).await.unwrap();
         assert_eq!(body.len(), 4096);
 
         // With 4 KiB of the 6 still held, the next 4 KiB answer finds no room on the way.
-        let response = raw_response(raw.clone(), false).await;
-        let error = read_body(
-            response.into_body(),
-            None,
-            1 << 20,
-            Some(&budget),
-            deadline,
-            "p",
-        )
-        .await
-        .unwrap_err();
+        let error = read_four_kib(1 << 20, Some(&budget)).await.unwrap_err();
         assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(error.code(), "gateway_overloaded");
         assert!(error.retry_after.is_some());
 
         // Given back with the first answer, the room is there again.
         drop(held);
-        let response = raw_response(raw, false).await;
-        assert!(
-            read_body(
-                response.into_body(),
-                None,
-                1 << 20,
-                Some(&budget),
-                deadline,
-                "p"
-            )
-            .await
-            .is_ok()
-        );
+        assert!(read_four_kib(1 << 20, Some(&budget)).await.is_ok());
     }
 }

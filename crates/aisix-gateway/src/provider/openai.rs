@@ -6,16 +6,12 @@
 //! answer, stream or error back to Anthropic's shape.
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderValue, StatusCode};
+use http::{HeaderMap, StatusCode};
 
-use super::exchange::{self, Rejection};
 use super::translated::Translated;
 use super::{Answer, Call, Carried, Edit, Step, StreamMap};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::snapshot::Provider;
-use crate::unary::Unary;
 use crate::wire::anthropic::{error as anthropic_error, request, response};
 use crate::wire::sse::{self, Event};
 use crate::wire::usage::{self, Usage};
@@ -26,27 +22,15 @@ use crate::wire::{Dialect, chunk};
 /// An Anthropic client's request is translated to chat completions, and the answer back (a
 /// translated whole answer is held, up to `upstream.max_response_bytes`).
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
-    let Call {
-        pool,
-        route,
-        inbound,
-        deadlines,
-        request_id,
-        rename,
-        max_response_bytes,
-        budget,
-    } = *call;
-    let provider = &*route.provider;
-    let stream = inbound.stream;
+    let (route, inbound) = (call.route, call.inbound);
+    let provider = call.provider();
     let translated = inbound.dialect == Dialect::Anthropic;
     let endpoint = if translated {
         Endpoint::ChatCompletions
     } else {
         inbound.endpoint
     };
-    let Some(uri) = route.uris.get(endpoint) else {
-        return Err(exchange::no_uri(provider));
-    };
+    let uri = call.uri(endpoint)?;
     let body = match inbound.endpoint {
         Endpoint::Messages => {
             request::to_openai(&inbound.body, &route.upstream_model)
@@ -60,108 +44,44 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         _ => inbound.inspected.rewrite(
             &inbound.body,
             route.upstream_model_json.as_deref(),
-            stream && provider.stream_usage,
+            inbound.stream && provider.stream_usage,
         ),
     };
-    let request = exchange::request(provider, uri, body, stream, request_id, &HeaderMap::new())?;
-
-    let head = exchange::send(pool, provider, request, deadlines).await?;
-    let status = head.response.status();
-    if !status.is_success() {
-        let rejection = exchange::rejection(head, deadlines.end, &provider.name).await;
-        return Err(error(&rejection, provider, inbound.dialect));
-    }
-    let content_type = head.response.headers().get(CONTENT_TYPE).cloned();
-    let rename = rename.then(|| route.name_json.clone());
-    if stream && exchange::is_sse(content_type.as_ref()) {
+    let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
+    if head.is_stream(inbound.stream) {
         let map = if translated {
             StreamMap::Translated(Box::new(Translated::to_anthropic(
-                rename.is_some().then_some(&*route.name),
+                call.rename.then_some(&*route.name),
             )))
         } else {
             StreamMap::OpenAi(Passthrough::new(
                 !inbound.client_wants_usage(),
-                rename,
+                call.rename.then(|| route.name_json.clone()),
                 inbound.inspected.choices,
             ))
         };
-        return Ok(Answer::Stream {
-            status,
-            body: head.response.into_body(),
-            lease: head.lease,
-            map,
-            waited: head.waited,
-        });
+        return Ok(head.stream(map));
     }
-    if translated {
-        let (body, held) = exchange::read_body(
-            head.response.into_body(),
-            head.lease,
-            max_response_bytes,
-            Some(budget),
-            deadlines.end,
-            &provider.name,
-        )
-        .await?;
-        let (body, usage) = match inbound.endpoint {
-            Endpoint::CountTokens => (response::count_tokens_from_openai(&body), None),
-            _ => match response::to_anthropic(&body) {
-                Ok(answer) => (Ok(answer.body), Some(answer.usage.to_usage())),
-                Err(malformed) => (Err(malformed), None),
-            },
-        };
-        // A group's answer names the direct model, as the relayed ones do.
-        let body = body.map(|body| {
-            match rename
-                .as_ref()
-                .and_then(|name| chunk::with_model(&body, name))
-            {
-                Some(renamed) => Bytes::from(renamed),
-                None => body,
-            }
-        });
-        return Ok(Answer::Complete {
-            status,
-            content_type: HeaderValue::from_static("application/json"),
-            body: body.map_err(|m| super::anthropic::malformed(provider, &m.0))?,
-            usage,
-            held,
-            waited: head.waited,
-        });
+    if !translated {
+        return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
     }
-    Ok(Answer::Unary {
-        answer: Unary {
-            status,
-            content_type: content_type
-                .unwrap_or_else(|| HeaderValue::from_static("application/json")),
-            body: head.response.into_body(),
-            lease: head.lease,
-            rename,
-            usage: Some(Dialect::OpenAi),
-            end: deadlines.end,
-            in_flight: None,
-        },
-        waited: head.waited,
+    call.translate(head, |body| match inbound.endpoint {
+        Endpoint::CountTokens => Ok((response::count_tokens_from_openai(body)?, None)),
+        _ => {
+            let answer = response::to_anthropic(body)?;
+            Ok((answer.body, Some(answer.usage.to_usage())))
+        }
     })
+    .await
 }
 
-/// The error for an upstream error status, with the provider's own `{"error": ...}` object
-/// (its key scrubbed) for the 4xx a client may see, carried over to Anthropic's envelope for
-/// an Anthropic client.
-fn error(rejection: &Rejection, provider: &Provider, dialect: Dialect) -> GatewayError {
-    let mut error = rejection.error();
-    if rejection.passes_through() {
-        let secret = exchange::secret(provider);
-        error.upstream_body = match dialect {
-            Dialect::OpenAi => openai_error_body(&rejection.body, secret),
-            Dialect::Anthropic => anthropic_error::upstream_to_anthropic(
-                rejection.status.as_u16(),
-                &rejection.body,
-                secret,
-            ),
-        };
+/// The provider's own `{"error": ...}` object (its key scrubbed), carried over to Anthropic's
+/// envelope for an Anthropic client.
+fn error_body(status: u16, body: &[u8], secret: Option<&str>, client: Dialect) -> Option<Bytes> {
+    match client {
+        Dialect::OpenAi => openai_error_body(body, secret),
+        Dialect::Anthropic => anthropic_error::upstream_to_anthropic(status, body, secret),
     }
-    error
 }
 
 /// The provider's `{"error": {...}}` body if it is one, with the provider key scrubbed.

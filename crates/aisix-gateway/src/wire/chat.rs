@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::content::TextOr;
+use super::usage::Usage;
 
 /// `POST /v1/chat/completions`, as far as a translation reads or writes it.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
@@ -214,16 +215,13 @@ pub struct AssistantMessage {
     pub tool_calls: Option<Vec<ToolCall>>,
 }
 
-/// Usage as OpenAI reports it: `prompt_tokens` includes cached tokens. Anthropic's cache
-/// counts ride along under their own names, as other gateways report them.
+/// Usage as OpenAI reports it: the token counts (`prompt_tokens` includes cached tokens) and
+/// their details. Anthropic's cache counts ride along under their own names, as other gateways
+/// report them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct ChatUsage {
-    #[serde(default)]
-    pub prompt_tokens: u64,
-    #[serde(default)]
-    pub completion_tokens: u64,
-    #[serde(default)]
-    pub total_tokens: u64,
+    #[serde(flatten)]
+    pub tokens: Usage,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,14 +1,14 @@
 //! Token usage as OpenAI reports it, read from response bodies and stream chunks (and from
 //! Anthropic's whole answers relayed as they are).
 
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::Dialect;
 use super::anthropic::types::TokenUsage;
 
-/// Tokens one request consumed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+/// Tokens one request consumed (the counts of an OpenAI `usage` object).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct Usage {
     #[serde(default)]
     pub prompt_tokens: u64,

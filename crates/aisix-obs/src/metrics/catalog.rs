@@ -87,6 +87,58 @@ impl<const N: usize> Family<N> {
     }
 }
 
+/// The number of labels a family has, for its type.
+const fn arity<const N: usize>(_labels: [&'static str; N]) -> usize {
+    N
+}
+
+/// A counter of things.
+const fn counter() -> (Kind, Unit) {
+    (Kind::Counter, Unit::Count)
+}
+
+/// A gauge of things.
+const fn gauge() -> (Kind, Unit) {
+    (Kind::Gauge, Unit::Count)
+}
+
+/// A gauge holding a Unix time.
+const fn timestamp() -> (Kind, Unit) {
+    (Kind::Gauge, Unit::Seconds)
+}
+
+/// Durations, counted into `buckets`.
+const fn histogram(buckets: &'static [f64]) -> (Kind, Unit) {
+    (Kind::Histogram { buckets }, Unit::Seconds)
+}
+
+/// Declares each family as a static, one entry a family:
+/// `vis NAME = kind(FamilyId variant, "name", [labels], buckets?), "help";`, where `kind` is
+/// [`counter`], [`gauge`], [`timestamp`] or [`histogram`].
+macro_rules! families {
+    ($(
+        $(#[$attr:meta])*
+        $vis:vis $static:ident = $kind:ident(
+            $id:ident, $name:literal, $labels:expr $(, $buckets:expr)? $(,)?
+        ), $help:literal;
+    )*) => {
+        $(
+            $(#[$attr])*
+            $vis static $static: Family<{ arity($labels) }> = {
+                let (kind, unit) = $kind($($buckets)?);
+                Family {
+                    id: FamilyId::$id,
+                    name: $name,
+                    help: $help,
+                    kind,
+                    unit,
+                    labels: $labels,
+                }
+            };
+        )*
+    };
+}
+
 /// Whole LLM calls: from a few milliseconds (cached, tiny) to the long tail of minute-long
 /// generations; the last bound is above the default upstream timeout.
 pub const REQUEST_DURATION_BUCKETS: &[f64] = &[
@@ -118,232 +170,95 @@ const REQUEST_LABELS: [&str; 6] = [
     "outcome",
 ];
 
-pub static REQUESTS_TOTAL: Family<6> = Family {
-    id: FamilyId::RequestsTotal,
-    name: "aisix_requests_total",
-    help: "Requests answered, by endpoint, API key, model, provider, status class and outcome.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: REQUEST_LABELS,
-};
+families! {
+    pub REQUESTS_TOTAL = counter(RequestsTotal, "aisix_requests_total", REQUEST_LABELS),
+        "Requests answered, by endpoint, API key, model, provider, status class and outcome.";
 
-pub static REQUEST_DURATION: Family<4> = Family {
-    id: FamilyId::RequestDuration,
-    name: "aisix_request_duration_seconds",
-    help: "Time from the request's arrival to the end of its response, streams included.",
-    kind: Kind::Histogram {
-        buckets: REQUEST_DURATION_BUCKETS,
-    },
-    unit: Unit::Seconds,
-    labels: ["endpoint", "model", "provider", "outcome"],
-};
+    pub REQUEST_DURATION = histogram(RequestDuration, "aisix_request_duration_seconds",
+            ["endpoint", "model", "provider", "outcome"], REQUEST_DURATION_BUCKETS),
+        "Time from the request's arrival to the end of its response, streams included.";
 
-pub static UPSTREAM_TTFT: Family<2> = Family {
-    id: FamilyId::UpstreamTtft,
-    name: "aisix_upstream_ttft_seconds",
-    help: "Time from sending a streaming request upstream to its first token.",
-    kind: Kind::Histogram {
-        buckets: TTFT_BUCKETS,
-    },
-    unit: Unit::Seconds,
-    labels: ["model", "provider"],
-};
+    pub UPSTREAM_TTFT = histogram(UpstreamTtft, "aisix_upstream_ttft_seconds",
+            ["model", "provider"], TTFT_BUCKETS),
+        "Time from sending a streaming request upstream to its first token.";
 
-pub static TOKENS_TOTAL: Family<4> = Family {
-    id: FamilyId::TokensTotal,
-    name: "aisix_tokens_total",
-    help: "Tokens reported by providers, by API key, model, provider and kind (input or output).",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["api_key", "model", "provider", "kind"],
-};
+    pub TOKENS_TOTAL = counter(TokensTotal, "aisix_tokens_total",
+            ["api_key", "model", "provider", "kind"]),
+        "Tokens reported by providers, by API key, model, provider and kind (input or output).";
 
-pub static REQUESTS_IN_FLIGHT: Family<1> = Family {
-    id: FamilyId::RequestsInFlight,
-    name: "aisix_requests_in_flight",
-    help: "Requests being served now, summed over every worker when scraped.",
-    kind: Kind::Gauge,
-    unit: Unit::Count,
-    labels: ["endpoint"],
-};
+    pub REQUESTS_IN_FLIGHT = gauge(RequestsInFlight, "aisix_requests_in_flight", ["endpoint"]),
+        "Requests being served now, summed over every worker when scraped.";
 
-pub static UPSTREAM_ERRORS: Family<2> = Family {
-    id: FamilyId::UpstreamErrors,
-    name: "aisix_upstream_errors_total",
-    help: "Failed calls to providers, by provider and kind of failure.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["provider", "kind"],
-};
+    pub UPSTREAM_ERRORS = counter(UpstreamErrors, "aisix_upstream_errors_total",
+            ["provider", "kind"]),
+        "Failed calls to providers, by provider and kind of failure.";
 
-pub static AUTH_FAILURES: Family<1> = Family {
-    id: FamilyId::AuthFailures,
-    name: "aisix_auth_failures_total",
-    help: "Requests refused by authentication, by reason.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["reason"],
-};
+    pub AUTH_FAILURES = counter(AuthFailures, "aisix_auth_failures_total", ["reason"]),
+        "Requests refused by authentication, by reason.";
 
-pub static BODY_REJECTIONS: Family<1> = Family {
-    id: FamilyId::BodyRejections,
-    name: "aisix_request_body_rejections_total",
-    help: "Requests refused because their body exceeded the size limit.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["endpoint"],
-};
+    pub BODY_REJECTIONS = counter(BodyRejections, "aisix_request_body_rejections_total",
+            ["endpoint"]),
+        "Requests refused because their body exceeded the size limit.";
 
-pub static WORKER_CONNECTIONS_OPEN: Family<1> = Family {
-    id: FamilyId::WorkerConnectionsOpen,
-    name: "aisix_worker_connections_open",
-    help: "Client connections open now, per worker thread.",
-    kind: Kind::Gauge,
-    unit: Unit::Count,
-    labels: ["worker"],
-};
+    pub WORKER_CONNECTIONS_OPEN = gauge(WorkerConnectionsOpen, "aisix_worker_connections_open",
+            ["worker"]),
+        "Client connections open now, per worker thread.";
 
-pub static WORKER_REQUESTS: Family<1> = Family {
-    id: FamilyId::WorkerRequests,
-    name: "aisix_worker_requests_total",
-    help: "Requests received, per worker thread; an uneven spread shows here.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["worker"],
-};
+    pub WORKER_REQUESTS = counter(WorkerRequests, "aisix_worker_requests_total", ["worker"]),
+        "Requests received, per worker thread; an uneven spread shows here.";
 
-pub static GATEWAY_OVERHEAD: Family<1> = Family {
-    id: FamilyId::GatewayOverhead,
-    name: "aisix_gateway_overhead_seconds",
-    help: "Time spent in the gateway itself, excluding the wait on the upstream.",
-    kind: Kind::Histogram {
-        buckets: OVERHEAD_BUCKETS,
-    },
-    unit: Unit::Seconds,
-    labels: ["endpoint"],
-};
+    pub GATEWAY_OVERHEAD = histogram(GatewayOverhead, "aisix_gateway_overhead_seconds",
+            ["endpoint"], OVERHEAD_BUCKETS),
+        "Time spent in the gateway itself, excluding the wait on the upstream.";
 
-pub static BUILD_INFO: Family<3> = Family {
-    id: FamilyId::BuildInfo,
-    name: "aisix_build_info",
-    help: "Always 1; labels carry the version, serving mode and worker count.",
-    kind: Kind::Gauge,
-    unit: Unit::Count,
-    labels: ["version", "mode", "workers"],
-};
+    pub BUILD_INFO = gauge(BuildInfo, "aisix_build_info", ["version", "mode", "workers"]),
+        "Always 1; labels carry the version, serving mode and worker count.";
 
-pub static ACCESS_LOG_DROPPED: Family<0> = Family {
-    id: FamilyId::AccessLogDropped,
-    name: "aisix_access_log_dropped_total",
-    help: "Access-log lines dropped because stderr could not keep up.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: [],
-};
+    pub ACCESS_LOG_DROPPED = counter(AccessLogDropped, "aisix_access_log_dropped_total", []),
+        "Access-log lines dropped because stderr could not keep up.";
 
-/// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
-pub static SPEND_USD_TOTAL: Family<2> = Family {
-    id: FamilyId::SpendUsd,
-    name: "aisix_spend_usd_total",
-    help: "US dollars spent, by API key and model, at the prices the model entries configure.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["api_key", "model"],
-};
+    /// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
+    pub SPEND_USD_TOTAL = counter(SpendUsd, "aisix_spend_usd_total", ["api_key", "model"]),
+        "US dollars spent, by API key and model, at the prices the model entries configure.";
 
-pub static RATELIMIT_REJECTIONS: Family<2> = Family {
-    id: FamilyId::RateLimitRejections,
-    name: "aisix_ratelimit_rejections_total",
-    help: "Requests refused by a rate limit, a concurrency limit or a budget, by the scope of the \
-           limit (api_key or model) and its kind.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["scope", "kind"],
-};
+    pub RATELIMIT_REJECTIONS = counter(RateLimitRejections, "aisix_ratelimit_rejections_total",
+            ["scope", "kind"]),
+        "Requests refused by a rate limit, a concurrency limit or a budget, by the scope of the \
+         limit (api_key or model) and its kind.";
 
-pub static RATELIMIT_BACKEND_ERRORS: Family<0> = Family {
-    id: FamilyId::RateLimitBackendErrors,
-    name: "aisix_ratelimit_backend_errors_total",
-    help: "Rate-limit checks and settlements that could not use the shared backend (Redis \
-           unreachable, failing or too slow) and went by ratelimit.redis.on_error instead.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: [],
-};
+    pub RATELIMIT_BACKEND_ERRORS = counter(RateLimitBackendErrors,
+            "aisix_ratelimit_backend_errors_total", []),
+        "Rate-limit checks and settlements that could not use the shared backend (Redis \
+         unreachable, failing or too slow) and went by ratelimit.redis.on_error instead.";
 
-pub static CONFIG_RELOADS: Family<1> = Family {
-    id: FamilyId::ConfigReloads,
-    name: "aisix_config_reloads_total",
-    help: "Reloads of the resources file (SIGHUP or file watch), by result (success or failure).",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["result"],
-};
+    pub CONFIG_RELOADS = counter(ConfigReloads, "aisix_config_reloads_total", ["result"]),
+        "Reloads of the resources file (SIGHUP or file watch), by result (success or failure).";
 
-pub static CONFIG_LAST_RELOAD_SUCCESS: Family<0> = Family {
-    id: FamilyId::ConfigLastReloadSuccess,
-    name: "aisix_config_last_reload_success_timestamp_seconds",
-    help: "Unix time of the last successful load of the resources file (startup included).",
-    kind: Kind::Gauge,
-    unit: Unit::Seconds,
-    labels: [],
-};
+    pub CONFIG_LAST_RELOAD_SUCCESS = timestamp(ConfigLastReloadSuccess,
+            "aisix_config_last_reload_success_timestamp_seconds", []),
+        "Unix time of the last successful load of the resources file (startup included).";
 
-pub static CONFIG_INFO: Family<1> = Family {
-    id: FamilyId::ConfigInfo,
-    name: "aisix_config_info",
-    help: "Always 1; hash is the first 16 hex digits of the SHA-256 of the resources file in force.",
-    kind: Kind::Gauge,
-    unit: Unit::Count,
-    labels: ["hash"],
-};
+    pub CONFIG_INFO = gauge(ConfigInfo, "aisix_config_info", ["hash"]),
+        "Always 1; hash is the first 16 hex digits of the SHA-256 of the resources file in force.";
 
-pub static UPSTREAM_ATTEMPTS: Family<3> = Family {
-    id: FamilyId::UpstreamAttempts,
-    name: "aisix_upstream_attempts_total",
-    help: "Calls to direct models, by the model the client named, the direct model tried (target) and the result.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["model", "target", "result"],
-};
+    pub UPSTREAM_ATTEMPTS = counter(UpstreamAttempts, "aisix_upstream_attempts_total",
+            ["model", "target", "result"]),
+        "Calls to direct models, by the model the client named, the direct model tried (target) and the result.";
 
-pub static FALLBACKS: Family<3> = Family {
-    id: FamilyId::Fallbacks,
-    name: "aisix_fallbacks_total",
-    help: "Requests that moved from one direct model of a group to the next, by group, from and to.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["model", "from", "to"],
-};
+    pub FALLBACKS = counter(Fallbacks, "aisix_fallbacks_total", ["model", "from", "to"]),
+        "Requests that moved from one direct model of a group to the next, by group, from and to.";
 
-pub static COOLDOWNS: Family<1> = Family {
-    id: FamilyId::Cooldowns,
-    name: "aisix_cooldowns_total",
-    help: "Cooldowns started, by direct model: repeated failures (or a long Retry-After) took it out of rotation.",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: ["target"],
-};
+    pub COOLDOWNS = counter(Cooldowns, "aisix_cooldowns_total", ["target"]),
+        "Cooldowns started, by direct model: repeated failures (or a long Retry-After) took it out of rotation.";
 
-pub static TARGETS_COOLING: Family<0> = Family {
-    id: FamilyId::TargetsCooling,
-    name: "aisix_targets_cooling",
-    help: "Direct models cooling down now, those waiting for their half-open probe included.",
-    kind: Kind::Gauge,
-    unit: Unit::Count,
-    labels: [],
-};
+    pub TARGETS_COOLING = gauge(TargetsCooling, "aisix_targets_cooling", []),
+        "Direct models cooling down now, those waiting for their half-open probe included.";
 
-/// Not exported: names the handle-cache entry that holds every handle of a finished request
-/// (see `cache::RequestHandles`), keyed by the request's labels.
-pub(crate) static REQUEST_BUNDLE: Family<6> = Family {
-    id: FamilyId::RequestBundle,
-    name: "aisix_request_bundle",
-    help: "",
-    kind: Kind::Counter,
-    unit: Unit::Count,
-    labels: REQUEST_LABELS,
-};
+    /// Not exported: names the handle-cache entry that holds every handle of a finished request
+    /// (see `cache::RequestHandles`), keyed by the request's labels.
+    pub(crate) REQUEST_BUNDLE = counter(RequestBundle, "aisix_request_bundle", REQUEST_LABELS),
+        "";
+}
 
 /// Every family, in the order the families are documented above.
 pub static CATALOG: [FamilyInfo; 23] = [

@@ -2,6 +2,7 @@
 //! `finish_reason`, and usage with the prompt cache's read and write counts.
 
 use crate::wire::chat::{ChatUsage, PromptTokensDetails};
+use crate::wire::usage::Usage;
 
 use super::types::TokenUsage;
 
@@ -32,9 +33,11 @@ pub fn stop_reason(finish_reason: &str) -> &'static str {
 pub fn usage_to_openai(usage: &TokenUsage) -> ChatUsage {
     let prompt_tokens = usage.prompt_tokens();
     ChatUsage {
-        prompt_tokens,
-        completion_tokens: usage.output_tokens,
-        total_tokens: prompt_tokens.saturating_add(usage.output_tokens),
+        tokens: Usage {
+            prompt_tokens,
+            completion_tokens: usage.output_tokens,
+            total_tokens: prompt_tokens.saturating_add(usage.output_tokens),
+        },
         prompt_tokens_details: Some(PromptTokensDetails {
             cached_tokens: Some(usage.cache_read()),
         }),
@@ -52,10 +55,11 @@ pub fn usage_from_openai(usage: &ChatUsage) -> TokenUsage {
     let cache_write = usage.cache_creation_input_tokens;
     TokenUsage {
         input_tokens: usage
+            .tokens
             .prompt_tokens
             .saturating_sub(cache_read.unwrap_or(0))
             .saturating_sub(cache_write.unwrap_or(0)),
-        output_tokens: usage.completion_tokens,
+        output_tokens: usage.tokens.completion_tokens,
         cache_creation_input_tokens: cache_write,
         cache_read_input_tokens: cache_read,
     }
@@ -91,8 +95,8 @@ mod tests {
             cache_read_input_tokens: Some(100),
         };
         let openai = usage_to_openai(&usage);
-        assert_eq!(openai.prompt_tokens, 117);
-        assert_eq!(openai.total_tokens, 121);
+        assert_eq!(openai.tokens.prompt_tokens, 117);
+        assert_eq!(openai.tokens.total_tokens, 121);
         assert_eq!(
             openai.prompt_tokens_details.unwrap().cached_tokens,
             Some(100)
@@ -103,9 +107,11 @@ mod tests {
     #[test]
     fn openai_cached_tokens_become_cache_reads() {
         let openai = ChatUsage {
-            prompt_tokens: 50,
-            completion_tokens: 5,
-            total_tokens: 55,
+            tokens: Usage {
+                prompt_tokens: 50,
+                completion_tokens: 5,
+                total_tokens: 55,
+            },
             prompt_tokens_details: Some(PromptTokensDetails {
                 cached_tokens: Some(30),
             }),
