@@ -38,6 +38,7 @@ use crate::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 use crate::unary::Unary;
 use crate::upstream::{Lease, Pool};
+use crate::wire::Dialect;
 use crate::wire::anthropic::stream::Blocks;
 use crate::wire::usage::Usage;
 
@@ -132,6 +133,14 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),
+        }
+    }
+
+    /// The dialect the client gets the stream in.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            StreamMap::OpenAi(_) => Dialect::OpenAi,
+            StreamMap::Translated(map) => map.dialect(),
         }
     }
 

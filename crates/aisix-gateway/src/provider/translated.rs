@@ -18,7 +18,7 @@ use crate::wire::anthropic::stream::{
     self, Blocks, Splice, ToAnthropic, ToOpenAi, Translator, UsageScan, delta_text,
 };
 use crate::wire::usage::{self, Usage};
-use crate::wire::{chunk, sse};
+use crate::wire::{Dialect, chunk, sse};
 
 /// One stream's events, relayed with a usage scan or translated.
 #[derive(Debug)]
@@ -230,6 +230,14 @@ impl Translated {
             Way::Relay(scan) => scan.usage(),
             Way::ToOpenAi(t) => t.usage(),
             Way::ToAnthropic(t) => t.usage(),
+        }
+    }
+
+    /// The dialect the client gets: OpenAI's only from an Anthropic stream translated for it.
+    pub(super) fn dialect(&self) -> Dialect {
+        match self.way {
+            Way::ToOpenAi(_) => Dialect::OpenAi,
+            Way::Relay(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
         }
     }
 
