@@ -6,10 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use aisix_e2e::both_modes;
-use aisix_e2e::client::{self, Reply};
-use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::gateway::{Gateway, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock, anthropic};
-use aisix_e2e::routing::{BOOTSTRAP, KEY, streamed};
+use aisix_e2e::routing::{config, post, streamed};
 use serde_json::{Value, json};
 
 /// An OpenAI and an Anthropic mock for the first target, the same for the next; the group
@@ -58,13 +57,7 @@ fn start(mode: Mode) -> Rig {
     }
     resources +=
         "api_keys:\n  - {display_name: team, key_env: ROUTING_KEY, allowed_models: [\"*\"]}\n";
-    let gateway = Gateway::start(
-        &GatewayConfig::new(mode)
-            .resources(resources)
-            .env("ROUTING_KEY", KEY)
-            .metrics()
-            .extra(BOOTSTRAP),
-    );
+    let gateway = Gateway::start(&config(mode, resources));
     Rig {
         oa1,
         an1,
@@ -136,21 +129,6 @@ impl Rig {
         }
     }
 
-    async fn send(&self, path: &str, id: &str, body: Value) -> Reply {
-        let auth = format!("Bearer {KEY}");
-        let request = client::request(
-            "POST",
-            path,
-            &[
-                ("authorization", &auth),
-                ("anthropic-version", "2023-06-01"),
-                ("x-request-id", id),
-            ],
-            Some(&body.to_string()),
-        );
-        client::send(self.gateway.addr(), request).await
-    }
-
     /// The access line of `id`: two attempts (the cut one, then the continuation) and the
     /// summed usage: each stream's prompt and output, the cut one's output counted by its
     /// content events (2) and its prompt, when it reported none, as the continuation's less
@@ -195,7 +173,7 @@ both_modes! {
                 "stream_options": {"include_usage": true},
                 "messages": [{"role": "user", "content": "Say hello to the world"}],
             });
-            let reply = rig.send("/v1/chat/completions", &id, body).await;
+            let reply = post(&rig.gateway, "/v1/chat/completions", &id, &body).await;
             let text = reply.text();
             let stream = streamed(&text);
             assert_eq!(stream.text, "Hello, world!", "{first}-{next}: {text}");
@@ -223,7 +201,7 @@ both_modes! {
                     "max_tokens": 50,
                     "messages": [{"role": "user", "content": "Say hello to the world"}],
                 });
-                let reply = rig.send("/v1/messages", &id, body).await;
+                let reply = post(&rig.gateway, "/v1/messages", &id, &body).await;
                 let body = reply.text();
                 let events = events(&body);
                 let names: Vec<&str> = events.iter().map(|e| e.0.as_str()).filter(|n| *n != "ping").collect();

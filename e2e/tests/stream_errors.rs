@@ -5,10 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use aisix_e2e::both_modes;
-use aisix_e2e::client::{self, Reply};
-use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::gateway::{Gateway, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock, anthropic};
-use aisix_e2e::routing::{BOOTSTRAP, KEY};
+use aisix_e2e::routing::{config, post};
 use serde_json::{Value, json};
 
 struct Rig {
@@ -34,12 +33,7 @@ api_keys:
         openai.base_url(),
         anthropic.origin()
     );
-    let gateway = Gateway::start(
-        &GatewayConfig::new(mode)
-            .resources(resources)
-            .env("ROUTING_KEY", KEY)
-            .extra(BOOTSTRAP),
-    );
+    let gateway = Gateway::start(&config(mode, resources));
     Rig {
         openai,
         anthropic,
@@ -76,17 +70,7 @@ impl Rig {
             "max_tokens": 20,
             "messages": [{"role": "user", "content": "hi"}],
         });
-        let auth = format!("Bearer {KEY}");
-        let request = client::request(
-            "POST",
-            path,
-            &[
-                ("authorization", &auth),
-                ("anthropic-version", "2023-06-01"),
-            ],
-            Some(&body.to_string()),
-        );
-        let reply: Reply = client::send(self.gateway.addr(), request).await;
+        let reply = post(&self.gateway, path, "stream-error", &body).await;
         let text = reply.text();
         let last = text.trim_end().rsplit("\n\n").next().unwrap().to_owned();
         assert!(last.starts_with("event: error\n"), "{text}");
