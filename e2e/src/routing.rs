@@ -39,6 +39,33 @@ models:
     )
 }
 
+/// A gateway serving `resources` (whose API key reads `ROUTING_KEY`) with [`BOOTSTRAP`] and
+/// metrics.
+pub fn config(mode: Mode, resources: String) -> GatewayConfig {
+    GatewayConfig::new(mode)
+        .resources(resources)
+        .env("ROUTING_KEY", KEY)
+        .metrics()
+        .extra(BOOTSTRAP)
+}
+
+/// A streamed or whole request to `path` with [`KEY`] as a bearer token (which Anthropic's
+/// endpoints take too) and `anthropic-version`, tagged `id` for the access log.
+pub async fn post(gateway: &Gateway, path: &str, id: &str, body: &Value) -> client::Reply {
+    let auth = format!("Bearer {KEY}");
+    let request = client::request(
+        "POST",
+        path,
+        &[
+            ("authorization", &auth),
+            ("anthropic-version", "2023-06-01"),
+            ("x-request-id", id),
+        ],
+        Some(&body.to_string()),
+    );
+    client::send(gateway.addr(), request).await
+}
+
 impl Rig {
     /// Starts both mocks and a gateway serving `groups`, with `env` (`AISIX_*` variables)
     /// overriding [`BOOTSTRAP`].
@@ -60,11 +87,10 @@ impl Rig {
         groups: &str,
         env: &[(&str, &str)],
     ) -> GatewayConfig {
-        let mut config = GatewayConfig::new(mode)
-            .resources(resources(&primary.base_url(), &backup.base_url(), groups))
-            .env("ROUTING_KEY", KEY)
-            .metrics()
-            .extra(BOOTSTRAP);
+        let mut config = config(
+            mode,
+            resources(&primary.base_url(), &backup.base_url(), groups),
+        );
         for (name, value) in env {
             config = config.env(name, value);
         }

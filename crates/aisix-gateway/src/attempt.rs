@@ -47,6 +47,7 @@ use crate::snapshot::DirectRoute;
 use crate::stream::{Events, StreamSettings};
 use crate::unary::Unary;
 use crate::upstream::Pool;
+use crate::wire::anthropic::stream::Blocks;
 
 /// What every attempt of one worker needs.
 #[derive(Clone)]
@@ -412,7 +413,8 @@ impl Attempts {
     /// Asks the plan's next direct models, in turn, to continue a stream cut after its first
     /// token (`cause`): the client's request plus an assistant message holding `text`, the
     /// text already sent. The first whose continuation reaches its own first token takes over
-    /// (its usage added to `carried`). One that refuses the request (a 4xx, as for a trailing
+    /// (its usage added to `carried`, its events going on from the client's blocks `at`). One
+    /// that refuses the request (a 4xx, as for a trailing
     /// assistant message it does not take) ends the stream with its error; it is never
     /// restarted from the beginning.
     pub(crate) async fn continuation(
@@ -420,6 +422,7 @@ impl Attempts {
         mut record: Record,
         text: String,
         carried: Carried,
+        at: Blocks,
         cause: GatewayError,
     ) -> Continued {
         let Some(inbound) = self.inbound.continuation(&text) else {
@@ -432,7 +435,7 @@ impl Attempts {
                 break;
             }
             let prepare = |map: &mut StreamMap| {
-                map.continuing(carried);
+                map.continuing(carried, at);
                 map.keep_text(&text);
             };
             match self

@@ -319,7 +319,8 @@ pub struct GatewayError {
     pub param: Option<&'static str>,
     /// Forwarded from an upstream 429/503, or the nearest end of a cooldown.
     pub retry_after: Option<HeaderValue>,
-    /// An upstream 4xx error object to pass through instead of our own (already scrubbed).
+    /// An upstream 4xx error object to pass through instead of our own (already scrubbed), or
+    /// the envelope of an error an upstream reported mid-stream ([`GatewayError::reported`]).
     pub upstream_body: Option<Bytes>,
 }
 
@@ -332,6 +333,41 @@ impl GatewayError {
             retry_after: None,
             upstream_body: None,
         }
+    }
+
+    /// An error an upstream reported mid-stream, as `kind`: the client's envelope in `dialect`
+    /// carries the upstream's `message` (cut to [`MAX_ECHO`] bytes), its type, and for OpenAI
+    /// its code, else its type (Anthropic's errors have only a type), else ours.
+    pub fn reported(
+        kind: ErrorKind,
+        message: &str,
+        error_type: Option<&str>,
+        code: Option<&str>,
+        dialect: Dialect,
+    ) -> Self {
+        let mut error = GatewayError::new(kind, echo(message));
+        let envelope = match dialect {
+            Dialect::OpenAi => {
+                let mut object = error.openai_error_object();
+                if let Some(error_type) = error_type {
+                    object["type"] = error_type.into();
+                }
+                if let Some(code) = code.or(error_type) {
+                    object["code"] = code.into();
+                }
+                serde_json::json!({ "error": object })
+            }
+            Dialect::Anthropic => serde_json::json!({
+                "type": "error",
+                "error": {
+                    "type": error_type
+                        .unwrap_or_else(|| anthropic::error_type(error.status().as_u16())),
+                    "message": error.message,
+                },
+            }),
+        };
+        error.upstream_body = Some(Bytes::from(envelope.to_string()));
+        error
     }
 
     pub fn with_param(mut self, param: &'static str) -> Self {
@@ -421,6 +457,11 @@ impl GatewayError {
     /// The error as the last event of a stream already under way: `event: error` with the
     /// envelope of `dialect` as its data. The one place errors become events.
     pub fn to_event(&self, dialect: Dialect) -> Bytes {
+        // Only an error an upstream reported mid-stream keeps its envelope in an event: a 4xx
+        // body is a response's, and in a stream the gateway's own code names the failure.
+        if let (ErrorKind::UpstreamServerError(_), Some(body)) = (self.kind, &self.upstream_body) {
+            return Bytes::from([&b"event: error\ndata: "[..], body, b"\n\n"].concat());
+        }
         match dialect {
             Dialect::OpenAi => {
                 let envelope = serde_json::json!({ "error": self.openai_error_object() });
@@ -560,6 +601,55 @@ mod tests {
                 assert_eq!(response.headers().get(name), expected.get(name), "{name}");
             }
         }
+    }
+
+    #[test]
+    fn an_upstream_s_mid_stream_error_keeps_its_words_in_the_client_s_event() {
+        let kind = ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY);
+        let openai = GatewayError::reported(
+            kind,
+            "Overloaded",
+            Some("overloaded_error"),
+            None,
+            Dialect::OpenAi,
+        );
+        let event = String::from_utf8(openai.to_event(Dialect::OpenAi).to_vec()).unwrap();
+        let data: serde_json::Value = serde_json::from_str(
+            event
+                .strip_prefix("event: error\ndata: ")
+                .unwrap()
+                .trim_end(),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                &data["error"]["message"],
+                &data["error"]["type"],
+                &data["error"]["code"]
+            ),
+            (
+                &"Overloaded".into(),
+                &"overloaded_error".into(),
+                &"overloaded_error".into()
+            )
+        );
+        assert_eq!(
+            openai.code(),
+            "upstream_error",
+            "logged and counted as before"
+        );
+        let anthropic = GatewayError::reported(
+            kind,
+            &"x".repeat(999),
+            Some("server_error"),
+            Some("c"),
+            Dialect::Anthropic,
+        );
+        let event = String::from_utf8(anthropic.to_event(Dialect::Anthropic).to_vec()).unwrap();
+        assert!(
+            event.contains("\"type\":\"server_error\"") && event.contains("… (cut)"),
+            "{event}"
+        );
     }
 
     #[test]

@@ -60,10 +60,15 @@ impl Inbound {
     }
 
     /// The request that asks a model to continue an answer that so far reads `text`: the same
-    /// request with an assistant message holding `text` after the client's messages. `None`
-    /// when the endpoint has no messages to add to, or the answer has several choices.
+    /// request (and forwarded headers) with an assistant message holding `text` after the
+    /// client's messages, on chat completions and Anthropic's Messages alike. `None` when the
+    /// endpoint has no messages to add to, or the answer has several choices.
     pub(crate) fn continuation(&self, text: &str) -> Option<Inbound> {
-        if self.endpoint != Endpoint::ChatCompletions || self.inspected.choices != 1 {
+        let has_messages = matches!(
+            self.endpoint,
+            Endpoint::ChatCompletions | Endpoint::Messages
+        );
+        if !has_messages || self.inspected.choices != 1 {
             return None;
         }
         let mut body: serde_json::Map<String, Value> = serde_json::from_slice(&self.body).ok()?;
@@ -72,7 +77,9 @@ impl Inbound {
         };
         messages.push(serde_json::json!({"role": "assistant", "content": text}));
         let body = Bytes::from(serde_json::to_vec(&body).ok()?);
-        inspect(self.endpoint, body).ok()
+        let mut next = inspect(self.endpoint, body).ok()?;
+        next.forwarded = self.forwarded.clone();
+        Some(next)
     }
 }
 
@@ -123,6 +130,30 @@ mod tests {
         )
         .unwrap();
         assert!(several.continuation("x").is_none());
+        let mut messages = inspect(
+            Endpoint::Messages,
+            Bytes::from_static(
+                br#"{"model":"chat","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"Hi"}]}"#,
+            ),
+        )
+        .unwrap();
+        messages.forwarded.insert(
+            "anthropic-version",
+            http::HeaderValue::from_static("2023-06-01"),
+        );
+        let next = messages.continuation("Hello, wor").unwrap();
+        let body: Value = serde_json::from_slice(&next.body).unwrap();
+        assert_eq!(
+            body["messages"][1],
+            serde_json::json!({"role": "assistant", "content": "Hello, wor"})
+        );
+        assert_eq!(body["max_tokens"], 9);
+        assert!(next.stream && next.dialect == Dialect::Anthropic);
+        assert_eq!(
+            next.forwarded, messages.forwarded,
+            "the client's API version goes on"
+        );
+
         let legacy = inspect(
             Endpoint::Completions,
             Bytes::from_static(br#"{"model":"chat","prompt":"x"}"#),

@@ -94,8 +94,11 @@ impl State {
             tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
             record.answer_broke(&error);
             let carried = events.map().carried();
+            let at = events.map().blocks();
             return (
-                State::Continuing(Box::pin(rest.continuation(record, text, carried, error))),
+                State::Continuing(Box::pin(
+                    rest.continuation(record, text, carried, at, error),
+                )),
                 before,
             );
         }

@@ -33,6 +33,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::provider::{Edit, StreamMap};
 use crate::route::state::InFlight;
 use crate::upstream::Lease;
+use crate::wire::Dialect;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::usage::Usage;
 
@@ -136,6 +137,8 @@ struct Scanned {
     done: bool,
     usage: Option<Usage>,
     failure: Option<ErrorKind>,
+    /// What the upstream said of the error it reported, when the failure is one.
+    reported: Option<sse::ErrorReport>,
 }
 
 /// Splits the events of `buf` whose bytes before `at` were scanned already, runs each through
@@ -148,6 +151,9 @@ fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize)
         let step = map.event(event);
         if step.failure.is_some() {
             scanned.failure = step.failure;
+            if matches!(step.failure, Some(ErrorKind::UpstreamServerError(_))) {
+                scanned.reported = sse::reported(event);
+            }
             break;
         }
         if step.usage.is_some() {
@@ -179,6 +185,26 @@ fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize)
         }
     }
     scanned
+}
+
+/// The error that ends a stream that failed with `kind`: an error the upstream reported keeps
+/// its message, type and code, in the envelope of the client's `dialect`.
+fn failure(kind: ErrorKind, reported: Option<sse::ErrorReport>, dialect: Dialect) -> GatewayError {
+    if kind == ErrorKind::UpstreamMalformed {
+        return GatewayError::new(kind, "The upstream sent an event the gateway cannot read.");
+    }
+    const GENERIC: &str = "The upstream reported an error in the stream.";
+    let Some(reported) = reported else {
+        return GatewayError::new(kind, GENERIC);
+    };
+    let message = reported.message.as_deref().filter(|m| !m.is_empty());
+    GatewayError::reported(
+        kind,
+        message.unwrap_or(GENERIC),
+        reported.kind.as_deref(),
+        reported.code.as_deref(),
+        dialect,
+    )
 }
 
 impl Events {
@@ -400,13 +426,7 @@ impl Events {
         self.out
             .push(scanned.kept.map_or(complete, BytesMut::freeze));
         if let Some(kind) = scanned.failure {
-            let message = match kind {
-                ErrorKind::UpstreamMalformed => {
-                    "The upstream sent an event the gateway cannot read."
-                }
-                _ => "The upstream reported an error in the stream.",
-            };
-            self.fail(GatewayError::new(kind, message));
+            self.fail(failure(kind, scanned.reported, self.map.dialect()));
         } else if scanned.done {
             self.partial.clear();
             self.done = true;

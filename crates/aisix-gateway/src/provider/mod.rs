@@ -38,6 +38,8 @@ use crate::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 use crate::unary::Unary;
 use crate::upstream::{Lease, Pool};
+use crate::wire::Dialect;
+use crate::wire::anthropic::stream::Blocks;
 use crate::wire::usage::Usage;
 
 /// What one attempt needs to reach a direct model.
@@ -134,6 +136,14 @@ impl StreamMap {
         }
     }
 
+    /// The dialect the client gets the stream in.
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self {
+            StreamMap::OpenAi(_) => Dialect::OpenAi,
+            StreamMap::Translated(map) => map.dialect(),
+        }
+    }
+
     /// The stream has carried content (its first token), so it can no longer be replaced by
     /// another attempt's.
     pub(crate) fn started(&self) -> bool {
@@ -159,7 +169,7 @@ impl StreamMap {
     pub(crate) fn text(&self) -> Option<&str> {
         match self {
             StreamMap::OpenAi(map) => map.text(),
-            StreamMap::Translated(_) => None,
+            StreamMap::Translated(map) => map.text(),
         }
     }
 
@@ -167,7 +177,16 @@ impl StreamMap {
     pub(crate) fn keep_text(&mut self, so_far: &str) {
         match self {
             StreamMap::OpenAi(map) => map.keep_text(so_far),
-            StreamMap::Translated(_) => {}
+            StreamMap::Translated(map) => map.keep_text(so_far),
+        }
+    }
+
+    /// Where an Anthropic client's stream stands (for a continuation to go on from); an
+    /// OpenAI client's has no blocks.
+    pub(crate) fn blocks(&self) -> Blocks {
+        match self {
+            StreamMap::OpenAi(_) => Blocks::default(),
+            StreamMap::Translated(map) => map.blocks(),
         }
     }
 
@@ -188,12 +207,12 @@ impl StreamMap {
             .map_or(carried.pieces, |usage| usage.completion_tokens)
     }
 
-    /// This stream continues another one: its preamble is not sent again, and its usage is
-    /// added to what the other consumed.
-    pub(crate) fn continuing(&mut self, before: Carried) {
+    /// This stream continues another one, which consumed `before` and left an Anthropic
+    /// client's stream at `at`: its preamble is not sent again, and its usage is added.
+    pub(crate) fn continuing(&mut self, before: Carried, at: Blocks) {
         match self {
             StreamMap::OpenAi(map) => map.continuing(before),
-            StreamMap::Translated(_) => {}
+            StreamMap::Translated(map) => map.continuing(before, at),
         }
     }
 }
@@ -208,6 +227,31 @@ pub(crate) struct Carried {
 }
 
 impl Carried {
+    /// What a stream that continues `before` (if it does) consumed: its reported usage
+    /// `total` (with `before`'s added), else `before`'s and its own `pieces`.
+    pub(crate) fn after(before: Option<Carried>, total: Option<Usage>, pieces: u64) -> Carried {
+        match (total, before) {
+            (Some(total), _) => Carried {
+                usage: Some(total),
+                pieces: 0,
+            },
+            (None, None) => Carried {
+                usage: None,
+                pieces,
+            },
+            (None, Some(before)) => Carried {
+                usage: before.usage.map(|u| {
+                    u.plus(Usage {
+                        prompt_tokens: 0,
+                        completion_tokens: pieces,
+                        total_tokens: pieces,
+                    })
+                }),
+                pieces: before.pieces + pieces,
+            },
+        }
+    }
+
     /// The cut stream's usage and `next`'s (its continuation's) together. A cut stream that
     /// reported none is counted as `pieces` completion tokens and, since the continuation's
     /// prompt is the original prompt plus the text already sent, that prompt less `pieces`.

@@ -232,26 +232,7 @@ impl Passthrough {
 
     /// What this stream consumed so far (with what it continued, if anything).
     pub(super) fn carried(&self) -> Carried {
-        match (self.total, self.before) {
-            (Some(total), _) => Carried {
-                usage: Some(total),
-                pieces: 0,
-            },
-            (None, None) => Carried {
-                usage: None,
-                pieces: self.pieces,
-            },
-            (None, Some(before)) => Carried {
-                usage: before.usage.map(|u| {
-                    u.plus(Usage {
-                        prompt_tokens: 0,
-                        completion_tokens: self.pieces,
-                        total_tokens: self.pieces,
-                    })
-                }),
-                pieces: before.pieces + self.pieces,
-            },
-        }
+        Carried::after(self.before, self.total, self.pieces)
     }
 
     pub(super) fn continuing(&mut self, before: Carried) {

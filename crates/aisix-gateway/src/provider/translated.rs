@@ -4,17 +4,21 @@
 //! to Anthropic's event order) run inside the gateway's stream reader. A relayed event is kept
 //! as it came (no copy); a translated one is replaced by what the translator wrote for it.
 //!
-//! Continuing a cut stream on another target (`continue_on_cut`) is OpenAI-to-OpenAI only:
-//! these maps keep no text, so a cut here ends the stream with an error event.
+//! For `continue_on_cut` they keep the text sent (and, for an Anthropic client, where its
+//! blocks stand), and a continuation's events are spliced into the client's stream: for an
+//! OpenAI client its role chunk is dropped, for an Anthropic client its events are rewritten by
+//! [`Splice`]; its usage is added to the cut stream's.
 
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
 
 use super::{Carried, Edit, Step};
 use crate::error::ErrorKind;
-use crate::wire::anthropic::stream::{self, ToAnthropic, ToOpenAi, Translator, UsageScan};
-use crate::wire::chunk;
-use crate::wire::usage::Usage;
+use crate::wire::anthropic::stream::{
+    self, Blocks, Splice, ToAnthropic, ToOpenAi, Translator, UsageScan, delta_text,
+};
+use crate::wire::usage::{self, Usage};
+use crate::wire::{Dialect, chunk, sse};
 
 /// One stream's events, relayed with a usage scan or translated.
 #[derive(Debug)]
@@ -22,10 +26,22 @@ pub(crate) struct Translated {
     way: Way,
     /// The translator's output for the event at hand.
     out: BytesMut,
+    /// The usage reported so far, with what a continued stream consumed added.
     usage: Option<Usage>,
     /// For a relay: the name (a JSON string literal) `message_start` is to give as `model`,
     /// until that event has passed.
     rename: Option<Bytes>,
+    /// The text sent so far, kept when the stream may have to be continued.
+    text: Option<String>,
+    /// Content events read: the output of a stream cut before it reported its own.
+    pieces: u64,
+    /// Where an Anthropic client's stream stands, followed while the text is kept.
+    blocks: Blocks,
+    /// This stream continues another: what that one consumed.
+    before: Option<Carried>,
+    /// This stream continues another for an Anthropic client: its events rewritten to go on
+    /// from the client's.
+    splice: Option<Splice>,
 }
 
 #[derive(Debug)]
@@ -73,6 +89,11 @@ impl Translated {
             out: BytesMut::new(),
             usage: None,
             rename: None,
+            text: None,
+            pieces: 0,
+            blocks: Blocks::default(),
+            before: None,
+            splice: None,
         }
     }
 
@@ -91,7 +112,17 @@ impl Translated {
             Way::ToOpenAi(t) => (t.event(event, &mut self.out), true),
             Way::ToAnthropic(t) => (t.event(event, &mut self.out), true),
         };
+        self.read_content(event);
         let mut out = Step::default();
+        let usage = self.token_usage().map(|u| u.to_usage());
+        let usage = match (usage, self.before) {
+            (Some(usage), Some(before)) => Some(before.plus(usage)),
+            (usage, _) => usage,
+        };
+        if usage.is_some() && usage != self.usage {
+            self.usage = usage;
+            out.usage = usage;
+        }
         if let Some(renamed) = self.renamed(event) {
             out.edit = Edit::Replace(renamed);
         }
@@ -99,13 +130,21 @@ impl Translated {
             out.edit = if self.out.is_empty() {
                 Edit::Drop
             } else {
-                Edit::Replace(self.out.split().freeze())
+                let sent = self.out.split().freeze();
+                let message_start =
+                    self.before.is_some() && sse::fields(event).name == Some(b"message_start");
+                Edit::Replace(self.spliced(sent, message_start))
             };
+        } else if self.splice.is_some() {
+            let sent = Bytes::copy_from_slice(event);
+            out.edit = Edit::Replace(self.spliced(sent, false));
+        } else if self.text.is_some() {
+            self.blocks.observe(event);
         }
-        let usage = self.token_usage().map(|u| u.to_usage());
-        if usage.is_some() && usage != self.usage {
-            self.usage = usage;
-            out.usage = usage;
+        if let Edit::Replace(sent) = &out.edit
+            && sent.is_empty()
+        {
+            out.edit = Edit::Drop;
         }
         match step {
             stream::Step::Continue => {}
@@ -118,11 +157,87 @@ impl Translated {
         out
     }
 
+    /// Counts the content an upstream event carries and keeps its text, when asked to.
+    fn read_content(&mut self, event: &[u8]) {
+        match self.way {
+            Way::Relay(_) | Way::ToOpenAi(_) => {
+                if sse::fields(event).name != Some(b"content_block_delta") {
+                    return;
+                }
+                self.pieces += 1;
+                if let Some(text) = self.text.as_mut()
+                    && let Some(more) = delta_text(event)
+                {
+                    text.push_str(&more);
+                }
+            }
+            Way::ToAnthropic(_) => {
+                if self.text.is_none() {
+                    self.pieces += u64::from(self.started());
+                    return;
+                }
+                let Some(facts) = sse::data_payload(event).and_then(chunk::read) else {
+                    return;
+                };
+                self.pieces += u64::from(facts.content);
+                if let (Some(text), Some(more)) = (self.text.as_mut(), facts.text) {
+                    text.push_str(&more);
+                }
+            }
+        }
+    }
+
+    /// What the client gets of `sent` (this stream's events in the client's dialect): as it is
+    /// unless this stream continues another. Then an OpenAI client does not get its role chunk
+    /// (what `message_start` became) and gets the summed usage; an Anthropic client gets the
+    /// events spliced into its open stream. Otherwise, while the text is kept, an Anthropic
+    /// client's blocks are followed.
+    fn spliced(&mut self, sent: Bytes, message_start: bool) -> Bytes {
+        if self.splice.is_some() {
+            // An upstream that reports no usage is charged as the cut stream was.
+            let usage = self.usage.or_else(|| self.carried().usage);
+            let mut out = BytesMut::new();
+            let mut rest = &sent[..];
+            while let (Some(end), Some(splice)) = (sse::event_end(rest), self.splice.as_mut()) {
+                splice.event(&rest[..end], usage, &mut out);
+                rest = &rest[end..];
+            }
+            return out.freeze();
+        }
+        if self.before.is_some() && matches!(self.way, Way::ToOpenAi(_)) {
+            if message_start {
+                return Bytes::new();
+            }
+            if let Some(total) = self.usage
+                && let Some(summed) = usage::with_usage(&sent, total)
+            {
+                return Bytes::from(summed);
+            }
+            return sent;
+        }
+        if self.text.is_some() && matches!(self.way, Way::ToAnthropic(_)) {
+            let mut rest = &sent[..];
+            while let Some(end) = sse::event_end(rest) {
+                self.blocks.observe(&rest[..end]);
+                rest = &rest[end..];
+            }
+        }
+        sent
+    }
+
     fn token_usage(&self) -> Option<crate::wire::anthropic::types::TokenUsage> {
         match &self.way {
             Way::Relay(scan) => scan.usage(),
             Way::ToOpenAi(t) => t.usage(),
             Way::ToAnthropic(t) => t.usage(),
+        }
+    }
+
+    /// The dialect the client gets: OpenAI's only from an Anthropic stream translated for it.
+    pub(super) fn dialect(&self) -> Dialect {
+        match self.way {
+            Way::ToOpenAi(_) => Dialect::OpenAi,
+            Way::Relay(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
         }
     }
 
@@ -143,13 +258,47 @@ impl Translated {
             Way::ToOpenAi(t) => t.end(&mut out),
             Way::ToAnthropic(t) => t.end(&mut out),
         };
-        complete.then(|| out.freeze())
+        complete.then(|| self.spliced(out.freeze(), false))
     }
 
+    /// Keeps the text sent from here on, after `so_far`.
+    pub(super) fn keep_text(&mut self, so_far: &str) {
+        self.text = Some(so_far.to_owned());
+    }
+
+    pub(super) fn text(&self) -> Option<&str> {
+        self.text.as_deref()
+    }
+
+    /// Where an Anthropic client's stream stands.
+    pub(super) fn blocks(&self) -> Blocks {
+        self.splice.as_ref().map_or(self.blocks, Splice::blocks)
+    }
+
+    /// What this stream consumed so far (with what it continued, if anything). An Anthropic
+    /// stream reports its output only at its end, so a cut one is charged its content events
+    /// when they are more.
     pub(super) fn carried(&self) -> Carried {
-        Carried {
-            usage: self.usage,
-            pieces: 0,
+        let own = self.token_usage().map(|u| {
+            let mut usage = u.to_usage();
+            if !matches!(self.way, Way::ToAnthropic(_)) && usage.completion_tokens < self.pieces {
+                usage.total_tokens += self.pieces - usage.completion_tokens;
+                usage.completion_tokens = self.pieces;
+            }
+            usage
+        });
+        let total = match (own, self.before) {
+            (Some(own), Some(before)) => Some(before.plus(own)),
+            (own, _) => own,
+        };
+        Carried::after(self.before, total, self.pieces)
+    }
+
+    /// This stream continues another, which left an Anthropic client's stream at `at`.
+    pub(super) fn continuing(&mut self, before: Carried, at: Blocks) {
+        self.before = Some(before);
+        if !matches!(self.way, Way::ToOpenAi(_)) {
+            self.splice = Some(Splice::new(at));
         }
     }
 }
@@ -224,5 +373,126 @@ mod tests {
         };
         let out = std::str::from_utf8(&out).unwrap();
         assert!(out.contains("\"model\":\"primary\""), "{out}");
+    }
+
+    const DELTA: &[u8] = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n";
+
+    fn sent(step: Step) -> String {
+        match step.edit {
+            Edit::Replace(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
+            Edit::Drop => String::new(),
+            Edit::Keep => panic!("a continuation's event went out unchanged"),
+        }
+    }
+
+    fn chat(content: &str) -> Vec<u8> {
+        format!("data: {{\"id\":\"c\",\"model\":\"up\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{content}\"}},\"finish_reason\":null}}]}}\n\n").into_bytes()
+    }
+
+    #[test]
+    fn a_relayed_anthropic_stream_continued_goes_on_in_the_client_s_open_block() {
+        let mut cut = Translated::relay(None);
+        cut.keep_text("");
+        for event in [START, BLOCK, TEXT] {
+            assert!(
+                matches!(cut.event(event).edit, Edit::Keep),
+                "relayed until the cut"
+            );
+        }
+        assert_eq!(cut.text(), Some("Hi"));
+        assert_eq!(
+            cut.blocks(),
+            Blocks {
+                next: 1,
+                open: Some((0, true))
+            }
+        );
+        let carried = cut.carried();
+        assert_eq!(
+            carried
+                .usage
+                .map(|u| (u.prompt_tokens, u.completion_tokens)),
+            Some((3, 1))
+        );
+
+        let mut next = Translated::relay(None);
+        next.keep_text("Hi");
+        next.continuing(carried, cut.blocks());
+        assert_eq!(
+            sent(next.event(START)),
+            "",
+            "one message_start per client stream"
+        );
+        assert_eq!(sent(next.event(BLOCK)), "", "the open block goes on");
+        assert!(sent(next.event(TEXT)).contains("\"index\":0"));
+        assert_eq!(next.text(), Some("HiHi"));
+        let delta = sent(next.event(DELTA));
+        assert!(delta.starts_with("event: content_block_stop\n"), "{delta}");
+        assert!(
+            delta.contains("\"input_tokens\":6") && delta.contains("\"output_tokens\":3"),
+            "{delta}"
+        );
+        assert!(next.event(STOP).done);
+    }
+
+    #[test]
+    fn an_openai_stream_continued_for_an_anthropic_client_sends_no_second_message_start() {
+        let mut cut = Translated::to_anthropic(None);
+        cut.keep_text("");
+        let first = sent(cut.event(&chat("Hel")));
+        assert!(first.starts_with("event: message_start"), "{first}");
+        assert_eq!(cut.text(), Some("Hel"));
+        assert_eq!(
+            cut.blocks(),
+            Blocks {
+                next: 1,
+                open: Some((0, true))
+            }
+        );
+
+        let mut next = Translated::to_anthropic(None);
+        next.continuing(cut.carried(), cut.blocks());
+        let more = sent(next.event(&chat("lo")));
+        assert!(more.starts_with("event: content_block_delta\n"), "{more}");
+        assert!(
+            more.contains("\"index\":0") && !more.contains("message_start"),
+            "{more}"
+        );
+        let end = sent(next.event(b"data: [DONE]\n\n"));
+        let kinds: Vec<&str> = end
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(
+            kinds,
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
+    }
+
+    #[test]
+    fn an_anthropic_stream_continued_for_an_openai_client_drops_its_role_chunk() {
+        let mut cut = Translated::to_openai(true, 1, None);
+        cut.keep_text("");
+        for event in [START, BLOCK, TEXT] {
+            cut.event(event);
+        }
+        assert_eq!(cut.text(), Some("Hi"));
+
+        let mut next = Translated::to_openai(true, 1, None);
+        next.continuing(cut.carried(), cut.blocks());
+        assert_eq!(
+            sent(next.event(START)),
+            "",
+            "the client has had its role chunk"
+        );
+        next.event(BLOCK);
+        assert!(sent(next.event(TEXT)).contains("\"content\":\"Hi\""));
+        next.event(DELTA);
+        let end = sent(next.event(STOP));
+        assert!(
+            end.contains("\"prompt_tokens\":6,\"completion_tokens\":3"),
+            "{end}"
+        );
+        assert!(end.ends_with("data: [DONE]\n\n"));
     }
 }

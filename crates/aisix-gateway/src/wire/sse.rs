@@ -155,6 +155,36 @@ pub fn is_error_event(event: &[u8]) -> bool {
     })
 }
 
+/// What an upstream said of the error it reported mid-stream: OpenAI's `{"error": {...}}` chunk
+/// or Anthropic's `event: error` (`{"type":"error","error":{...}}`) alike.
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+pub struct ErrorReport {
+    #[serde(rename = "type", default)]
+    pub kind: Option<String>,
+    /// OpenAI's `code` (a string; a number is left out).
+    #[serde(default, deserialize_with = "string_or_none")]
+    pub code: Option<String>,
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The error object of an error event or chunk, if it has one.
+pub fn reported(event: &[u8]) -> Option<ErrorReport> {
+    #[derive(Deserialize)]
+    struct Envelope {
+        error: ErrorReport,
+    }
+    let data = fields(event).data?;
+    serde_json::from_slice::<Envelope>(&data)
+        .ok()
+        .map(|e| e.error)
+}
+
+fn string_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(value.as_str().map(str::to_owned))
+}
+
 /// The lines of an event, without their LF, CRLF or CR endings.
 fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
     let mut rest = event;
@@ -243,6 +273,27 @@ pub fn error_event(code: &str, message: &str) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_event_s_type_code_and_message_are_read_in_either_dialect() {
+        let openai = reported(b"data: {\"error\":{\"message\":\"slow down\",\"type\":\"server_error\",\"code\":\"overloaded\"}}\n\n");
+        assert_eq!(
+            openai,
+            Some(ErrorReport {
+                kind: Some("server_error".into()),
+                code: Some("overloaded".into()),
+                message: Some("slow down".into()),
+            })
+        );
+        let anthropic = reported(b"event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n").unwrap();
+        assert_eq!(
+            (anthropic.kind.as_deref(), anthropic.code),
+            (Some("overloaded_error"), None)
+        );
+        let numeric = reported(b"data: {\"error\":{\"code\":500}}\n\n").unwrap();
+        assert_eq!(numeric.code, None);
+        assert_eq!(reported(b"data: {\"choices\":[]}\n\n"), None);
+    }
 
     #[test]
     fn events_end_at_an_empty_line_in_every_newline_style() {

@@ -1,10 +1,12 @@
 //! Streams between the dialects, one complete upstream SSE event at a time: Anthropic events as
 //! OpenAI `chat.completion.chunk`s ([`ToOpenAi`]), OpenAI chunks as Anthropic's exact event
-//! order ([`ToAnthropic`]), and the usage scan of a stream relayed unchanged ([`UsageScan`]).
+//! order ([`ToAnthropic`]), the usage scan of a stream relayed unchanged ([`UsageScan`]), and
+//! the splice of a continuation into an Anthropic client's open stream ([`Splice`]).
 //! Each is a state machine that never panics and costs time linear in the bytes it is fed; the
 //! caller splits the upstream bytes into events and owns timers and connections.
 
 mod passthrough;
+mod splice;
 mod to_anthropic;
 mod to_openai;
 
@@ -12,6 +14,7 @@ use bytes::{BufMut, BytesMut};
 use serde::Serialize;
 
 pub use passthrough::UsageScan;
+pub use splice::{Blocks, Splice, delta_text};
 pub use to_anthropic::ToAnthropic;
 pub use to_openai::ToOpenAi;
 

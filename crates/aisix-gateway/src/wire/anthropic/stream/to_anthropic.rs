@@ -564,45 +564,41 @@ mod tests {
         assert_eq!(text.matches("\"type\":\"tool_use\"").count(), 2, "{text}");
     }
 
-    #[test]
-    fn a_cut_ends_with_an_error_event_and_no_message_stop() {
+    /// The events of a stream's first text chunk.
+    const OPENING: [&str; 4] = [
+        "message_start",
+        "ping",
+        "content_block_start",
+        "content_block_delta",
+    ];
+
+    /// A translator fed one text chunk, finished (`"stop"`) or not (`null`).
+    fn fed(finish: &str) -> (ToAnthropic, BytesMut) {
         let mut t = ToAnthropic::new();
         let mut out = BytesMut::new();
-        t.event(chunk(r#"{"content":"Hel"}"#, "null").as_bytes(), &mut out);
+        t.event(chunk(r#"{"content":"Hi"}"#, finish).as_bytes(), &mut out);
+        (t, out)
+    }
+
+    #[test]
+    fn a_cut_ends_with_an_error_event_and_no_message_stop() {
+        let (mut t, mut out) = fed("null");
         assert!(!t.end(&mut out));
         t.fail(Fault::Cut, "The upstream stream was interrupted.", &mut out);
-        assert_eq!(
-            names(&out),
-            [
-                "message_start",
-                "ping",
-                "content_block_start",
-                "content_block_delta",
-                "error"
-            ]
-        );
+        assert_eq!(names(&out), [&OPENING[..], &["error"]].concat());
     }
 
     #[test]
     fn a_finished_stream_without_done_is_completed_at_the_end() {
-        let mut t = ToAnthropic::new();
-        let mut out = BytesMut::new();
-        t.event(
-            chunk(r#"{"content":"Hi"}"#, r#""stop""#).as_bytes(),
-            &mut out,
-        );
+        let (mut t, mut out) = fed(r#""stop""#);
         assert!(t.end(&mut out));
         assert_eq!(
             names(&out),
             [
-                "message_start",
-                "ping",
-                "content_block_start",
-                "content_block_delta",
-                "content_block_stop",
-                "message_delta",
-                "message_stop"
+                &OPENING[..],
+                &["content_block_stop", "message_delta", "message_stop"]
             ]
+            .concat()
         );
     }
 

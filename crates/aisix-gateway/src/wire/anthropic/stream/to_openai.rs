@@ -327,19 +327,20 @@ struct StartBlock<'a> {
     name: Option<Cow<'a, str>>,
 }
 
+/// `content_block_delta`'s data.
 #[derive(Deserialize)]
-struct BlockDelta<'a> {
-    index: u64,
+pub(super) struct BlockDelta<'a> {
+    pub(super) index: u64,
     #[serde(borrow)]
-    delta: DeltaIn<'a>,
+    pub(super) delta: DeltaIn<'a>,
 }
 
 #[derive(Deserialize)]
-struct DeltaIn<'a> {
+pub(super) struct DeltaIn<'a> {
     #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
+    pub(super) kind: Cow<'a, str>,
     #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
+    pub(super) text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     partial_json: Option<Cow<'a, str>>,
 }
