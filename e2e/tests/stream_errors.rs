@@ -1,7 +1,7 @@
 //! An error an upstream reports mid-stream (OpenAI's `data: {"error": ...}` chunk, Anthropic's
 //! `event: error`) reaches the client in its own dialect's error event with the upstream's
 //! type, code and message, the message cut to 256 bytes and marked, for every pair of client
-//! and upstream dialect.
+//! and upstream dialect; the provider's key, should the provider echo it, is masked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use aisix_e2e::both_modes;
@@ -106,6 +106,15 @@ both_modes! {
             let message = cut["error"]["message"].as_str().unwrap();
             let kept = message.strip_suffix("… (cut)").unwrap_or_else(|| panic!("{upstream}: not marked: {message}"));
             assert!(kept.len() <= 256 && kept.bytes().all(|b| b == b'x'), "{upstream}: {message}");
+
+            // The provider's key, echoed back by the provider, is masked as in whole answers.
+            let secret = format!("sk-{upstream}-secret");
+            for path in ["/v1/chat/completions", "/v1/messages"] {
+                rig.script(upstream, &format!("Key {secret} is over its quota"));
+                let event = rig.last_error(path, upstream).await;
+                assert_eq!(event["error"]["message"], "Key *** is over its quota", "{upstream} {path}: {event}");
+                assert!(!event.to_string().contains(&secret), "{upstream} {path}: {event}");
+            }
         }
     }
 }

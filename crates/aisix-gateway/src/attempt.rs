@@ -366,6 +366,7 @@ impl Attempts {
                     sent_at,
                     in_flight,
                 ));
+                events.called(&target.provider);
                 if hold {
                     events.hold().await.map(|()| Served::Stream(events))
                 } else {

@@ -450,6 +450,12 @@ fn highest_prices(costs: impl Iterator<Item = Option<Cost>>) -> Option<Cost> {
 }
 
 impl Provider {
+    /// The key to scrub from an error the provider sends back, whole or mid-stream (keys
+    /// shorter than 8 characters are not looked for: they would match ordinary text).
+    pub(crate) fn error_secret(&self) -> Option<&str> {
+        self.secret.as_deref().filter(|k| k.len() >= 8)
+    }
+
     fn new(key: &ProviderKey, egress: &Egress) -> Self {
         let (uris, auth_header, auth_value) = match key.provider {
             ProviderKind::AzureOpenAi => (

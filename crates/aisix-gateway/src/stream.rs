@@ -18,8 +18,10 @@
 //!   past). Silence shorter than that is bridged with SSE comments every
 //!   `downstream.sse_keepalive_interval_secs` while relaying.
 
+use std::borrow::Cow;
 use std::future::{Future, poll_fn};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -32,6 +34,7 @@ use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::{Edit, StreamMap};
 use crate::route::state::InFlight;
+use crate::snapshot::Provider;
 use crate::upstream::Lease;
 use crate::wire::Dialect;
 use crate::wire::sse::{self, Splitter};
@@ -89,6 +92,8 @@ pub(crate) struct Events {
     usage: Option<Usage>,
     /// Counts the call in its direct model's load while the stream lives.
     _in_flight: Option<InFlight>,
+    /// The provider called, whose key is masked in an error it reports mid-stream.
+    provider: Option<Arc<Provider>>,
 }
 
 /// Bytes gathered for one write (or one request body): the first piece kept as it came (no
@@ -189,7 +194,13 @@ fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize)
 
 /// The error that ends a stream that failed with `kind`: an error the upstream reported keeps
 /// its message, type and code, in the envelope of the client's `dialect`.
-fn failure(kind: ErrorKind, reported: Option<sse::ErrorReport>, dialect: Dialect) -> GatewayError {
+/// `secret` (the provider's key) is masked in the message, as in its whole error answers.
+fn failure(
+    kind: ErrorKind,
+    reported: Option<sse::ErrorReport>,
+    secret: Option<&str>,
+    dialect: Dialect,
+) -> GatewayError {
     if kind == ErrorKind::UpstreamMalformed {
         return GatewayError::new(kind, "The upstream sent an event the gateway cannot read.");
     }
@@ -197,10 +208,17 @@ fn failure(kind: ErrorKind, reported: Option<sse::ErrorReport>, dialect: Dialect
     let Some(reported) = reported else {
         return GatewayError::new(kind, GENERIC);
     };
-    let message = reported.message.as_deref().filter(|m| !m.is_empty());
+    let message = reported.message.filter(|m| !m.is_empty());
+    let message = match (message, secret) {
+        (Some(message), Some(secret)) if message.contains(secret) => {
+            Cow::Owned(message.replace(secret, "***"))
+        }
+        (Some(message), _) => Cow::Owned(message),
+        (None, _) => Cow::Borrowed(GENERIC),
+    };
     GatewayError::reported(
         kind,
-        message.unwrap_or(GENERIC),
+        &message,
         reported.kind.as_deref(),
         reported.code.as_deref(),
         dialect,
@@ -238,10 +256,16 @@ impl Events {
             ttft: None,
             usage: None,
             _in_flight: in_flight,
+            provider: None,
         };
         let wake = events.next_wake(false);
         events.timer.as_mut().reset(wake);
         events
+    }
+
+    /// Names the provider called, so an error it reports mid-stream has its key masked.
+    pub(crate) fn called(&mut self, provider: &Arc<Provider>) {
+        self.provider = Some(Arc::clone(provider));
     }
 
     pub(crate) fn map(&self) -> &StreamMap {
@@ -426,7 +450,8 @@ impl Events {
         self.out
             .push(scanned.kept.map_or(complete, BytesMut::freeze));
         if let Some(kind) = scanned.failure {
-            self.fail(failure(kind, scanned.reported, self.map.dialect()));
+            let secret = self.provider.as_deref().and_then(Provider::error_secret);
+            self.fail(failure(kind, scanned.reported, secret, self.map.dialect()));
         } else if scanned.done {
             self.partial.clear();
             self.done = true;

@@ -84,12 +84,6 @@ fn is_sse(content_type: Option<&HeaderValue>) -> bool {
         .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
-/// The provider key scrubbed from an error body the provider sent back (keys shorter than 8
-/// characters are not looked for: they would match ordinary text).
-fn secret(provider: &Provider) -> Option<&str> {
-    provider.secret.as_deref().filter(|k| k.len() >= 8)
-}
-
 /// The Unix time now, for the `created` of translated answers.
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -151,7 +145,7 @@ impl Call<'_> {
                 error.upstream_body = error_body(
                     rejection.status.as_u16(),
                     &rejection.body,
-                    secret(provider),
+                    provider.error_secret(),
                     self.inbound.dialect,
                 );
             }
