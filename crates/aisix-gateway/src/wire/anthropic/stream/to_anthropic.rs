@@ -145,15 +145,7 @@ impl ToAnthropic {
                 self.next_block - 1
             }
         };
-        write_event(
-            out,
-            "content_block_delta",
-            &DeltaOut {
-                kind: "content_block_delta",
-                index: block,
-                delta: DeltaBody::TextDelta { text },
-            },
-        );
+        write_delta(out, block, DeltaBody::TextDelta { text });
     }
 
     /// One piece of a tool call. A piece with a new id opens a new call, even at an index
@@ -201,15 +193,7 @@ impl ToAnthropic {
         };
         let arguments = call.function.and_then(|f| f.arguments);
         if let Some(partial_json) = arguments.as_deref().filter(|a| !a.is_empty()) {
-            write_event(
-                out,
-                "content_block_delta",
-                &DeltaOut {
-                    kind: "content_block_delta",
-                    index: block,
-                    delta: DeltaBody::InputJsonDelta { partial_json },
-                },
-            );
+            write_delta(out, block, DeltaBody::InputJsonDelta { partial_json });
         }
         Some(())
     }
@@ -506,6 +490,19 @@ struct MessageDeltaOut {
 struct StopOut {
     stop_reason: &'static str,
     stop_sequence: Option<&'static str>,
+}
+
+/// A `content_block_delta` event of block `index`.
+fn write_delta(out: &mut BytesMut, index: u64, delta: DeltaBody<'_>) {
+    write_event(
+        out,
+        "content_block_delta",
+        &DeltaOut {
+            kind: "content_block_delta",
+            index,
+            delta,
+        },
+    );
 }
 
 #[cfg(test)]

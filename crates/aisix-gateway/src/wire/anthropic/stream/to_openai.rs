@@ -76,6 +76,17 @@ impl ToOpenAi {
 
     fn chunk(&mut self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
         self.content |= delta.tool_calls.is_some() || delta.content.is_some_and(|c| !c.is_empty());
+        let choice = ChoiceOut {
+            index: 0,
+            delta,
+            logprobs: None,
+            finish_reason,
+        };
+        self.write_chunk(out, &[choice], None);
+    }
+
+    /// One `chat.completion.chunk` of this answer.
+    fn write_chunk(&self, out: &mut BytesMut, choices: &[ChoiceOut<'_>], usage: Option<ChatUsage>) {
         write_data(
             out,
             &ChunkOut {
@@ -83,13 +94,8 @@ impl ToOpenAi {
                 object: "chat.completion.chunk",
                 created: self.created,
                 model: &self.model,
-                choices: &[ChoiceOut {
-                    index: 0,
-                    delta,
-                    logprobs: None,
-                    finish_reason,
-                }],
-                usage: None,
+                choices,
+                usage,
             },
         );
     }
@@ -97,17 +103,8 @@ impl ToOpenAi {
     /// The usage chunk (if asked for) and `[DONE]`.
     fn complete(&mut self, out: &mut BytesMut) -> Step {
         if self.include_usage {
-            write_data(
-                out,
-                &ChunkOut {
-                    id: &self.id,
-                    object: "chat.completion.chunk",
-                    created: self.created,
-                    model: &self.model,
-                    choices: &[],
-                    usage: Some(usage_to_openai(&self.usage.unwrap_or_default())),
-                },
-            );
+            let usage = usage_to_openai(&self.usage.unwrap_or_default());
+            self.write_chunk(out, &[], Some(usage));
         }
         out.put_slice(b"data: [DONE]\n\n");
         self.phase = Phase::Over(Step::Complete);
