@@ -8,7 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use aisix_gateway::wire::anthropic::stream::{ToAnthropic, ToOpenAi, Translator};
-use aisix_gateway::wire::anthropic::types::{MessageResponse, ResponseBlock, Role, TokenUsage};
+use aisix_gateway::wire::anthropic::types::{
+    MessageResponse, ResponseBlock, Role, TokenUsage, ToolUse,
+};
 use aisix_gateway::wire::anthropic::{error, mapping, request, response};
 use aisix_gateway::wire::chat::{
     ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FunctionCall, FunctionDef,
@@ -748,11 +750,11 @@ fn anthropic_message() -> impl Strategy<Value = MessageResponse> {
             prop_oneof![
                 text().prop_map(|text| ResponseBlock::Text { text }),
                 (id("toolu_"), name(), arguments()).prop_map(|(id, name, args)| {
-                    ResponseBlock::ToolUse {
+                    ResponseBlock::ToolUse(ToolUse {
                         id,
                         name,
                         input: serde_json::from_str(&args).unwrap(),
-                    }
+                    })
                 }),
             ],
             0..5,
@@ -779,7 +781,7 @@ fn summary(message: &MessageResponse) -> Accumulated {
     for block in &message.content {
         match block {
             ResponseBlock::Text { text: t } => text.push_str(t),
-            ResponseBlock::ToolUse { id, name, input } => {
+            ResponseBlock::ToolUse(ToolUse { id, name, input }) => {
                 calls.push((id.clone(), name.clone(), input.clone()))
             }
             _ => {}

@@ -9,35 +9,23 @@ use super::content::TextOr;
 use super::usage::Usage;
 
 /// `POST /v1/chat/completions`, as far as a translation reads or writes it.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<ChatMessage>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_completion_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop: Option<TextOr<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream_options: Option<StreamOptions>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<ChatTool>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ChatToolChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallel_tool_calls: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub n: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
 }
 
@@ -112,13 +100,11 @@ pub struct ImageUrl {
     pub detail: Option<String>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct FileData {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_data: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filename: Option<String>,
 }
 
@@ -148,12 +134,11 @@ pub struct ChatTool {
     pub function: Option<FunctionDef>,
 }
 
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct FunctionDef {
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
 }
 
@@ -218,15 +203,13 @@ pub struct AssistantMessage {
 /// Usage as OpenAI reports it: the token counts (`prompt_tokens` includes cached tokens) and
 /// their details. Anthropic's cache counts ride along under their own names, as other gateways
 /// report them.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct ChatUsage {
     #[serde(flatten)]
     pub tokens: Usage,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens_details: Option<PromptTokensDetails>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_creation_input_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_input_tokens: Option<u64>,
 }
 

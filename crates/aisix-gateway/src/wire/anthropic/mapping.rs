@@ -1,10 +1,23 @@
 //! The small vocabularies both directions share: Anthropic's `stop_reason` against OpenAI's
-//! `finish_reason`, and usage with the prompt cache's read and write counts.
+//! `finish_reason`, usage with the prompt cache's read and write counts, and a `tool_use`
+//! block as a tool call.
 
-use crate::wire::chat::{ChatUsage, PromptTokensDetails};
+use crate::wire::chat::{ChatUsage, FunctionCall, PromptTokensDetails, ToolCall};
 use crate::wire::usage::Usage;
 
-use super::types::TokenUsage;
+use super::types::{TokenUsage, ToolUse};
+
+/// An Anthropic `tool_use` block as an OpenAI tool call (its input as the arguments' JSON text).
+pub fn tool_call(call: ToolUse) -> ToolCall {
+    ToolCall {
+        id: call.id,
+        kind: "function".to_owned(),
+        function: FunctionCall {
+            name: call.name,
+            arguments: call.input.to_string(),
+        },
+    }
+}
 
 /// OpenAI's `finish_reason` for Anthropic's `stop_reason`.
 pub fn finish_reason(stop_reason: &str) -> &'static str {

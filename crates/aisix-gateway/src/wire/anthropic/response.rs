@@ -5,11 +5,11 @@
 use bytes::Bytes;
 use serde_json::Value;
 
-use crate::wire::chat::{AssistantMessage, ChatCompletion, Choice, FunctionCall, ToolCall};
+use crate::wire::chat::{AssistantMessage, ChatCompletion, Choice};
 use crate::wire::json;
 
-use super::mapping::{finish_reason, stop_reason, usage_from_openai, usage_to_openai};
-use super::types::{MessageResponse, ResponseBlock, Role, TokenCount, TokenUsage};
+use super::mapping::{finish_reason, stop_reason, tool_call, usage_from_openai, usage_to_openai};
+use super::types::{MessageResponse, ResponseBlock, Role, TokenCount, TokenUsage, ToolUse};
 
 /// An upstream answer that cannot be translated; the message is for the log, and the client
 /// gets a 502.
@@ -70,15 +70,8 @@ pub fn message_to_completion(message: MessageResponse, created: u64) -> ChatComp
     for block in message.content {
         match block {
             ResponseBlock::Text { text: piece } => text.push_str(&piece),
-            ResponseBlock::ToolUse { id, name, input } => calls.push(ToolCall {
-                id,
-                kind: "function".to_owned(),
-                function: FunctionCall {
-                    name,
-                    arguments: input.to_string(),
-                },
-            }),
-            ResponseBlock::Thinking { .. }
+            ResponseBlock::ToolUse(call) => calls.push(tool_call(call)),
+            ResponseBlock::Thinking(_)
             | ResponseBlock::RedactedThinking { .. }
             | ResponseBlock::Other => {}
         }
@@ -134,11 +127,11 @@ pub fn completion_to_message(completion: ChatCompletion) -> Result<MessageRespon
                     ))
                 })?
         };
-        content.push(ResponseBlock::ToolUse {
+        content.push(ResponseBlock::ToolUse(ToolUse {
             id: call.id,
             name: call.function.name,
             input,
-        });
+        }));
     }
     Ok(MessageResponse {
         id: completion.id,

@@ -8,31 +8,22 @@ use crate::wire::content::TextOr;
 use crate::wire::usage::Usage;
 
 /// `POST /v1/messages` (and `/v1/messages/count_tokens`, which has no `max_tokens`).
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 pub struct MessagesRequest {
     pub model: String,
     pub messages: Vec<Message>,
     /// Required by `/v1/messages`; the translator checks it, so that count_tokens can share
     /// the type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system: Option<TextOr<TextBlock>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_sequences: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Tool>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Metadata>,
 }
 
@@ -69,11 +60,7 @@ pub enum Block {
     Document {
         source: Source,
     },
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
+    ToolUse(ToolUse),
     ToolResult {
         tool_use_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,14 +69,26 @@ pub enum Block {
         is_error: Option<bool>,
     },
     /// Extended thinking from an earlier turn; an OpenAI upstream has no place for it.
-    Thinking {
-        thinking: String,
-        #[serde(default)]
-        signature: String,
-    },
+    Thinking(Thinking),
     RedactedThinking {
         data: String,
     },
+}
+
+/// A `tool_use` block: the model calls a tool, in an answer or in an earlier turn of a request.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ToolUse {
+    pub id: String,
+    pub name: String,
+    pub input: Value,
+}
+
+/// A `thinking` block (extended thinking), in an answer or in an earlier turn of a request.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Thinking {
+    pub thinking: String,
+    #[serde(default)]
+    pub signature: String,
 }
 
 /// Where an image or a document comes from.
@@ -163,16 +162,8 @@ pub enum ResponseBlock {
     Text {
         text: String,
     },
-    ToolUse {
-        id: String,
-        name: String,
-        input: Value,
-    },
-    Thinking {
-        thinking: String,
-        #[serde(default)]
-        signature: String,
-    },
+    ToolUse(ToolUse),
+    Thinking(Thinking),
     RedactedThinking {
         data: String,
     },
@@ -182,15 +173,14 @@ pub enum ResponseBlock {
 
 /// Tokens of one answer, split as Anthropic reports them: `input_tokens` excludes the tokens
 /// read from and written to the prompt cache.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 pub struct TokenUsage {
     #[serde(default)]
     pub input_tokens: u64,
     #[serde(default)]
     pub output_tokens: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_creation_input_tokens: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_read_input_tokens: Option<u64>,
 }
 

@@ -10,7 +10,7 @@ use crate::wire::chat::{
 use crate::wire::content::TextOr;
 
 use super::super::types::{
-    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, Tool, ToolChoice,
+    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, Tool, ToolChoice, ToolUse,
 };
 use super::{RequestError, invalid};
 
@@ -97,7 +97,7 @@ pub fn chat_to_messages(
                     push_text(&mut blocks, refusal);
                 }
                 for (j, call) in tool_calls.into_iter().flatten().enumerate() {
-                    blocks.push(Block::ToolUse {
+                    blocks.push(Block::ToolUse(ToolUse {
                         id: tool_id(&call.id),
                         input: arguments(&call.function.arguments).ok_or_else(|| {
                             invalid(format!(
@@ -105,7 +105,7 @@ pub fn chat_to_messages(
                             ))
                         })?,
                         name: call.function.name,
-                    });
+                    }));
                 }
                 // An assistant turn with nothing in it carries nothing; Anthropic refuses it.
                 if !blocks.is_empty() {

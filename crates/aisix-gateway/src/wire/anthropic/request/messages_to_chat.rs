@@ -3,11 +3,12 @@
 //! as content parts, `tool_use` as `tool_calls`, and streams asking for usage.
 
 use crate::wire::chat::{
-    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData, FunctionCall,
-    FunctionDef, ImageUrl, NamedFunction, StreamOptions, ToolCall,
+    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData, FunctionDef,
+    ImageUrl, NamedFunction, StreamOptions,
 };
 use crate::wire::content::TextOr;
 
+use super::super::mapping::tool_call;
 use super::super::types::{Block, MessagesRequest, Role, Source, Tool, ToolChoice};
 use super::{RequestError, invalid};
 
@@ -136,8 +137,8 @@ fn user_messages(
                     tool_call_id: tool_use_id,
                 });
             }
-            Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
-            Block::ToolUse { .. } => {
+            Block::Thinking(_) | Block::RedactedThinking { .. } => {}
+            Block::ToolUse(_) => {
                 return Err(invalid(format!(
                     "messages[{i}].content[{j}]: tool_use blocks belong in assistant messages"
                 )));
@@ -206,15 +207,8 @@ fn assistant_message(content: TextOr<Block>, i: usize) -> Result<ChatMessage, Re
     for (j, block) in blocks.into_iter().enumerate() {
         match block {
             Block::Text { text: piece } => text.push_str(&piece),
-            Block::ToolUse { id, name, input } => calls.push(ToolCall {
-                id,
-                kind: "function".to_owned(),
-                function: FunctionCall {
-                    name,
-                    arguments: input.to_string(),
-                },
-            }),
-            Block::Thinking { .. } | Block::RedactedThinking { .. } => {}
+            Block::ToolUse(call) => calls.push(tool_call(call)),
+            Block::Thinking(_) | Block::RedactedThinking { .. } => {}
             _ => {
                 return Err(invalid(format!(
                     "messages[{i}].content[{j}]: an assistant message may hold only text, tool_use and thinking blocks"
