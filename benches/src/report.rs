@@ -598,7 +598,7 @@ impl Results {
             }
             let _ = writeln!(
                 md,
-                "\nThe rate is a share of the leg's best closed-loop req/s. A late send left more than 1 ms \
+                "\nThe rate is a share of the req/s the leg made closed-loop at the pool's concurrency. A late send left more than 1 ms \
                  after its scheduled time (every pooled connection was busy); its latency still counts \
                  from the scheduled time, so queueing shows (no coordinated omission)."
             );
