@@ -1005,7 +1005,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses)",
             "models[0].timeout: expected a positive integer (milliseconds)",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
@@ -1183,4 +1183,47 @@ fn the_commented_examples_in_resources_example_yaml_are_valid() {
     );
     assert!(resources.models.len() >= 5);
     assert!(!resources.groups.is_empty(), "the group example loads");
+}
+
+#[test]
+fn whether_a_provider_key_serves_the_responses_api_defaults_by_kind_and_base() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: openai, provider: openai, api_key: k}
+  - {display_name: vllm, provider: openai, api_base: "http://vllm.local/v1"}
+  - {display_name: proxy, provider: openai, api_base: "http://proxy.local/v1", responses: true}
+  - {display_name: own, provider: openai, responses: false}
+  - {display_name: az, provider: azure_openai, api_base: "https://r.openai.azure.com", api_version: "2024-10-21"}
+  - {display_name: claude, provider: anthropic}
+models: []
+"#;
+    let resources = load(yaml, &[]);
+    let serves: Vec<bool> = resources
+        .provider_keys
+        .iter()
+        .map(|key| key.responses)
+        .collect();
+    assert_eq!(serves, [true, false, true, false, true, false]);
+}
+
+#[test]
+fn only_openai_kinds_may_say_they_serve_the_responses_api() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: claude, provider: anthropic, responses: true}
+  - {display_name: oai, provider: openai, responses: "yes"}
+models: []
+"#;
+    let errors = errors(yaml, &[]);
+    for expected in [
+        "provider_keys[0].responses: only openai and azure_openai providers serve the Responses API",
+        "provider_keys[1].responses: expected true or false",
+    ] {
+        assert!(
+            errors.iter().any(|e| e == expected),
+            "{expected}\n{errors:#?}"
+        );
+    }
 }

@@ -256,6 +256,9 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let stream_usage = fields
         .optional(report, "stream_usage")
         .map(|(v, p)| bool(report, v, &p));
+    let responses = fields
+        .optional(report, "responses")
+        .map(|(v, p)| bool(report, v, &p));
     fields.finish(report, "field");
 
     if let Some(provider) = provider {
@@ -276,6 +279,14 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only anthropic providers take an anthropic_version",
             );
         }
+        if matches!(provider, ProviderKind::Anthropic | ProviderKind::Mock)
+            && matches!(responses, Some(Some(true)))
+        {
+            report.error(
+                field("responses"),
+                "only openai and azure_openai providers serve the Responses API",
+            );
+        }
         if provider.default_api_base().is_none() && api_base.is_none() {
             report.error(
                 field("api_base"),
@@ -293,6 +304,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         anthropic_version,
         headers,
         stream_usage,
+        responses,
     );
     ProviderKeyDraft {
         name,
@@ -314,12 +326,18 @@ fn build_provider_key(
     anthropic_version: Option<Option<String>>,
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
+    responses: Option<Option<bool>>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
     let api_base = match given(api_base)? {
         Some(base) => base,
         None => provider.default_api_base()?.to_owned(),
     };
+    let responses = given(responses)?.unwrap_or(match provider {
+        ProviderKind::OpenAi => Some(api_base.as_str()) == provider.default_api_base(),
+        ProviderKind::AzureOpenAi => true,
+        ProviderKind::Anthropic | ProviderKind::Mock => false,
+    });
     Some(ProviderKey {
         display_name: name?,
         provider,
@@ -329,6 +347,7 @@ fn build_provider_key(
         anthropic_version: given(anthropic_version)?,
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
+        responses,
     })
 }
 

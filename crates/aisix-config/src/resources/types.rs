@@ -104,6 +104,11 @@ pub struct ProviderKey {
     /// Whether streams ask for `stream_options.include_usage`; `false` for servers that refuse
     /// unknown fields.
     pub stream_usage: bool,
+    /// Whether the provider serves OpenAI's Responses API (`/v1/responses`): such requests are
+    /// relayed to it as they are; otherwise they are translated to chat completions. Default:
+    /// `openai` with OpenAI's own `api_base` and `azure_openai` yes; an `openai` key with any
+    /// other `api_base` (vLLM, Ollama, most compatible servers) no; `anthropic` and `mock` never.
+    pub responses: bool,
 }
 
 /// `models[]`: a name clients send, and where requests for it go.
