@@ -19,6 +19,7 @@ pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
         "/v1/embeddings" => (Endpoint::Embeddings, Allow::Post),
         "/v1/messages" => (Endpoint::Messages, Allow::Post),
         "/v1/messages/count_tokens" => (Endpoint::CountTokens, Allow::Post),
+        "/v1/responses" => (Endpoint::Responses, Allow::Post),
         "/v1/models" => (Endpoint::Models, Allow::GetHead),
         p if model_id(p).is_some() => (Endpoint::Models, Allow::GetHead),
         _ => {
@@ -76,6 +77,7 @@ impl Proxied for Endpoint {
             Endpoint::Models => "/models",
             Endpoint::Messages => "/v1/messages",
             Endpoint::CountTokens => "/v1/messages/count_tokens",
+            Endpoint::Responses => "/responses",
             Endpoint::Health | Endpoint::Other => "",
         }
     }
@@ -83,13 +85,17 @@ impl Proxied for Endpoint {
     fn can_stream(self) -> bool {
         matches!(
             self,
-            Endpoint::ChatCompletions | Endpoint::Completions | Endpoint::Messages
+            Endpoint::ChatCompletions
+                | Endpoint::Completions
+                | Endpoint::Messages
+                | Endpoint::Responses
         )
     }
 
     fn dialect(self) -> Dialect {
         match self {
             Endpoint::Messages | Endpoint::CountTokens => Dialect::Anthropic,
+            Endpoint::Responses => Dialect::Responses,
             _ => Dialect::OpenAi,
         }
     }
@@ -121,6 +127,11 @@ mod tests {
             Ok(Endpoint::CountTokens)
         );
         assert_eq!(Endpoint::Messages.dialect(), Dialect::Anthropic);
+        assert_eq!(
+            resolve(&Method::POST, "/v1/responses"),
+            Ok(Endpoint::Responses)
+        );
+        assert_eq!(Endpoint::Responses.dialect(), Dialect::Responses);
     }
 
     #[test]

@@ -347,7 +347,7 @@ impl GatewayError {
     ) -> Self {
         let mut error = GatewayError::new(kind, echo(message));
         let envelope = match dialect {
-            Dialect::OpenAi => {
+            Dialect::OpenAi | Dialect::Responses => {
                 let mut object = error.openai_error_object();
                 if let Some(error_type) = error_type {
                     object["type"] = error_type.into();
@@ -424,7 +424,7 @@ impl GatewayError {
     pub fn to_response(&self, dialect: Dialect) -> Response<GatewayBody> {
         let bytes = match (&self.upstream_body, dialect) {
             (Some(body), _) => body.clone(),
-            (None, Dialect::OpenAi) => {
+            (None, Dialect::OpenAi | Dialect::Responses) => {
                 Bytes::from(serde_json::json!({ "error": self.openai_error_object() }).to_string())
             }
             (None, Dialect::Anthropic) => {
@@ -471,6 +471,18 @@ impl GatewayError {
                 anthropic::error_type(self.status().as_u16()),
                 &self.message,
             ),
+            // A Responses stream's own failure is its `response.failed`, written by the stream
+            // that knows the response; this is the API's bare `error` event.
+            Dialect::Responses => {
+                let event = serde_json::json!({
+                    "type": "error",
+                    "code": self.code(),
+                    "message": self.message,
+                    "param": self.param,
+                    "sequence_number": 0,
+                });
+                Bytes::from(format!("event: error\ndata: {event}\n\n"))
+            }
         }
     }
 }

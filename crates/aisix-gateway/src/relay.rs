@@ -105,7 +105,7 @@ impl State {
         tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
         record.stream_failed(&error);
         let mut last = BytesMut::from(&before[..]);
-        last.extend_from_slice(&error.to_event(record.endpoint.dialect()));
+        last.extend_from_slice(&events.map().closing(&error, record.endpoint.dialect()));
         (State::Closing(last.freeze(), record), Bytes::new())
     }
 }

@@ -147,6 +147,8 @@ pub struct Provider {
     pub secret: Option<Box<str>>,
     /// Whether streams ask for `stream_options.include_usage`.
     pub stream_usage: bool,
+    /// Whether it serves the Responses API itself (else `/v1/responses` is translated).
+    pub responses: bool,
     /// `anthropic` only: the `anthropic-version` sent when the client sent none.
     pub anthropic_version: HeaderValue,
     /// Directly, or through the proxy the environment names.
@@ -162,6 +164,8 @@ pub struct EndpointUris {
     /// Anthropic's `/v1/messages` (an `anthropic` provider's only endpoint but one).
     messages: Option<Uri>,
     count_tokens: Option<Uri>,
+    /// OpenAI's `/responses`; Azure's is the resource's `/openai/v1/responses`.
+    responses: Option<Uri>,
 }
 
 impl EndpointUris {
@@ -188,17 +192,22 @@ impl EndpointUris {
             embeddings: uri(Endpoint::Embeddings),
             messages: uri(Endpoint::Messages),
             count_tokens: uri(Endpoint::CountTokens),
+            responses: uri(Endpoint::Responses),
         }
     }
 
     /// An Azure OpenAI deployment's URIs:
     /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`.
+    /// Its Responses API is the resource's v1 surface, `{api_base}/openai/v1/responses`, which
+    /// takes the deployment in the body's `model` and no `api-version`.
     fn azure(api_base: &str, deployment: &str, api_version: &str) -> Self {
-        Self::new(
+        let mut uris = Self::new(
             api_base,
             &format!("/openai/deployments/{deployment}"),
             Some(&format!("api-version={api_version}")),
-        )
+        );
+        uris.responses = Self::new(api_base, "/openai/v1", None).responses;
+        uris
     }
 
     /// The URI for `endpoint`; `None` for endpoints that are never proxied or a base that is
@@ -211,6 +220,7 @@ impl EndpointUris {
             Endpoint::Embeddings => self.embeddings.as_ref(),
             Endpoint::Messages => self.messages.as_ref(),
             Endpoint::CountTokens => self.count_tokens.as_ref(),
+            Endpoint::Responses => self.responses.as_ref(),
             _ => None,
         }
     }
@@ -506,6 +516,7 @@ impl Provider {
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()),
             stream_usage: key.stream_usage,
+            responses: key.responses,
             anthropic_version: key
                 .anthropic_version
                 .as_deref()
@@ -725,6 +736,10 @@ models:
             azure.uris.get(Endpoint::Embeddings).unwrap().to_string(),
             "https://res.openai.azure.com/openai/deployments/gpt4o-prod/embeddings?api-version=2024-10-21"
         );
+        assert_eq!(
+            azure.uris.get(Endpoint::Responses).unwrap().to_string(),
+            "https://res.openai.azure.com/openai/v1/responses"
+        );
         assert!(
             azure.upstream_model_json.is_none(),
             "Azure takes the deployment from the path"
@@ -741,5 +756,10 @@ models:
             "http://gw.local/v1/completions?tenant=t1"
         );
         assert_eq!(openai.provider.headers["authorization"], "Bearer sk-x");
+        assert_eq!(
+            openai.uris.get(Endpoint::Responses).unwrap().to_string(),
+            "http://gw.local/v1/responses?tenant=t1"
+        );
+        assert!(azure.provider.responses && !openai.provider.responses);
     }
 }

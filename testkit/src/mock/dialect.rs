@@ -46,4 +46,7 @@ pub(crate) struct Answer {
     pub content_type: &'static str,
     pub chunks: Vec<Bytes>,
     pub sse: bool,
+    /// A stream is followed by its dialect's terminator (a Responses stream is not: its
+    /// `response.completed` ends it).
+    pub terminated: bool,
 }

@@ -24,6 +24,7 @@ pub mod fast;
 pub mod openai;
 mod record;
 mod reply;
+mod responses;
 mod server;
 mod state;
 

@@ -35,6 +35,14 @@ pub(crate) fn answer(req: &RecordedRequest, seq: usize) -> Answer {
         ("POST", "/v1/chat/completions") => with_body(req, |body, model| chat(body, model, seq)),
         ("POST", "/v1/completions") => with_body(req, |body, model| completion(body, model, seq)),
         ("POST", "/v1/embeddings") => with_body(req, embeddings),
+        ("POST", "/v1/responses") => match req.body_json() {
+            Ok(body) => super::responses::answer(&body, seq),
+            Err(_) => error(
+                StatusCode::BAD_REQUEST,
+                None,
+                "We could not parse the JSON body of your request.",
+            ),
+        },
         ("GET", "/v1/models") => json_answer(StatusCode::OK, models()),
         (method, path) => error(
             StatusCode::NOT_FOUND,
@@ -287,6 +295,7 @@ pub(crate) fn json_answer(status: StatusCode, body: Value) -> Answer {
         content_type: "application/json",
         chunks: vec![Bytes::from(body.to_string())],
         sse: false,
+        terminated: true,
     }
 }
 
@@ -299,6 +308,7 @@ fn sse_answer(events: Vec<Value>) -> Answer {
             .map(|event| Bytes::from(format!("data: {event}\n\n")))
             .collect(),
         sse: true,
+        terminated: true,
     }
 }
 

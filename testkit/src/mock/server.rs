@@ -220,11 +220,13 @@ fn respond(
     let mut headers = HeaderMap::new();
     // A default answer ends as its own dialect does; a scripted stream as the mock's.
     let mut dialect = worker.state.dialect;
+    let mut terminated = true;
     let (status, mut frames, sse) = match reply.content {
         Content::NoResponse | Content::Reset | Content::Silence => return Err(NoResponse),
         Content::Dialect(answered) => {
             dialect = answered;
             let answer = answered.answer(request, seq);
+            terminated = answer.terminated;
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
             if answer.sse {
                 headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
@@ -241,7 +243,7 @@ fn respond(
     for (name, value) in reply.headers {
         headers.append(name, value);
     }
-    if sse && reply.ending == Ending::Done {
+    if sse && terminated && reply.ending == Ending::Done {
         frames.push(dialect.terminator());
     }
 

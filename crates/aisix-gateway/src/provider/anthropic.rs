@@ -91,7 +91,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
 fn error_body(status: u16, body: &[u8], secret: Option<&str>, client: Dialect) -> Option<Bytes> {
     match client {
         Dialect::Anthropic => anthropic_error::upstream_anthropic(body, secret),
-        Dialect::OpenAi => anthropic_error::upstream_to_openai(status, body, secret),
+        Dialect::OpenAi | Dialect::Responses => {
+            anthropic_error::upstream_to_openai(status, body, secret)
+        }
     }
 }
 

@@ -22,6 +22,7 @@ pub(crate) mod anthropic;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
+pub(crate) mod responses;
 pub(crate) mod translated;
 
 use std::time::Duration;
@@ -102,6 +103,8 @@ pub(crate) enum StreamMap {
     OpenAi(openai::Passthrough),
     /// Anthropic events relayed to an Anthropic client, or either dialect translated.
     Translated(Box<translated::Translated>),
+    /// Responses events relayed to a Responses client, or chat chunks translated for one.
+    Responses(Box<responses::ResponsesStream>),
 }
 
 /// What the client gets for one upstream event.
@@ -133,6 +136,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),
+            StreamMap::Responses(map) => map.event(event),
         }
     }
 
@@ -141,6 +145,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(_) => Dialect::OpenAi,
             StreamMap::Translated(map) => map.dialect(),
+            StreamMap::Responses(_) => Dialect::Responses,
         }
     }
 
@@ -150,6 +155,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.started(),
             StreamMap::Translated(map) => map.started(),
+            StreamMap::Responses(map) => map.started(),
         }
     }
 
@@ -162,6 +168,7 @@ impl StreamMap {
                 .complete()
                 .then(|| Bytes::from_static(b"data: [DONE]\n\n")),
             StreamMap::Translated(map) => map.finish(),
+            StreamMap::Responses(map) => map.finish(),
         }
     }
 
@@ -170,6 +177,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.text(),
             StreamMap::Translated(map) => map.text(),
+            StreamMap::Responses(_) => None,
         }
     }
 
@@ -178,6 +186,8 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.keep_text(so_far),
             StreamMap::Translated(map) => map.keep_text(so_far),
+            // Cut Responses streams are not continued: nothing to keep.
+            StreamMap::Responses(_) => {}
         }
     }
 
@@ -185,7 +195,7 @@ impl StreamMap {
     /// OpenAI client's has no blocks.
     pub(crate) fn blocks(&self) -> Blocks {
         match self {
-            StreamMap::OpenAi(_) => Blocks::default(),
+            StreamMap::OpenAi(_) | StreamMap::Responses(_) => Blocks::default(),
             StreamMap::Translated(map) => map.blocks(),
         }
     }
@@ -195,6 +205,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.carried(),
             StreamMap::Translated(map) => map.carried(),
+            StreamMap::Responses(map) => map.carried(),
         }
     }
 
@@ -213,6 +224,16 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.continuing(before),
             StreamMap::Translated(map) => map.continuing(before, at),
+            StreamMap::Responses(_) => {}
+        }
+    }
+
+    /// The last event of a stream that failed with `error` after it started: the error event
+    /// of `dialect`, or for a Responses stream its `response.failed`.
+    pub(crate) fn closing(&self, error: &GatewayError, dialect: Dialect) -> Bytes {
+        match self {
+            StreamMap::Responses(map) => map.closing(error),
+            _ => error.to_event(dialect),
         }
     }
 }

@@ -22,6 +22,9 @@ use crate::wire::{Dialect, chunk};
 /// An Anthropic client's request is translated to chat completions, and the answer back (a
 /// translated whole answer is held, up to `upstream.max_response_bytes`).
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    if call.inbound.endpoint == Endpoint::Responses {
+        return super::responses::call(call).await;
+    }
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();
     let translated = inbound.dialect == Dialect::Anthropic;
@@ -77,9 +80,14 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
 
 /// The provider's own `{"error": ...}` object (its key scrubbed), carried over to Anthropic's
 /// envelope for an Anthropic client.
-fn error_body(status: u16, body: &[u8], secret: Option<&str>, client: Dialect) -> Option<Bytes> {
+pub(super) fn error_body(
+    status: u16,
+    body: &[u8],
+    secret: Option<&str>,
+    client: Dialect,
+) -> Option<Bytes> {
     match client {
-        Dialect::OpenAi => openai_error_body(body, secret),
+        Dialect::OpenAi | Dialect::Responses => openai_error_body(body, secret),
         Dialect::Anthropic => anthropic_error::upstream_to_anthropic(status, body, secret),
     }
 }

@@ -9,6 +9,7 @@ pub mod content;
 pub mod json;
 pub mod openai;
 pub mod rename;
+pub mod responses;
 pub mod sse;
 pub mod usage;
 
@@ -19,4 +20,7 @@ pub enum Dialect {
     OpenAi,
     /// Anthropic's Messages API (`/v1/messages` and its `count_tokens`).
     Anthropic,
+    /// OpenAI's Responses API (`/v1/responses`): OpenAI's error envelope, its own answers and
+    /// stream events.
+    Responses,
 }

@@ -58,6 +58,9 @@ struct Probe<'a> {
     max_tokens: Option<&'a RawValue>,
     #[serde(borrow)]
     max_completion_tokens: Option<&'a RawValue>,
+    /// The Responses API's output cap.
+    #[serde(borrow)]
+    max_output_tokens: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -118,10 +121,14 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         _ => None,
     };
 
-    let max_output_tokens = [probe.max_completion_tokens, probe.max_tokens]
-        .into_iter()
-        .flatten()
-        .find_map(|raw| raw.get().parse::<u64>().ok());
+    let max_output_tokens = [
+        probe.max_completion_tokens,
+        probe.max_tokens,
+        probe.max_output_tokens,
+    ]
+    .into_iter()
+    .flatten()
+    .find_map(|raw| raw.get().parse::<u64>().ok());
 
     Ok(Inspected {
         model: model.into_owned(),

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Dialect;
 use super::anthropic::types::TokenUsage;
+use super::responses::ResponsesUsage;
 
 /// Tokens one request consumed (the counts of an OpenAI `usage` object).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -32,6 +33,11 @@ impl Usage {
 #[derive(Deserialize)]
 struct UsageProbe {
     usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+struct ResponsesProbe {
+    usage: Option<ResponsesUsage>,
 }
 
 /// The `usage` object of a complete JSON response, if it has one.
@@ -120,6 +126,20 @@ impl UsageWindow {
             Dialect::OpenAi if self.total <= WINDOW => from_response(&self.head),
             Dialect::OpenAi => {
                 last_usage_object(&self.tail).or_else(|| last_usage_object(&self.head))
+            }
+            // The Responses API puts `usage` after the output; a small answer is all in the head.
+            Dialect::Responses => {
+                let read = |bytes: &[u8]| last_usage_object::<ResponsesUsage>(bytes);
+                let usage = if self.total <= WINDOW {
+                    read(&self.head).or_else(|| {
+                        serde_json::from_slice::<ResponsesProbe>(&self.head)
+                            .ok()?
+                            .usage
+                    })
+                } else {
+                    read(&self.tail).or_else(|| read(&self.head))
+                };
+                usage.map(ResponsesUsage::to_usage)
             }
             // Anthropic's answers put `usage` last; a small one is all in the head.
             Dialect::Anthropic => {

@@ -46,6 +46,8 @@ label_enum! {
         Messages => "messages",
         /// Anthropic `POST /v1/messages/count_tokens`.
         CountTokens => "count_tokens",
+        /// OpenAI's Responses API: `POST /v1/responses` and its stored responses.
+        Responses => "responses",
         /// `/livez` and `/readyz`.
         Health => "health",
         /// Anything else (answered 404); keeps raw paths out of labels.

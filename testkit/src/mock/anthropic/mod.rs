@@ -322,6 +322,7 @@ fn message(body: &Value, seq: usize) -> Answer {
         content_type: "text/event-stream",
         chunks: frames.into_iter().map(|f| f.bytes).collect(),
         sse: true,
+        terminated: true,
     }
 }
 

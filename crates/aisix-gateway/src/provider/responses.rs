@@ -1,0 +1,481 @@
+//! OpenAI's Responses API (`POST /v1/responses`) on an `openai` or `azure_openai` direct model.
+//! A provider key that serves the API (`responses`, see the README) gets the client's request
+//! byte for byte with only `model` rewritten, and its answer is relayed as it arrives: a whole
+//! answer with its usage read by the bounded scan, a stream through [`Relay`], which reads only
+//! the events that start and end it. Any other key gets the request translated to chat
+//! completions (`wire::responses`), and its answer or stream translated back.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use http::{HeaderMap, StatusCode};
+
+use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
+use crate::endpoint::Endpoint;
+use crate::error::{ErrorKind, GatewayError};
+use crate::snapshot::Provider;
+use crate::wire::Dialect;
+use crate::wire::chunk;
+use crate::wire::openai::json_string;
+use crate::wire::responses::answer;
+use crate::wire::responses::event::{self, Identity, Kind, Reported};
+use crate::wire::responses::failed_event;
+use crate::wire::responses::ids::new_id;
+use crate::wire::responses::object::Echo;
+use crate::wire::responses::request::{self, RequestError};
+use crate::wire::responses::stream::{FromChat, Outcome};
+use crate::wire::sse;
+use crate::wire::usage::Usage;
+
+/// Calls the direct model with the client's Responses request, relayed or translated.
+pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    if call.provider().responses {
+        native(call).await
+    } else {
+        translated(call).await
+    }
+}
+
+/// Relays the client's Responses request to a provider key that serves the API.
+async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let (route, inbound) = (call.route, call.inbound);
+    let uri = call.uri(Endpoint::Responses)?;
+    // Azure's Responses API takes the deployment in `model`, not in the path.
+    let azure_model;
+    let model = match route.upstream_model_json.as_deref() {
+        Some(model) => model,
+        None => {
+            azure_model = json_string(&route.upstream_model);
+            &azure_model
+        }
+    };
+    let body = inbound.inspected.rewrite(&inbound.body, Some(model), false);
+    let head = call
+        .send(uri, body, &HeaderMap::new(), super::openai::error_body)
+        .await?;
+    if head.is_stream(inbound.stream) {
+        let rename = call.rename.then(|| route.name_json.clone());
+        let map = Relay::new(rename, Arc::clone(&route.provider));
+        return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
+    }
+    Ok(call.relay(head, call.rename, Some(Dialect::Responses)))
+}
+
+/// Translates the client's Responses request to chat completions for a key that speaks only
+/// chat, and the answer back (a whole answer is held, up to `upstream.max_response_bytes`).
+async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let (route, inbound) = (call.route, call.inbound);
+    let provider = call.provider();
+    let uri = call.uri(Endpoint::ChatCompletions)?;
+    let chat = request::to_chat(
+        &inbound.body,
+        &route.upstream_model,
+        &[],
+        inbound.stream && provider.stream_usage,
+    )
+    .map_err(request_error)?;
+    let echo = Echo {
+        id: new_id("resp_"),
+        created_at: exchange::unix_now(),
+        model: if call.rename {
+            route.name.to_string()
+        } else {
+            route.upstream_model.clone()
+        },
+        request: chat.request,
+    };
+    let head = call
+        .send(
+            uri,
+            Bytes::from(chat.body),
+            &HeaderMap::new(),
+            super::openai::error_body,
+        )
+        .await?;
+    if head.is_stream(inbound.stream) {
+        let map = Translating {
+            from: FromChat::new(echo),
+            out: BytesMut::new(),
+            reported: None,
+            provider: Arc::clone(&route.provider),
+            usage: None,
+        };
+        return Ok(
+            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
+                map,
+            )))),
+        );
+    }
+    call.translate(head, |body| {
+        let answer = answer::from_chat(body, &echo)?;
+        Ok((answer.body, answer.usage))
+    })
+    .await
+}
+
+/// A Responses request a chat target cannot take: the client's to mend (400).
+fn request_error(error: RequestError) -> GatewayError {
+    match error {
+        RequestError::InvalidJson(message) => GatewayError::new(ErrorKind::InvalidJson, message),
+        RequestError::Invalid(message, param) => {
+            GatewayError::new(ErrorKind::InvalidRequest, message).with_param(param)
+        }
+    }
+}
+
+/// A Responses client's stream: relayed from a key that serves the API, or translated from
+/// chat chunks.
+#[derive(Debug)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "boxed once as a whole in the stream map; one allocation per stream either way"
+)]
+pub(crate) enum ResponsesStream {
+    Relay(Relay),
+    Translated(Translating),
+}
+
+impl ResponsesStream {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+        match self {
+            ResponsesStream::Relay(map) => map.event(raw),
+            ResponsesStream::Translated(map) => map.event(raw),
+        }
+    }
+
+    pub(super) fn started(&self) -> bool {
+        match self {
+            ResponsesStream::Relay(map) => map.started(),
+            ResponsesStream::Translated(map) => map.from.started(),
+        }
+    }
+
+    pub(super) fn carried(&self) -> Carried {
+        match self {
+            ResponsesStream::Relay(map) => map.carried(),
+            ResponsesStream::Translated(map) => Carried::after(None, map.usage, map.from.pieces()),
+        }
+    }
+
+    /// The body ended without its end marker: a relayed stream is complete only with its
+    /// ending event; a translated one when its chat answer finished.
+    pub(super) fn finish(&mut self) -> Option<Bytes> {
+        match self {
+            ResponsesStream::Relay(_) => None,
+            ResponsesStream::Translated(map) => map
+                .from
+                .finish(&mut map.out)
+                .then(|| map.out.split().freeze()),
+        }
+    }
+
+    pub(super) fn closing(&self, error: &GatewayError) -> Bytes {
+        match self {
+            ResponsesStream::Relay(map) => map.closing(error),
+            ResponsesStream::Translated(map) => map.closing(error),
+        }
+    }
+}
+
+/// Chat chunks translated into a Responses stream.
+#[derive(Debug)]
+pub(crate) struct Translating {
+    from: FromChat,
+    /// The translator's output for the event at hand.
+    out: BytesMut,
+    /// What the upstream said of the error it reported.
+    reported: Option<sse::ErrorReport>,
+    provider: Arc<Provider>,
+    usage: Option<Usage>,
+}
+
+impl Translating {
+    fn event(&mut self, raw: &[u8]) -> Step {
+        let outcome = self.from.event(raw, &mut self.out);
+        let mut step = Step::default();
+        let usage = self.from.usage().map(|u| u.to_usage());
+        if usage.is_some() && usage != self.usage {
+            self.usage = usage;
+            step.usage = usage;
+        }
+        step.edit = if self.out.is_empty() {
+            Edit::Drop
+        } else {
+            Edit::Replace(self.out.split().freeze())
+        };
+        match outcome {
+            Outcome::Continue => {}
+            Outcome::Complete => step.done = true,
+            Outcome::UpstreamError => {
+                self.reported = sse::reported(raw);
+                step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
+            }
+            Outcome::Malformed => step.failure = Some(ErrorKind::UpstreamMalformed),
+        }
+        step
+    }
+
+    fn closing(&self, error: &GatewayError) -> Bytes {
+        let (code, message) = match &self.reported {
+            Some(reported) => (
+                reported.code.as_deref().unwrap_or("server_error"),
+                reported
+                    .message
+                    .as_deref()
+                    .unwrap_or("The upstream reported an error in the stream."),
+            ),
+            None => ("server_error", error.message.as_str()),
+        };
+        let message = match self.provider.error_secret() {
+            Some(secret) if message.contains(secret) => message.replace(secret, "***"),
+            _ => message.to_owned(),
+        };
+        self.from.failed(code, &message)
+    }
+}
+
+/// A Responses stream relayed to its client as it came. Per event: its fields split and its
+/// type looked up by name; only `response.created` (the response's identity, for a failure
+/// written later) and the event that ends the stream (its usage) are parsed, and, for a
+/// group, the events that carry the whole response get their `model` renamed.
+#[derive(Debug)]
+pub(crate) struct Relay {
+    /// The direct model's name as a JSON string (a group's answers name it).
+    rename: Option<Bytes>,
+    /// The provider called: its key is masked in a failure it reports.
+    provider: Arc<Provider>,
+    /// Events with data relayed: the next `sequence_number`.
+    sequence: u64,
+    who: Identity,
+    /// Output has come (the first token).
+    started: bool,
+    /// Output events relayed: about a token each.
+    pieces: u64,
+    usage: Option<Usage>,
+    /// What ends a failed stream: the upstream's own `response.failed` (key masked), or its
+    /// `error` event's words.
+    failed: Option<Bytes>,
+    reported: Option<Reported>,
+}
+
+impl Relay {
+    pub(crate) fn new(rename: Option<Bytes>, provider: Arc<Provider>) -> Self {
+        Self {
+            rename,
+            provider,
+            sequence: 0,
+            who: Identity::default(),
+            started: false,
+            pieces: 0,
+            usage: None,
+            failed: None,
+            reported: None,
+        }
+    }
+
+    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+        let fields = sse::fields(raw);
+        let Some(data) = fields.data.as_deref() else {
+            // Comments pass as they are.
+            return Step::default();
+        };
+        self.sequence += 1;
+        if !chunk::is_object(data) {
+            return failure(ErrorKind::UpstreamMalformed);
+        }
+        let kind = event::event_type(&fields).map_or(Kind::Other, event::kind_of);
+        let mut step = Step::default();
+        match kind {
+            Kind::Created => {
+                self.who = event::identity(data).unwrap_or_default();
+                step.edit = self.renamed(raw);
+            }
+            Kind::Output => {
+                self.started = true;
+                self.pieces += 1;
+            }
+            Kind::Ending(_) => {
+                self.usage = event::response_usage(data).map(|u| u.to_usage());
+                step.usage = self.usage;
+                step.done = true;
+                step.edit = self.renamed(raw);
+            }
+            Kind::Failed => {
+                self.usage = event::response_usage(data).map(|u| u.to_usage());
+                step.usage = self.usage;
+                let masked = match self.provider.error_secret() {
+                    Some(secret) if memchr::memmem::find(raw, secret.as_bytes()).is_some() => {
+                        let text = String::from_utf8_lossy(raw).replace(secret, "***");
+                        Bytes::from(text)
+                    }
+                    _ => Bytes::copy_from_slice(raw),
+                };
+                self.failed = Some(masked);
+                step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
+            }
+            Kind::Error => {
+                self.reported = Some(event::reported(data));
+                step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
+            }
+            Kind::Other => {}
+        }
+        step
+    }
+
+    /// `raw` with the response's `model` renamed, for a group.
+    fn renamed(&self, raw: &[u8]) -> Edit {
+        match self
+            .rename
+            .as_ref()
+            .and_then(|name| chunk::with_model(raw, name))
+        {
+            Some(renamed) => Edit::Replace(Bytes::from(renamed)),
+            None => Edit::Keep,
+        }
+    }
+
+    pub(super) fn started(&self) -> bool {
+        self.started
+    }
+
+    pub(super) fn carried(&self) -> Carried {
+        Carried::after(None, self.usage, self.pieces)
+    }
+
+    /// The last event of a stream that failed with `error` after it started: the upstream's
+    /// own `response.failed`, else one the gateway writes with the upstream's words (its key
+    /// masked) or its own.
+    pub(super) fn closing(&self, error: &GatewayError) -> Bytes {
+        if let Some(failed) = &self.failed {
+            return failed.clone();
+        }
+        let (code, message) = match &self.reported {
+            Some(reported) => (
+                reported.code.as_deref().unwrap_or("server_error"),
+                reported
+                    .message
+                    .as_deref()
+                    .unwrap_or("The upstream reported an error in the stream."),
+            ),
+            None => ("server_error", error.message.as_str()),
+        };
+        let message = match self.provider.error_secret() {
+            Some(secret) if message.contains(secret) => message.replace(secret, "***"),
+            _ => message.to_owned(),
+        };
+        failed_event(self.sequence, &self.who, code, &message)
+    }
+}
+
+fn failure(kind: ErrorKind) -> Step {
+    Step {
+        failure: Some(kind),
+        ..Step::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::snapshot::{Named, Snapshot};
+
+    /// The provider key of an `openai` model whose key is `sk-responses-secret`.
+    fn provider() -> Arc<Provider> {
+        let yaml = "_format_version: \"1\"\nprovider_keys: [{display_name: p, provider: openai, api_key: sk-responses-secret}]\nmodels: [{display_name: m, provider: openai, model_name: gpt, provider_key: p}]\n";
+        let resources =
+            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
+        match Snapshot::from_resources(&resources).model("m") {
+            Some(Named::Direct(route)) => Arc::clone(&route.provider),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const CREATED: &[u8] = b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":5,\"status\":\"in_progress\",\"model\":\"gpt-up\",\"output\":[]}}\n\n";
+    const DELTA: &[u8] = b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"sequence_number\":1,\"item_id\":\"msg_1\",\"output_index\":0,\"content_index\":0,\"delta\":\"Hi\"}\n\n";
+    const COMPLETED: &[u8] = b"event: response.completed\ndata: {\"type\":\"response.completed\",\"sequence_number\":2,\"response\":{\"id\":\"resp_1\",\"model\":\"gpt-up\",\"status\":\"completed\",\"output\":[],\"usage\":{\"input_tokens\":4,\"input_tokens_details\":{\"cached_tokens\":1},\"output_tokens\":2,\"output_tokens_details\":{\"reasoning_tokens\":0},\"total_tokens\":6}}}\n\n";
+
+    #[test]
+    fn a_relayed_stream_starts_at_its_first_delta_and_ends_with_completed_and_its_usage() {
+        let mut map = Relay::new(None, provider());
+        assert!(matches!(map.event(CREATED).edit, Edit::Keep));
+        assert!(!map.started());
+        assert!(matches!(map.event(b": keep-alive\n\n").edit, Edit::Keep));
+        map.event(DELTA);
+        assert!(map.started());
+        let end = map.event(COMPLETED);
+        assert!(end.done && end.failure.is_none());
+        assert_eq!(
+            end.usage,
+            Some(Usage {
+                prompt_tokens: 4,
+                completion_tokens: 2,
+                total_tokens: 6
+            })
+        );
+    }
+
+    #[test]
+    fn a_group_renames_the_events_that_carry_the_response() {
+        let mut map = Relay::new(Some(json_string("primary")), provider());
+        let Edit::Replace(created) = map.event(CREATED).edit else {
+            panic!("not renamed")
+        };
+        assert!(memchr::memmem::find(&created, b"\"model\":\"primary\"").is_some());
+        assert!(matches!(map.event(DELTA).edit, Edit::Keep));
+        assert!(matches!(map.event(COMPLETED).edit, Edit::Replace(_)));
+    }
+
+    #[test]
+    fn a_stream_broken_after_it_started_ends_with_response_failed_numbered_next() {
+        let mut map = Relay::new(None, provider());
+        map.event(CREATED);
+        map.event(DELTA);
+        let error = GatewayError::new(ErrorKind::StreamCut, "The upstream stream ended early.");
+        let closing = map.closing(&error);
+        let text = std::str::from_utf8(&closing).unwrap();
+        assert!(text.starts_with("event: response.failed\ndata: "), "{text}");
+        let data: serde_json::Value =
+            serde_json::from_str(text["event: response.failed\ndata: ".len()..].trim()).unwrap();
+        assert_eq!(data["sequence_number"], 2);
+        assert_eq!(data["response"]["id"], "resp_1");
+        assert_eq!(data["response"]["model"], "gpt-up");
+        assert_eq!(data["response"]["status"], "failed");
+        assert_eq!(
+            data["response"]["error"]["message"],
+            "The upstream stream ended early."
+        );
+    }
+
+    #[test]
+    fn an_upstream_failure_keeps_its_own_words_with_the_provider_key_masked() {
+        let mut map = Relay::new(None, provider());
+        map.event(CREATED);
+        let error = map.event(b"event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"key sk-responses-secret is over its limit\",\"param\":null,\"sequence_number\":1}\n\n");
+        assert_eq!(
+            error.failure,
+            Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY))
+        );
+        let closing = map.closing(&GatewayError::new(ErrorKind::StreamCut, "x"));
+        let text = std::str::from_utf8(&closing).unwrap();
+        assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
+        assert!(text.contains("key *** is over"), "{text}");
+        assert!(!text.contains("sk-responses-secret"));
+
+        let mut map = Relay::new(None, provider());
+        let failed = b"event: response.failed\ndata: {\"type\":\"response.failed\",\"sequence_number\":1,\"response\":{\"id\":\"resp_2\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"bad key sk-responses-secret\"}}}\n\n";
+        assert!(map.event(failed).failure.is_some());
+        let closing = map.closing(&GatewayError::new(ErrorKind::StreamCut, "x"));
+        let text = std::str::from_utf8(&closing).unwrap();
+        assert!(
+            text.contains("\"id\":\"resp_2\"") && text.contains("bad key ***"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_event_that_is_not_a_json_object_is_malformed() {
+        let mut map = Relay::new(None, provider());
+        let step = map.event(b"event: response.output_text.delta\ndata: {\"type\":\n\n");
+        assert_eq!(step.failure, Some(ErrorKind::UpstreamMalformed));
+    }
+}

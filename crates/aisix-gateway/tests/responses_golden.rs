@@ -1,0 +1,232 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Golden files for the translation of OpenAI's Responses API to and from chat completions:
+//! requests (Responses → chat), whole answers and streams (chat → Responses). Inputs are
+//! `tests/golden/responses/<kind>/<case>.in.*`; the expected output sits beside each as
+//! `<case>.out.*` (JSON compared as values, SSE byte for byte after the random item ids are
+//! replaced by their order of appearance). A request case whose translation is refused has a
+//! `<case>.out.json` holding `{"refused": message, "param": field}`.
+//!
+//! After a deliberate change, `AISIX_BLESS=1 cargo test -p aisix-gateway --test
+//! responses_golden` rewrites the expected files; review the diff before committing it.
+
+use std::path::{Path, PathBuf};
+
+use aisix_gateway::wire::responses::answer;
+use aisix_gateway::wire::responses::object::Echo;
+use aisix_gateway::wire::responses::request::{self, RequestError};
+use aisix_gateway::wire::responses::stream::{FromChat, Outcome};
+use aisix_gateway::wire::sse;
+use bytes::BytesMut;
+use serde_json::{Map, Value, json};
+
+const UPSTREAM_MODEL: &str = "chat-upstream";
+
+fn golden(dir: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/responses")
+        .join(dir)
+}
+
+fn bless() -> bool {
+    std::env::var_os("AISIX_BLESS").is_some_and(|v| v == "1")
+}
+
+fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
+    let suffix = format!(".in.{ext}");
+    let mut cases: Vec<_> = std::fs::read_dir(golden(dir))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter_map(|path| {
+            let name = path
+                .file_name()?
+                .to_str()?
+                .strip_suffix(&suffix)?
+                .to_owned();
+            let bytes = std::fs::read(&path).unwrap();
+            Some((name, path, bytes))
+        })
+        .collect();
+    cases.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(!cases.is_empty(), "no golden cases in {dir}");
+    cases
+}
+
+/// `text` with every id the translator minted (`msg_…`, `fc_…`, `call_…` of 32 hex digits)
+/// replaced by its prefix and its order of appearance.
+fn stable_ids(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut seen: Vec<String> = Vec::new();
+    let mut rest = text;
+    'outer: while !rest.is_empty() {
+        for prefix in ["msg_", "fc_", "call_"] {
+            if let Some(tail) = rest.strip_prefix(prefix)
+                && tail.len() >= 32
+                && tail.as_bytes()[..32].iter().all(u8::is_ascii_hexdigit)
+                && !tail
+                    .as_bytes()
+                    .get(32)
+                    .is_some_and(u8::is_ascii_alphanumeric)
+            {
+                let id = &rest[..prefix.len() + 32];
+                let n = match seen.iter().position(|s| s == id) {
+                    Some(n) => n,
+                    None => {
+                        seen.push(id.to_owned());
+                        seen.len() - 1
+                    }
+                };
+                out.push_str(&format!("{prefix}gen{n}"));
+                rest = &rest[prefix.len() + 32..];
+                continue 'outer;
+            }
+        }
+        let c = rest.chars().next().unwrap();
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    out
+}
+
+fn echo(request: &[u8]) -> Echo {
+    let request: Map<String, Value> = serde_json::from_slice(request).unwrap_or_default();
+    Echo {
+        id: "resp_golden".into(),
+        created_at: 1_700_000_000,
+        model: UPSTREAM_MODEL.into(),
+        request,
+    }
+}
+
+/// The Responses request a whole-answer or stream case answers: `<case>.request.json` if
+/// present, else a plain one.
+fn request_of(path: &Path) -> Vec<u8> {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    let case = name.split(".in.").next().unwrap();
+    std::fs::read(path.with_file_name(format!("{case}.request.json")))
+        .unwrap_or_else(|_| br#"{"model":"m","input":"Hi"}"#.to_vec())
+}
+
+fn check_json(path: &Path, got: &Value, diffs: &mut Vec<String>) {
+    let out = path.with_file_name(
+        path.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace(".in.", ".out."),
+    );
+    let pretty = serde_json::to_string_pretty(got).unwrap() + "\n";
+    if bless() {
+        std::fs::write(&out, pretty).unwrap();
+        return;
+    }
+    let want: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    if &want != got {
+        diffs.push(format!("{}:\n{pretty}", out.display()));
+    }
+}
+
+fn check_text(path: &Path, got: &str, diffs: &mut Vec<String>) {
+    let out = path.with_file_name(
+        path.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .replace(".in.", ".out."),
+    );
+    if bless() {
+        std::fs::write(&out, got).unwrap();
+        return;
+    }
+    let want = std::fs::read_to_string(&out).unwrap();
+    if want != got {
+        diffs.push(format!("{}:\n{got}", out.display()));
+    }
+}
+
+#[test]
+fn responses_requests_translate_to_chat_as_the_golden_files_say() {
+    let mut diffs = Vec::new();
+    for (_, path, bytes) in cases("request", "json") {
+        let got = match request::to_chat(&bytes, UPSTREAM_MODEL, &[], true) {
+            Ok(chat) => serde_json::from_slice(&chat.body).unwrap(),
+            Err(RequestError::Invalid(message, param)) => {
+                json!({"refused": message, "param": param})
+            }
+            Err(RequestError::InvalidJson(message)) => json!({"invalid_json": message}),
+        };
+        check_json(&path, &got, &mut diffs);
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn chat_answers_translate_to_responses_as_the_golden_files_say() {
+    let mut diffs = Vec::new();
+    for (_, path, bytes) in cases("answer", "json") {
+        let answer = answer::from_chat(&bytes, &echo(&request_of(&path))).unwrap();
+        let text = stable_ids(std::str::from_utf8(&answer.body).unwrap());
+        let got: Value = serde_json::from_str(&text).unwrap();
+        check_json(&path, &got, &mut diffs);
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+/// Translates a chat stream whole, as the relay does: events in order until one ends it; a
+/// body that ends without `[DONE]` is finished if a choice finished, else failed as cut.
+pub fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
+    let mut from = FromChat::new(echo(request));
+    let mut out = BytesMut::new();
+    let mut pending = Vec::new();
+    for chunk in chunks {
+        pending.extend_from_slice(chunk);
+        let mut at = 0;
+        while let Some(len) = sse::event_end(&pending[at..]) {
+            let mut piece = BytesMut::new();
+            let outcome = from.event(&pending[at..at + len], &mut piece);
+            out.extend_from_slice(&piece);
+            at += len;
+            match outcome {
+                Outcome::Continue => {}
+                Outcome::Complete => return String::from_utf8(out.to_vec()).unwrap(),
+                Outcome::UpstreamError | Outcome::Malformed => {
+                    out.extend_from_slice(&from.failed("server_error", "failed"));
+                    return String::from_utf8(out.to_vec()).unwrap();
+                }
+            }
+        }
+        pending.drain(..at);
+    }
+    if !from.finish(&mut out) {
+        out.extend_from_slice(&from.failed("server_error", "cut"));
+    }
+    String::from_utf8(out.to_vec()).unwrap()
+}
+
+#[test]
+fn chat_streams_translate_to_responses_events_as_the_golden_files_say() {
+    let mut diffs = Vec::new();
+    for (_, path, bytes) in cases("stream", "sse") {
+        let got = stable_ids(&translate(&request_of(&path), &[&bytes]));
+        check_text(&path, &got, &mut diffs);
+    }
+    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+}
+
+#[test]
+fn a_stream_split_anywhere_translates_the_same() {
+    for (_, path, bytes) in cases("stream", "sse") {
+        let request = request_of(&path);
+        let whole = stable_ids(&translate(&request, &[&bytes]));
+        for at in 0..=bytes.len() {
+            let (a, b) = bytes.split_at(at);
+            assert_eq!(
+                stable_ids(&translate(&request, &[a, b])),
+                whole,
+                "{} split at {at}",
+                path.display()
+            );
+        }
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert_eq!(stable_ids(&translate(&request, &bytewise)), whole);
+    }
+}

@@ -1,0 +1,303 @@
+//! OpenAI's Responses API (`/v1/responses`) through the real gateway, in both serving modes:
+//! relayed to a provider key that serves it (the mock's Responses answers, OpenAI's shapes),
+//! whole and streamed, with `model` the only change to the request, usage in the access log and
+//! metrics under `endpoint="responses"`, Azure's v1 path, a group's rename, errors in OpenAI's
+//! envelope, and a stream that breaks after it started ending with `response.failed`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use aisix_e2e::both_modes;
+use aisix_e2e::client;
+use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
+use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
+use aisix_e2e::prom;
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-responses-test-1";
+
+fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
+    GatewayConfig::new(mode)
+        .resources(format!(
+            r#"_format_version: "1"
+provider_keys:
+  - {{display_name: native, provider: openai, api_key: sk-upstream-secret-1, api_base: "{base}", responses: true}}
+  - {{display_name: chat-only, provider: openai, api_base: "{base}"}}
+  - {{display_name: az, provider: azure_openai, api_base: "http://{addr}", api_version: "2024-10-21", api_key: azure-secret-key}}
+models:
+  - {{display_name: resp, provider: openai, model_name: gpt-up, provider_key: native}}
+  - {{display_name: chat, provider: openai, model_name: gpt-chat, provider_key: chat-only}}
+  - {{display_name: azure, provider: azure_openai, model_name: gpt-deploy, provider_key: az}}
+  - {{display_name: pool, routing: {{targets: [{{model: resp}}]}}}}
+api_keys:
+  - {{display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}}
+"#,
+            base = mock.base_url(),
+            addr = mock.addr(),
+        ))
+        .env("RESPONSES_KEY", KEY)
+        .metrics()
+}
+
+async fn post(gateway: &Gateway, id: &str, body: &str) -> client::Reply {
+    client::send(
+        gateway.addr(),
+        client::request(
+            "POST",
+            "/v1/responses",
+            &[
+                ("authorization", &format!("Bearer {KEY}")),
+                ("x-request-id", id),
+            ],
+            Some(body),
+        ),
+    )
+    .await
+}
+
+/// The `(event name, data)` of each event of an SSE body.
+fn events(text: &str) -> Vec<(String, Value)> {
+    text.split("\n\n")
+        .filter(|e| !e.trim().is_empty())
+        .map(|event| {
+            let mut name = String::new();
+            let mut data = Value::Null;
+            for line in event.lines() {
+                if let Some(n) = line.strip_prefix("event: ") {
+                    name = n.to_owned();
+                } else if let Some(d) = line.strip_prefix("data: ") {
+                    data = serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"));
+                }
+            }
+            (name, data)
+        })
+        .collect()
+}
+
+both_modes! {
+    async fn a_native_response_is_relayed_with_only_model_rewritten_and_its_usage_counted(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let body = r#"{"model": "resp", "input": "Say hello to the gateway", "instructions": "Be brief", "store": true, "include": ["reasoning.encrypted_content"], "unknown_field": [1, 2.50]}"#;
+        let reply = post(&gateway, "native-1", body).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let answer = reply.json();
+        assert_eq!(answer["object"], "response");
+        assert_eq!(answer["status"], "completed");
+        assert_eq!(answer["model"], "gpt-up", "a direct model's answer is relayed as it is");
+        assert_eq!(answer["output"][0]["content"][0]["text"], "Hello from the mock provider.");
+
+        let seen = mock.last_request().unwrap();
+        assert_eq!(seen.path, "/v1/responses");
+        assert_eq!(seen.header("authorization"), Some("Bearer sk-upstream-secret-1"));
+        assert_eq!(
+            String::from_utf8(seen.body.to_vec()).unwrap(),
+            body.replace(r#""model": "resp""#, r#""model": "gpt-up""#),
+            "the request goes byte for byte but for its model"
+        );
+
+        let line = gateway.access_line("native-1");
+        assert_eq!(line["status"], 200, "{line}");
+        assert_eq!(line["input_tokens"], 7, "{line}");
+        assert_eq!(line["output_tokens"], 5, "{line}");
+
+        let stream = post(&gateway, "native-2", r#"{"model":"resp","input":"Hi there","stream":true}"#).await;
+        assert_eq!(stream.status, 200);
+        assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+        let text = stream.text();
+        assert!(!text.contains("[DONE]"), "a Responses stream has no [DONE]: {text}");
+        let got = events(&text);
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.first(), Some(&"response.created"));
+        assert_eq!(names.last(), Some(&"response.completed"));
+        for (i, (_, data)) in got.iter().enumerate() {
+            assert_eq!(data["sequence_number"], i, "{text}");
+        }
+        let line = gateway.access_line("native-2");
+        assert_eq!(line["stream"], true, "{line}");
+        assert_eq!(line["input_tokens"], 2, "{line}");
+        assert_eq!(line["output_tokens"], 5, "{line}");
+
+        let page = client::get(gateway.metrics_addr.unwrap(), "/metrics").await.text();
+        let labels = [("endpoint", "responses"), ("model", "resp"), ("status_class", "2xx")];
+        assert!(prom::has_series(&page, "aisix_requests_total", &labels), "{page}");
+        assert_eq!(prom::sample(&page, "aisix_requests_total", &labels), 2.0, "{page}");
+        prom::promtool_check(&page).unwrap();
+    }
+}
+
+both_modes! {
+    async fn azure_serves_responses_at_its_v1_path_with_the_deployment_as_model(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        mock.enqueue(Mock::status(200).json(json!({
+            "id": "resp_az", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-deploy",
+            "output": [], "usage": {"input_tokens": 1, "output_tokens": 2, "total_tokens": 3}
+        })));
+        let reply = post(&gateway, "azure-1", r#"{"model":"azure","input":"Hi"}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let seen = mock.last_request().unwrap();
+        assert_eq!(seen.path, "/openai/v1/responses");
+        assert_eq!(seen.header("api-key"), Some("azure-secret-key"));
+        assert_eq!(seen.body_json().unwrap()["model"], "gpt-deploy");
+        assert_eq!(seen.query, None, "the v1 surface takes no api-version");
+        assert_eq!(gateway.access_line("azure-1")["output_tokens"], 2);
+    }
+}
+
+both_modes! {
+    async fn a_group_names_its_direct_model_in_the_answer_and_the_stream(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let reply = post(&gateway, "group-1", r#"{"model":"pool","input":"Hi"}"#).await;
+        assert_eq!(reply.json()["model"], "resp", "{}", reply.text());
+        let stream = post(&gateway, "group-2", r#"{"model":"pool","input":"Hi","stream":true}"#).await;
+        let got = events(&stream.text());
+        assert_eq!(got[0].1["response"]["model"], "resp");
+        assert_eq!(got.last().unwrap().1["response"]["model"], "resp");
+    }
+}
+
+both_modes! {
+    async fn errors_come_in_openai_s_envelope_and_an_upstream_4xx_passes_with_its_key_masked(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let unknown = post(&gateway, "err-1", r#"{"model":"nope","input":"Hi"}"#).await;
+        assert_eq!(unknown.status, 404);
+        assert!(unknown.json()["error"]["message"].is_string(), "{}", unknown.text());
+        let bad = post(&gateway, "err-2", "{not json").await;
+        assert_eq!(bad.status, 400);
+        assert!(bad.json()["error"]["type"].is_string());
+        let unauthorized = client::send(
+            gateway.addr(),
+            client::request("POST", "/v1/responses", &[], Some(r#"{"model":"resp","input":"x"}"#)),
+        )
+        .await;
+        assert_eq!(unauthorized.status, 401);
+
+        mock.enqueue(Mock::openai_error(400, "invalid_request_error", "Previous response with id 'resp_x' not found (key sk-upstream-secret-1)."));
+        let upstream = post(&gateway, "err-3", r#"{"model":"resp","input":"Hi","previous_response_id":"resp_x"}"#).await;
+        assert_eq!(upstream.status, 400);
+        let text = upstream.text();
+        assert!(text.contains("Previous response with id 'resp_x' not found"), "{text}");
+        assert!(!text.contains("sk-upstream-secret-1"), "{text}");
+
+        let missing = post(&gateway, "err-4", r#"{"model":"resp"}"#).await;
+        assert_eq!(missing.status, 400, "the upstream judges the request: {}", missing.text());
+        assert_eq!(missing.json()["error"]["param"], "input");
+    }
+}
+
+both_modes! {
+    async fn a_stream_that_breaks_after_it_started_ends_with_response_failed(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = json!({"type": "response.created", "sequence_number": 0, "response": {"id": "resp_cut", "object": "response", "created_at": 1, "status": "in_progress", "model": "gpt-up", "output": []}});
+        let delta = json!({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_1", "output_index": 0, "content_index": 0, "delta": "Hel"});
+        mock.enqueue(
+            Mock::sse([
+                Frame::event("response.created", created),
+                Frame::event("response.output_text.delta", delta),
+            ])
+            .disconnect(),
+        );
+        let reply = post(&gateway, "cut-1", r#"{"model":"resp","input":"Hi","stream":true}"#).await;
+        assert_eq!(reply.status, 200);
+        let got = events(&reply.text());
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["response.created", "response.output_text.delta", "response.failed"]);
+        let failed = &got[2].1;
+        assert_eq!(failed["sequence_number"], 2);
+        assert_eq!(failed["response"]["id"], "resp_cut");
+        assert_eq!(failed["response"]["status"], "failed");
+        assert!(failed["response"]["error"]["message"].is_string(), "{failed}");
+        assert_eq!(gateway.access_line("cut-1")["error"], "stream_cut");
+    }
+}
+
+both_modes! {
+    async fn a_chat_only_key_gets_the_request_translated_and_the_answer_back(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let reply = post(&gateway, "tr-1", r#"{"model":"chat","instructions":"Be brief","input":"Say hello","max_output_tokens":50,"store":false}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let answer = reply.json();
+        assert_eq!(answer["object"], "response");
+        assert_eq!(answer["status"], "completed");
+        assert!(answer["id"].as_str().unwrap().starts_with("resp_"));
+        assert_eq!(answer["output"][0]["type"], "message");
+        assert_eq!(answer["output"][0]["content"][0]["text"], "Hello from the mock provider.");
+        assert_eq!(answer["instructions"], "Be brief");
+        assert_eq!(answer["usage"]["output_tokens"], 5);
+        let seen = mock.last_request().unwrap();
+        assert_eq!(seen.path, "/v1/chat/completions");
+        let chat = seen.body_json().unwrap();
+        assert_eq!(chat["model"], "gpt-chat");
+        assert_eq!(chat["messages"], json!([{"role": "system", "content": "Be brief"}, {"role": "user", "content": "Say hello"}]));
+        assert_eq!(chat["max_tokens"], 50);
+        let line = gateway.access_line("tr-1");
+        assert_eq!(line["input_tokens"], 4, "{line}");
+        assert_eq!(line["output_tokens"], 5, "{line}");
+
+        let stream = post(&gateway, "tr-2", r#"{"model":"chat","input":"Say hello","stream":true}"#).await;
+        assert_eq!(stream.status, 200);
+        let got = events(&stream.text());
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(&names[..4], ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]);
+        assert_eq!(&names[names.len() - 4..], ["response.output_text.done", "response.content_part.done", "response.output_item.done", "response.completed"]);
+        for (i, (_, data)) in got.iter().enumerate() {
+            assert_eq!(data["sequence_number"], i);
+        }
+        let text: String = got
+            .iter()
+            .filter(|(n, _)| n == "response.output_text.delta")
+            .map(|(_, d)| d["delta"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Hello from the mock provider.");
+        let completed = &got.last().unwrap().1["response"];
+        assert_eq!(completed["usage"]["output_tokens"], 5);
+        assert_eq!(mock.last_request().unwrap().body_json().unwrap()["stream_options"]["include_usage"], true);
+        assert_eq!(gateway.access_line("tr-2")["output_tokens"], 5);
+    }
+}
+
+both_modes! {
+    async fn a_function_tool_round_trip_is_translated_both_ways(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]);
+        let first = json!({"model": "chat", "input": "Weather in Paris?", "tools": tools, "tool_choice": "required"});
+        let reply = post(&gateway, "tool-1", &first.to_string()).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let call = reply.json()["output"][0].clone();
+        assert_eq!(call["type"], "function_call", "{call}");
+        assert_eq!(call["name"], "get_weather");
+        let arguments: Value = serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        assert!(arguments["city"].is_string());
+
+        let second = json!({"model": "chat", "tools": tools, "input": [
+            {"role": "user", "content": "Weather in Paris?"},
+            call,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "18C and sunny"},
+        ]});
+        let reply = post(&gateway, "tool-2", &second.to_string()).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let chat = mock.last_request().unwrap().body_json().unwrap();
+        let messages = chat["messages"].as_array().unwrap();
+        assert_eq!(messages[1]["tool_calls"][0]["id"], call["call_id"]);
+        assert_eq!(messages[2], json!({"role": "tool", "tool_call_id": call["call_id"], "content": "18C and sunny"}));
+    }
+}
+
+both_modes! {
+    async fn a_tool_only_openai_runs_is_refused_on_a_translated_path_naming_the_field(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let reply = post(&gateway, "bi-1", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}]}"#).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let error = &reply.json()["error"];
+        assert!(error["message"].as_str().unwrap().contains("tools[0].type"), "{error}");
+        assert_eq!(error["param"], "tools");
+        assert_eq!(mock.request_count(), 0, "nothing was sent upstream");
+        let native = post(&gateway, "bi-2", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}]}"#).await;
+        assert_eq!(native.status, 200, "a native target runs its own tools: {}", native.text());
+    }
+}
