@@ -13,6 +13,7 @@ use aisix_e2e::prom;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-responses-test-1";
+const OTHER_KEY: &str = "sk-responses-test-2";
 
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
@@ -29,11 +30,13 @@ models:
   - {{display_name: pool, routing: {{targets: [{{model: resp}}]}}}}
 api_keys:
   - {{display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}}
+  - {{display_name: other, key_env: RESPONSES_OTHER_KEY, allowed_models: ["*"]}}
 "#,
             base = mock.base_url(),
             addr = mock.addr(),
         ))
         .env("RESPONSES_KEY", KEY)
+        .env("RESPONSES_OTHER_KEY", OTHER_KEY)
         .metrics()
 }
 
@@ -48,6 +51,19 @@ async fn post(gateway: &Gateway, id: &str, body: &str) -> client::Reply {
                 ("x-request-id", id),
             ],
             Some(body),
+        ),
+    )
+    .await
+}
+
+async fn call(gateway: &Gateway, method: &str, path: &str, key: &str) -> client::Reply {
+    client::send(
+        gateway.addr(),
+        client::request(
+            method,
+            path,
+            &[("authorization", &format!("Bearer {key}"))],
+            None,
         ),
     )
     .await
@@ -299,5 +315,77 @@ both_modes! {
         assert_eq!(mock.request_count(), 0, "nothing was sent upstream");
         let native = post(&gateway, "bi-2", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}]}"#).await;
         assert_eq!(native.status, 200, "a native target runs its own tools: {}", native.text());
+    }
+}
+
+both_modes! {
+    async fn a_translated_conversation_is_kept_and_chained_by_previous_response_id(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let first = post(&gateway, "st-1", r#"{"model":"chat","instructions":"Be brief","input":"My name is Ada"}"#).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        let first_id = first.json()["id"].as_str().unwrap().to_owned();
+        let second = post(&gateway, "st-2", &json!({"model": "chat", "input": "What is my name?", "previous_response_id": first_id, "stream": true}).to_string()).await;
+        assert_eq!(second.status, 200, "{}", second.text());
+        let got = events(&second.text());
+        let completed = &got.last().unwrap().1["response"];
+        assert_eq!(completed["previous_response_id"], first_id.as_str());
+        let second_id = completed["id"].as_str().unwrap().to_owned();
+        let third = post(&gateway, "st-3", &json!({"model": "chat", "input": [{"role": "user", "content": "And again?"}], "previous_response_id": second_id}).to_string()).await;
+        assert_eq!(third.status, 200, "{}", third.text());
+        let third_id = third.json()["id"].as_str().unwrap().to_owned();
+
+        let chat = mock.last_request().unwrap().body_json().unwrap();
+        let roles: Vec<&str> = chat["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "the whole conversation, without the first turn's instructions: {chat}");
+        assert_eq!(chat["messages"][0]["content"][0]["text"], "My name is Ada");
+        assert_eq!(chat["messages"][1]["content"], "Hello from the mock provider.");
+        assert_eq!(chat["messages"][4]["content"], "And again?");
+
+        let stored = call(&gateway, "GET", &format!("/v1/responses/{third_id}"), KEY).await;
+        assert_eq!(stored.status, 200);
+        assert_eq!(stored.json(), third.json(), "GET answers the response as it was");
+        let items = call(&gateway, "GET", &format!("/v1/responses/{third_id}/input_items?order=asc"), KEY).await;
+        assert_eq!(items.status, 200, "{}", items.text());
+        let items = items.json();
+        assert_eq!(items["object"], "list");
+        assert_eq!(items["data"].as_array().unwrap().len(), 5, "{items}");
+        assert!(items["data"].as_array().unwrap().iter().all(|i| i["id"].is_string()));
+        assert_eq!(items["first_id"], items["data"][0]["id"]);
+
+        let stranger = call(&gateway, "GET", &format!("/v1/responses/{third_id}"), OTHER_KEY).await;
+        assert_eq!(stranger.status, 404, "another key's response is not found");
+        let deleted = call(&gateway, "DELETE", &format!("/v1/responses/{third_id}"), KEY).await;
+        assert_eq!(deleted.json(), json!({"id": third_id, "object": "response", "deleted": true}));
+        assert_eq!(call(&gateway, "GET", &format!("/v1/responses/{third_id}"), KEY).await.status, 404);
+        assert_eq!(call(&gateway, "DELETE", &format!("/v1/responses/{third_id}"), KEY).await.status, 404);
+    }
+}
+
+both_modes! {
+    async fn an_unknown_id_is_404_with_the_id_echoed_cut_and_store_false_keeps_nothing(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let long = format!("resp_{}", "x".repeat(1000));
+        let missing = call(&gateway, "GET", &format!("/v1/responses/{long}"), KEY).await;
+        assert_eq!(missing.status, 404);
+        let message = missing.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.starts_with("Response with id 'resp_xxx"), "{message}");
+        assert!(message.len() < 320, "the id is cut to 256 bytes: {message}");
+
+        let chained = post(&gateway, "nf-1", r#"{"model":"chat","input":"Hi","previous_response_id":"resp_gone"}"#).await;
+        assert_eq!(chained.status, 404, "{}", chained.text());
+        let error = &chained.json()["error"];
+        assert_eq!(error["message"], "Previous response with id 'resp_gone' not found.");
+        assert_eq!(error["param"], "previous_response_id");
+        assert_eq!(mock.request_count(), 0);
+
+        let unstored = post(&gateway, "nf-2", r#"{"model":"chat","input":"Hi","store":false}"#).await;
+        let id = unstored.json()["id"].as_str().unwrap().to_owned();
+        assert_eq!(call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await.status, 404);
+        let wrong = call(&gateway, "POST", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(wrong.status, 405);
+        assert_eq!(wrong.header("allow"), Some("GET, DELETE"));
+        assert_eq!(call(&gateway, "GET", &format!("/v1/responses/{id}"), "sk-wrong").await.status, 401);
     }
 }

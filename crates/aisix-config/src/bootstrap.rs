@@ -18,6 +18,8 @@ pub struct Bootstrap {
     pub shutdown: ShutdownConfig,
     pub observability: ObservabilityConfig,
     pub ratelimit: RateLimitConfig,
+    /// `responses_store`: the bounds of the conversations kept for the Responses API.
+    pub responses_store: ResponsesStoreConfig,
     /// The resources file, resolved against the config file's folder.
     pub resources_file: Option<PathBuf>,
     /// `resources_watch`: reload when the resources file changes (including the symlink swap a
@@ -196,6 +198,30 @@ pub struct PrometheusConfig {
     pub addr: SocketAddr,
     /// `observability.metrics.prometheus.path`.
     pub path: String,
+}
+
+/// `responses_store`: where the gateway keeps the Responses API answers it translated (with
+/// `store: true`, the API's default), for `previous_response_id` and `GET /v1/responses/{id}`.
+/// In this process's memory, shared by its workers, lost on restart; the oldest go first when a
+/// bound is reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponsesStoreConfig {
+    /// `responses_store.max_entries`: responses kept at most (0 keeps none).
+    pub max_entries: usize,
+    /// `responses_store.max_bytes`: their requests and answers together, at most.
+    pub max_bytes: usize,
+    /// `responses_store.ttl_secs`: how long one is kept.
+    pub ttl: Duration,
+}
+
+impl Default for ResponsesStoreConfig {
+    fn default() -> Self {
+        Self {
+            max_entries: 10_000,
+            max_bytes: 64 * 1024 * 1024,
+            ttl: Duration::from_secs(3600),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ mod timeouts;
 pub use bootstrap::{
     Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
+    Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};

@@ -13,7 +13,7 @@ use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 use crate::bootstrap::{
     Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    Resilience, ShutdownConfig, TlsConfig, UpstreamConfig,
+    Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
@@ -251,6 +251,12 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
     };
 
     let ratelimit = read_ratelimit(r);
+    let store = ResponsesStoreConfig::default();
+    let responses_store = ResponsesStoreConfig {
+        max_entries: r.usize("responses_store.max_entries", 0, store.max_entries),
+        max_bytes: r.usize("responses_store.max_bytes", 0, store.max_bytes),
+        ttl: r.secs("responses_store.ttl_secs", 1, store.ttl),
+    };
 
     let resources_file = r
         .string("resources_file")
@@ -282,6 +288,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         shutdown,
         observability,
         ratelimit,
+        responses_store,
         resources_file,
         resources_watch,
         config_file: r.file.map(Path::to_path_buf),

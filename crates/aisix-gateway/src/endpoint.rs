@@ -22,20 +22,25 @@ pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
         "/v1/responses" => (Endpoint::Responses, Allow::Post),
         "/v1/models" => (Endpoint::Models, Allow::GetHead),
         p if model_id(p).is_some() => (Endpoint::Models, Allow::GetHead),
-        _ => {
-            return Err(GatewayError::new(
-                ErrorKind::NotFound,
-                format!(
-                    "Unknown request URL: {} {}.",
-                    echo(method.as_str()),
-                    echo(path)
-                ),
-            ));
-        }
+        p => match stored_response(p) {
+            Some((_, false)) => (Endpoint::Responses, Allow::GetDelete),
+            Some((_, true)) => (Endpoint::Responses, Allow::GetHead),
+            None => {
+                return Err(GatewayError::new(
+                    ErrorKind::NotFound,
+                    format!(
+                        "Unknown request URL: {} {}.",
+                        echo(method.as_str()),
+                        echo(path)
+                    ),
+                ));
+            }
+        },
     };
     let ok = match allowed {
         Allow::GetHead => method == Method::GET || method == Method::HEAD,
         Allow::Post => method == Method::POST,
+        Allow::GetDelete => method == Method::GET || method == Method::DELETE,
     };
     if ok {
         Ok(endpoint)
@@ -55,6 +60,16 @@ pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
 /// The `{id}` of `/v1/models/{id}`.
 pub fn model_id(path: &str) -> Option<&str> {
     path.strip_prefix("/v1/models/").filter(|id| !id.is_empty())
+}
+
+/// The `{id}` of `/v1/responses/{id}` (`false`) or `/v1/responses/{id}/input_items` (`true`).
+pub fn stored_response(path: &str) -> Option<(&str, bool)> {
+    let rest = path.strip_prefix("/v1/responses/")?;
+    let (id, items) = match rest.strip_suffix("/input_items") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    (!id.is_empty() && !id.contains('/')).then_some((id, items))
 }
 
 /// What the gateway needs to know of an endpoint it proxies.
@@ -132,6 +147,22 @@ mod tests {
             Ok(Endpoint::Responses)
         );
         assert_eq!(Endpoint::Responses.dialect(), Dialect::Responses);
+        assert_eq!(
+            resolve(&Method::DELETE, "/v1/responses/resp_1"),
+            Ok(Endpoint::Responses)
+        );
+        assert_eq!(
+            resolve(&Method::GET, "/v1/responses/resp_1/input_items"),
+            Ok(Endpoint::Responses)
+        );
+        assert_eq!(
+            stored_response("/v1/responses/resp_1/input_items"),
+            Some(("resp_1", true))
+        );
+        assert_eq!(stored_response("/v1/responses/"), None);
+        assert_eq!(stored_response("/v1/responses/a/b"), None);
+        let err = resolve(&Method::POST, "/v1/responses/resp_1").unwrap_err();
+        assert_eq!(err.kind, ErrorKind::MethodNotAllowed(Allow::GetDelete));
     }
 
     #[test]

@@ -37,6 +37,8 @@ pub enum ErrorKind {
     Unauthorized(AuthFailure),
     ModelNotAllowed,
     ModelNotFound,
+    /// A stored Responses answer that is unknown, expired, or another key's.
+    ResponseNotFound,
     InvalidJson,
     /// A required or known field is missing or has the wrong type.
     InvalidRequest,
@@ -82,6 +84,7 @@ pub enum ErrorKind {
 pub enum Allow {
     GetHead,
     Post,
+    GetDelete,
 }
 
 impl Allow {
@@ -89,6 +92,7 @@ impl Allow {
         match self {
             Allow::GetHead => "GET, HEAD",
             Allow::Post => "POST",
+            Allow::GetDelete => "GET, DELETE",
         }
     }
 }
@@ -161,6 +165,7 @@ impl ErrorKind {
                 ..client(StatusCode::NOT_FOUND, "model_not_found")
             },
             ErrorKind::ModelNotFound => client(StatusCode::NOT_FOUND, "model_not_found"),
+            ErrorKind::ResponseNotFound => client(StatusCode::NOT_FOUND, "response_not_found"),
             ErrorKind::InvalidJson => client(StatusCode::BAD_REQUEST, "invalid_json"),
             ErrorKind::InvalidRequest => client(StatusCode::BAD_REQUEST, "invalid_request"),
             ErrorKind::BodyTooLarge => client(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),

@@ -40,6 +40,8 @@ pub(crate) struct Common {
     pub metrics: Option<Metrics>,
     /// The limits of every key and model entry: one set of counters for the process.
     pub limiter: Limiter,
+    /// The Responses API answers kept for `previous_response_id` (translated paths).
+    pub responses: Arc<crate::stored::Store>,
     /// The limiter's clock, which the end-to-end tests move forward.
     #[cfg(feature = "test-hooks")]
     pub clock: Arc<crate::limit::SkewedClock>,
@@ -98,6 +100,7 @@ impl GatewayFactory {
                 tls: crate::upstream::tls_client_config()?,
                 metrics,
                 limiter,
+                responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
                 #[cfg(feature = "test-hooks")]
                 clock,
             }),

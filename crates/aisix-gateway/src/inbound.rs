@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
+use crate::stored::Keeper;
 use crate::wire::Dialect;
 use crate::wire::openai::{BodyError, Inspected, inspect as inspect_body};
 
@@ -24,6 +25,8 @@ pub(crate) struct Inbound {
     /// The client's headers an Anthropic passthrough forwards (`anthropic-version`,
     /// `anthropic-beta`); empty on OpenAI's endpoints.
     pub forwarded: HeaderMap,
+    /// `/v1/responses` only: the store of its conversations, for the caller's key.
+    pub stored: Option<Keeper>,
 }
 
 /// The inspect phase: validates `body` as a request to `endpoint` and finds the model it names.
@@ -37,6 +40,7 @@ pub(crate) fn inspect(endpoint: Endpoint, body: Bytes) -> Result<Inbound, Gatewa
         inspected,
         stream,
         forwarded: HeaderMap::new(),
+        stored: None,
     })
 }
 

@@ -28,6 +28,7 @@ mod relay;
 mod route;
 mod service;
 mod snapshot;
+mod stored;
 mod stream;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;

@@ -171,6 +171,9 @@ impl Inner {
         };
         let served = match resolved {
             Ok(Endpoint::Models) => self.models(&request, &mut record).map(Reply::Ready),
+            Ok(Endpoint::Responses) if request.method() != http::Method::POST => {
+                self.stored(&request, &mut record).map(Reply::Ready)
+            }
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
         };
@@ -197,6 +200,25 @@ impl Inner {
         }
     }
 
+    /// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
+    fn stored(
+        &self,
+        request: &Request<Incoming>,
+        record: &mut Record,
+    ) -> Result<Response<GatewayBody>, GatewayError> {
+        let snapshot = self.snapshot();
+        let key = self.authenticate(&snapshot, request, record)?;
+        let keeper = crate::stored::Keeper {
+            store: Arc::clone(&self.common.responses),
+            owner: Arc::clone(&key.name),
+        };
+        let uri = request.uri();
+        let Some((id, items)) = endpoint::stored_response(uri.path()) else {
+            return Err(crate::stored::not_found(uri.path(), None));
+        };
+        crate::stored::answer(&keeper, request.method(), id, items, uri.query())
+    }
+
     /// The life of a model request.
     async fn model_request(
         &self,
@@ -211,6 +233,12 @@ impl Inner {
         record.body_read = Some(Instant::now());
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
+        if endpoint == Endpoint::Responses {
+            inbound.stored = Some(crate::stored::Keeper {
+                store: Arc::clone(&self.common.responses),
+                owner: Arc::clone(&key.name),
+            });
+        }
         self.limit(key, &model, &inbound, record).await?;
         let plan = Plan::new(&model);
         let mut attempts = self.attempts(plan, inbound, record, &snapshot);

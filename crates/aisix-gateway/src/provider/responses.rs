@@ -14,6 +14,7 @@ use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
+use crate::stored::{self, Keeper, Stored};
 use crate::wire::Dialect;
 use crate::wire::chunk;
 use crate::wire::openai::json_string;
@@ -67,13 +68,34 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();
     let uri = call.uri(Endpoint::ChatCompletions)?;
+    let state: State = serde_json::from_slice(&inbound.body).unwrap_or_default();
+    let history = match (&state.previous_response_id, &inbound.stored) {
+        (Some(previous), Some(keeper)) => {
+            let stored = keeper
+                .store
+                .get(previous, &keeper.owner)
+                .ok_or_else(|| stored::not_found(previous, Some("previous_response_id")))?;
+            conversation(&stored)
+        }
+        _ => Vec::new(),
+    };
     let chat = request::to_chat(
         &inbound.body,
         &route.upstream_model,
-        &[],
+        &history,
         inbound.stream && provider.stream_usage,
     )
     .map_err(request_error)?;
+    // What a stored answer keeps: the conversation before it and this request's input.
+    let keep = match &inbound.stored {
+        Some(keeper) if state.store != Some(false) => {
+            let mut input = history;
+            input.extend(input_items(chat.request.get("input")));
+            let input = serde_json::to_vec(&input).unwrap_or_else(|_| b"[]".to_vec());
+            Some((keeper.clone(), Bytes::from(input)))
+        }
+        _ => None,
+    };
     let echo = Echo {
         id: new_id("resp_"),
         created_at: exchange::unix_now(),
@@ -99,6 +121,7 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
             reported: None,
             provider: Arc::clone(&route.provider),
             usage: None,
+            keep,
         };
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
@@ -106,11 +129,80 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
             )))),
         );
     }
-    call.translate(head, |body| {
-        let answer = answer::from_chat(body, &echo)?;
-        Ok((answer.body, answer.usage))
-    })
-    .await
+    let id = echo.id.clone();
+    let answer = call
+        .translate(head, |body| {
+            let answer = answer::from_chat(body, &echo)?;
+            Ok((answer.body, answer.usage))
+        })
+        .await?;
+    if let (Some((keeper, input)), Answer::Complete { body, .. }) = (keep, &answer) {
+        keeper.store.put(
+            id,
+            Stored {
+                owner: keeper.owner,
+                response: body.clone(),
+                input,
+            },
+        );
+    }
+    Ok(answer)
+}
+
+/// The fields of a Responses request that say what state it reads and keeps.
+#[derive(Debug, Default, serde::Deserialize)]
+struct State {
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    store: Option<bool>,
+}
+
+/// The conversation a stored response ends: its input items, then its output items.
+fn conversation(stored: &Stored) -> Vec<serde_json::Value> {
+    let mut items: Vec<serde_json::Value> =
+        serde_json::from_slice(&stored.input).unwrap_or_default();
+    let response: serde_json::Value = serde_json::from_slice(&stored.response).unwrap_or_default();
+    if let Some(serde_json::Value::Array(output)) = response.get("output") {
+        items.extend(output.iter().cloned());
+    }
+    items
+}
+
+/// A request's `input` as the input items the API lists: a string is one user message; each
+/// item gets an id if it has none.
+fn input_items(input: Option<&serde_json::Value>) -> Vec<serde_json::Value> {
+    use serde_json::{Value, json};
+    match input {
+        Some(Value::String(text)) => vec![json!({
+            "type": "message",
+            "id": new_id("msg_"),
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        })],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                let mut item = item.clone();
+                if let Some(object) = item.as_object_mut() {
+                    let prefix = match object.get("type").and_then(Value::as_str) {
+                        Some("function_call") => "fc_",
+                        Some("function_call_output") => "fco_",
+                        Some("reasoning") => "rs_",
+                        _ => {
+                            object.entry("type").or_insert_with(|| json!("message"));
+                            "msg_"
+                        }
+                    };
+                    object
+                        .entry("id")
+                        .or_insert_with(|| Value::String(new_id(prefix)));
+                }
+                item
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
 }
 
 /// A Responses request a chat target cannot take: the client's to mend (400).
@@ -162,10 +254,11 @@ impl ResponsesStream {
     pub(super) fn finish(&mut self) -> Option<Bytes> {
         match self {
             ResponsesStream::Relay(_) => None,
-            ResponsesStream::Translated(map) => map
-                .from
-                .finish(&mut map.out)
-                .then(|| map.out.split().freeze()),
+            ResponsesStream::Translated(map) => {
+                let finished = map.from.finish(&mut map.out);
+                map.keep();
+                finished.then(|| map.out.split().freeze())
+            }
         }
     }
 
@@ -187,9 +280,33 @@ pub(crate) struct Translating {
     reported: Option<sse::ErrorReport>,
     provider: Arc<Provider>,
     usage: Option<Usage>,
+    /// Where the finished response is kept, with its input, unless `store: false`.
+    keep: Option<(Keeper, Bytes)>,
 }
 
 impl Translating {
+    /// Keeps the finished response, once.
+    fn keep(&mut self) {
+        let (Some(response), Some((keeper, input))) = (self.from.response(), self.keep.take())
+        else {
+            return;
+        };
+        let id = response
+            .get("id")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let response = serde_json::to_vec(&response).unwrap_or_default();
+        keeper.store.put(
+            id,
+            Stored {
+                owner: keeper.owner,
+                response: Bytes::from(response),
+                input,
+            },
+        );
+    }
+
     fn event(&mut self, raw: &[u8]) -> Step {
         let outcome = self.from.event(raw, &mut self.out);
         let mut step = Step::default();
@@ -205,7 +322,10 @@ impl Translating {
         };
         match outcome {
             Outcome::Continue => {}
-            Outcome::Complete => step.done = true,
+            Outcome::Complete => {
+                step.done = true;
+                self.keep();
+            }
             Outcome::UpstreamError => {
                 self.reported = sse::reported(raw);
                 step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
