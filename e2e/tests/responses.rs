@@ -389,3 +389,50 @@ both_modes! {
         assert_eq!(call(&gateway, "GET", &format!("/v1/responses/{id}"), "sk-wrong").await.status, 401);
     }
 }
+
+both_modes! {
+    async fn an_anthropic_target_answers_responses_through_chat_and_messages(mode: Mode) {
+        let anthropic = MockProvider::start_anthropic();
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(format!(
+                    r#"_format_version: "1"
+provider_keys:
+  - {{display_name: ant, provider: anthropic, api_key: sk-ant-secret-1, api_base: "{}"}}
+models:
+  - {{display_name: claude, provider: anthropic, model_name: claude-upstream, provider_key: ant}}
+api_keys:
+  - {{display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}}
+"#,
+                    anthropic.origin()
+                ))
+                .env("RESPONSES_KEY", KEY),
+        );
+        let reply = post(&gateway, "an-1", r#"{"model":"claude","instructions":"Be brief","input":"Say hello","max_output_tokens":100}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let answer = reply.json();
+        assert_eq!(answer["status"], "completed");
+        assert_eq!(answer["output"][0]["content"][0]["text"], "Hello from the mock provider.");
+        let seen = anthropic.last_request().unwrap();
+        assert_eq!(seen.path, "/v1/messages");
+        let messages = seen.body_json().unwrap();
+        assert_eq!(messages["system"], "Be brief", "{messages}");
+        assert_eq!(messages["max_tokens"], 100);
+        assert_eq!(gateway.access_line("an-1")["output_tokens"], 5);
+
+        let stream = post(&gateway, "an-2", &json!({"model": "claude", "input": "And again", "stream": true, "previous_response_id": answer["id"]}).to_string()).await;
+        assert_eq!(stream.status, 200);
+        let got = events(&stream.text());
+        assert_eq!(got.first().unwrap().0, "response.created");
+        assert_eq!(got.last().unwrap().0, "response.completed", "{}", stream.text());
+        let text: String = got.iter().filter(|(n, _)| n == "response.output_text.delta").map(|(_, d)| d["delta"].as_str().unwrap()).collect();
+        assert_eq!(text, "Hello from the mock provider.");
+        let sent = anthropic.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["messages"].as_array().unwrap().len(), 3, "the chained conversation: {sent}");
+
+        let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+        let call = post(&gateway, "an-3", &json!({"model": "claude", "input": "Weather?", "tools": tools, "tool_choice": "required", "store": false}).to_string()).await;
+        assert_eq!(call.status, 200, "{}", call.text());
+        assert_eq!(call.json()["output"][0]["type"], "function_call", "{}", call.text());
+    }
+}

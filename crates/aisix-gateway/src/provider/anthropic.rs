@@ -25,6 +25,9 @@ pub(crate) const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// Calls an Anthropic direct model with the client's request, relayed or translated.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    if call.inbound.endpoint == Endpoint::Responses {
+        return super::responses::via_anthropic(call).await;
+    }
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();
     let relayed = inbound.dialect == Dialect::Anthropic;
@@ -88,7 +91,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
 
 /// The provider's own error (its key masked): as it was for an Anthropic client, in OpenAI's
 /// envelope for an OpenAI one.
-fn error_body(status: u16, body: &[u8], secret: Option<&str>, client: Dialect) -> Option<Bytes> {
+pub(super) fn error_body(
+    status: u16,
+    body: &[u8],
+    secret: Option<&str>,
+    client: Dialect,
+) -> Option<Bytes> {
     match client {
         Dialect::Anthropic => anthropic_error::upstream_anthropic(body, secret),
         Dialect::OpenAi | Dialect::Responses => {

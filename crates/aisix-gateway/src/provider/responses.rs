@@ -5,6 +5,7 @@
 //! the events that start and end it. Any other key gets the request translated to chat
 //! completions (`wire::responses`), and its answer or stream translated back.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -16,6 +17,9 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
 use crate::stored::{self, Keeper, Stored};
 use crate::wire::Dialect;
+use crate::wire::anthropic::request::{self as anthropic_request, DEFAULT_MAX_TOKENS};
+use crate::wire::anthropic::response::{self as anthropic_response, Malformed};
+use crate::wire::anthropic::stream::{self as anthropic_stream, ToOpenAi, Translator};
 use crate::wire::chunk;
 use crate::wire::openai::json_string;
 use crate::wire::responses::answer;
@@ -62,12 +66,18 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
     Ok(call.relay(head, call.rename, Some(Dialect::Responses)))
 }
 
-/// Translates the client's Responses request to chat completions for a key that speaks only
-/// chat, and the answer back (a whole answer is held, up to `upstream.max_response_bytes`).
-async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
+/// A Responses request made ready for a target that does not serve the API: its chat
+/// completions body, what its answer echoes, and where the answer is kept.
+struct Prepared {
+    chat: Bytes,
+    echo: Echo,
+    keep: Option<(Keeper, Bytes)>,
+}
+
+/// Reads the conversation `previous_response_id` names (404 when it is not kept for the
+/// caller) and translates the request, with it, to chat completions.
+fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
-    let provider = call.provider();
-    let uri = call.uri(Endpoint::ChatCompletions)?;
     let state: State = serde_json::from_slice(&inbound.body).unwrap_or_default();
     let history = match (&state.previous_response_id, &inbound.stored) {
         (Some(previous), Some(keeper)) => {
@@ -83,7 +93,7 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
         &inbound.body,
         &route.upstream_model,
         &history,
-        inbound.stream && provider.stream_usage,
+        include_usage,
     )
     .map_err(request_error)?;
     // What a stored answer keeps: the conversation before it and this request's input.
@@ -106,33 +116,80 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
         },
         request: chat.request,
     };
+    Ok(Prepared {
+        chat: Bytes::from(chat.body),
+        echo,
+        keep,
+    })
+}
+
+/// Translates the client's Responses request to chat completions for a key that speaks only
+/// chat, and the answer back (a whole answer is held, up to `upstream.max_response_bytes`).
+async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let inbound = call.inbound;
+    let include_usage = inbound.stream && call.provider().stream_usage;
+    let Prepared { chat, echo, keep } = prepare(call, include_usage)?;
+    let uri = call.uri(Endpoint::ChatCompletions)?;
     let head = call
-        .send(
-            uri,
-            Bytes::from(chat.body),
-            &HeaderMap::new(),
-            super::openai::error_body,
-        )
+        .send(uri, chat, &HeaderMap::new(), super::openai::error_body)
         .await?;
     if head.is_stream(inbound.stream) {
-        let map = Translating {
-            from: FromChat::new(echo),
-            out: BytesMut::new(),
-            reported: None,
-            provider: Arc::clone(&route.provider),
-            usage: None,
-            keep,
-        };
+        let map = Translating::new(echo, call, keep, None);
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
                 map,
             )))),
         );
     }
+    answered(call, head, echo, keep, |body| Ok(Cow::Borrowed(body))).await
+}
+
+/// The client's Responses request for an `anthropic` target: translated to chat completions,
+/// then to a Messages request (the two translations the gateway has); the answer or stream
+/// comes back the same way.
+pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let (route, inbound) = (call.route, call.inbound);
+    let provider = call.provider();
+    let Prepared { chat, echo, keep } = prepare(call, inbound.stream)?;
+    let messages =
+        anthropic_request::to_anthropic(&chat, &route.upstream_model, DEFAULT_MAX_TOKENS)
+            .map_err(super::anthropic::request_error)?;
+    let uri = call.uri(Endpoint::Messages)?;
+    let mut extra = HeaderMap::new();
+    extra.insert("anthropic-version", provider.anthropic_version.clone());
+    let head = call
+        .send(uri, messages.body, &extra, super::anthropic::error_body)
+        .await?;
+    if head.is_stream(inbound.stream) {
+        let to_chat = ToOpenAi::new(true, exchange::unix_now());
+        let map = Translating::new(echo, call, keep, Some(Box::new(to_chat)));
+        return Ok(
+            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
+                map,
+            )))),
+        );
+    }
+    answered(call, head, echo, keep, |body| {
+        let chat = anthropic_response::to_openai(body, exchange::unix_now())?;
+        Ok(Cow::Owned(chat.body.to_vec()))
+    })
+    .await
+}
+
+/// Holds the whole answer of `head`, turns it into a chat completion (`to_chat`) and that into
+/// the Responses answer, which is kept when asked.
+async fn answered(
+    call: &Call<'_>,
+    head: exchange::Head,
+    echo: Echo,
+    keep: Option<(Keeper, Bytes)>,
+    to_chat: impl FnOnce(&[u8]) -> Result<Cow<'_, [u8]>, Malformed>,
+) -> Result<Answer, GatewayError> {
     let id = echo.id.clone();
     let answer = call
         .translate(head, |body| {
-            let answer = answer::from_chat(body, &echo)?;
+            let chat = to_chat(body)?;
+            let answer = answer::from_chat(&chat, &echo)?;
             Ok((answer.body, answer.usage))
         })
         .await?;
@@ -254,11 +311,7 @@ impl ResponsesStream {
     pub(super) fn finish(&mut self) -> Option<Bytes> {
         match self {
             ResponsesStream::Relay(_) => None,
-            ResponsesStream::Translated(map) => {
-                let finished = map.from.finish(&mut map.out);
-                map.keep();
-                finished.then(|| map.out.split().freeze())
-            }
+            ResponsesStream::Translated(map) => map.finish().then(|| map.out.split().freeze()),
         }
     }
 
@@ -282,9 +335,78 @@ pub(crate) struct Translating {
     usage: Option<Usage>,
     /// Where the finished response is kept, with its input, unless `store: false`.
     keep: Option<(Keeper, Bytes)>,
+    /// An Anthropic stream's translator to chat chunks, which then become Responses events.
+    anthropic: Option<Box<ToOpenAi>>,
+    /// The chat chunks of the event at hand.
+    chat: BytesMut,
 }
 
 impl Translating {
+    fn new(
+        echo: Echo,
+        call: &Call<'_>,
+        keep: Option<(Keeper, Bytes)>,
+        anthropic: Option<Box<ToOpenAi>>,
+    ) -> Self {
+        Self {
+            from: FromChat::new(echo),
+            out: BytesMut::new(),
+            reported: None,
+            provider: Arc::clone(&call.route.provider),
+            usage: None,
+            keep,
+            anthropic,
+            chat: BytesMut::new(),
+        }
+    }
+
+    /// Reads one upstream event: a chat chunk, or an Anthropic event through its chat chunks.
+    fn read(&mut self, raw: &[u8]) -> Outcome {
+        let Some(to_chat) = self.anthropic.as_mut() else {
+            let outcome = self.from.event(raw, &mut self.out);
+            if outcome == Outcome::UpstreamError {
+                self.reported = sse::reported(raw);
+            }
+            return outcome;
+        };
+        let step = to_chat.event(raw, &mut self.chat);
+        let outcome = self.feed_chat();
+        match (step, outcome) {
+            (anthropic_stream::Step::Malformed, _) => Outcome::Malformed,
+            (anthropic_stream::Step::UpstreamError, Outcome::Continue) => Outcome::UpstreamError,
+            (_, outcome) => outcome,
+        }
+    }
+
+    /// Feeds the chat chunks an Anthropic event became to the Responses translator.
+    fn feed_chat(&mut self) -> Outcome {
+        let chat = self.chat.split();
+        let mut at = 0;
+        while let Some(len) = sse::event_end(&chat[at..]) {
+            let event = &chat[at..at + len];
+            at += len;
+            let outcome = self.from.event(event, &mut self.out);
+            if outcome == Outcome::UpstreamError {
+                self.reported = sse::reported(event);
+            }
+            if outcome != Outcome::Continue {
+                return outcome;
+            }
+        }
+        Outcome::Continue
+    }
+
+    /// The upstream body ended: whether the answer was whole (its last events written).
+    fn finish(&mut self) -> bool {
+        if let Some(to_chat) = self.anthropic.as_mut() {
+            to_chat.end(&mut self.chat);
+            self.feed_chat();
+        }
+        let finished = self.from.finish(&mut self.out);
+        self.keep();
+        finished
+    }
+
     /// Keeps the finished response, once.
     fn keep(&mut self) {
         let (Some(response), Some((keeper, input))) = (self.from.response(), self.keep.take())
@@ -308,7 +430,7 @@ impl Translating {
     }
 
     fn event(&mut self, raw: &[u8]) -> Step {
-        let outcome = self.from.event(raw, &mut self.out);
+        let outcome = self.read(raw);
         let mut step = Step::default();
         let usage = self.from.usage().map(|u| u.to_usage());
         if usage.is_some() && usage != self.usage {
@@ -327,7 +449,6 @@ impl Translating {
                 self.keep();
             }
             Outcome::UpstreamError => {
-                self.reported = sse::reported(raw);
                 step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
             }
             Outcome::Malformed => step.failure = Some(ErrorKind::UpstreamMalformed),
