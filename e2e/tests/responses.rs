@@ -10,6 +10,7 @@ use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
 use aisix_e2e::prom;
+use aisix_e2e::sdk;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-responses-test-1";
@@ -434,5 +435,40 @@ api_keys:
         let call = post(&gateway, "an-3", &json!({"model": "claude", "input": "Weather?", "tools": tools, "tool_choice": "required", "store": false}).to_string()).await;
         assert_eq!(call.status, 200, "{}", call.text());
         assert_eq!(call.json()["output"][0]["type"], "function_call", "{}", call.text());
+    }
+}
+
+/// Runs `e2e/python/test_openai_responses.py` against `model`.
+async fn sdk_script(gateway: &Gateway, model: &str, translated: bool) {
+    let env = vec![
+        ("AISIX_SDK_BASE_URL", gateway.url("/v1")),
+        ("AISIX_SDK_API_KEY", KEY.to_owned()),
+        ("AISIX_SDK_MODEL", model.to_owned()),
+        (
+            "AISIX_SDK_TRANSLATED",
+            if translated { "1" } else { "0" }.to_owned(),
+        ),
+        ("AISIX_SDK_TIMEOUT", "30".to_owned()),
+    ];
+    let (status, printed) = sdk::run_python("test_openai_responses.py", env).await;
+    sdk::assert_passed(status, &printed, || {
+        format!("--- gateway log ---\n{}", gateway.logs())
+    });
+}
+
+both_modes! {
+    async fn the_openai_sdk_drives_responses_on_the_native_and_the_translated_path(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        sdk_script(&gateway, "resp", false).await;
+        let native = mock.requests().iter().filter(|r| r.path == "/v1/responses").count();
+        assert!(native >= 10, "the native path reached the upstream's Responses API ({native})");
+        let chained: Vec<_> = mock
+            .requests()
+            .iter()
+            .filter_map(|r| r.body_json().ok()?.get("previous_response_id")?.as_str().map(str::to_owned))
+            .collect();
+        assert_eq!(chained.len(), 2, "the native chain passes previous_response_id through");
+        sdk_script(&gateway, "chat", true).await;
     }
 }

@@ -3,7 +3,9 @@
 //!
 //! With `tool_choice` `required` (the first tool) or a named function (that tool), a chat
 //! answer is one tool call (`call_mock_{seq}`) whose arguments give each property of the
-//! tool's schema a value of its type, with `finish_reason: tool_calls`.
+//! tool's schema a value of its type, with `finish_reason: tool_calls`. With a
+//! `response_format` of type `json_schema`, the answer's content is a JSON object that fills
+//! the schema the same way.
 //!
 //! Usage rule: `prompt_tokens` is the number of whitespace-separated words in the prompt text
 //! (message contents, `prompt` or `input`; one per token id for pre-tokenized input), at least 1;
@@ -89,6 +91,7 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
         });
     let usage = usage(prompt_tokens, REPLY_PIECES.len());
     let call = tool_call(body, seq);
+    let structured = structured_reply(body);
     if !is_stream(body) {
         let (message, finish) = match &call {
             Some(call) => (
@@ -96,7 +99,7 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
                 "tool_calls",
             ),
             None => (
-                json!({"role": "assistant", "content": REPLY_TEXT, "refusal": null}),
+                json!({"role": "assistant", "content": structured.as_deref().unwrap_or(REPLY_TEXT), "refusal": null}),
                 "stop",
             ),
         };
@@ -159,6 +162,9 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
             ));
         }
         events.push(chunk(json!({}), json!("tool_calls")));
+    } else if let Some(structured) = structured {
+        events.push(chunk(json!({"content": structured}), Value::Null));
+        events.push(chunk(json!({}), json!("stop")));
     } else {
         events.extend(
             REPLY_PIECES
@@ -171,6 +177,17 @@ fn chat(body: &Value, model: &str, seq: usize) -> Answer {
         events.push(usage_chunk(&id, "chat.completion.chunk", model, usage));
     }
     sse_answer(events)
+}
+
+/// The answer to a `response_format` of type `json_schema`: a JSON object filling the schema
+/// (as a model bound to it answers), if the request asks for one.
+fn structured_reply(body: &Value) -> Option<String> {
+    let format = body.get("response_format")?;
+    if format.get("type")? != "json_schema" {
+        return None;
+    }
+    let schema = format.pointer("/json_schema/schema");
+    Some(super::anthropic::input_for(schema).to_string())
 }
 
 /// The tool call a chat request forces with `tool_choice`, if it does.

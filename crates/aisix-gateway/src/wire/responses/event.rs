@@ -135,6 +135,11 @@ fn string_or_none<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
 /// The `response.failed` event that ends a stream which broke after it started: the response
 /// `who` with `status: failed`, no output, and `error` `{code, message}`, numbered `sequence`.
 pub fn failed_event(sequence: u64, who: &Identity, code: &str, message: &str) -> Bytes {
+    // The API's error codes for a failed response; any other is a server error.
+    let code = match code {
+        "rate_limit_exceeded" | "invalid_prompt" | "server_error" => code,
+        _ => "server_error",
+    };
     let data = json!({
         "type": "response.failed",
         "sequence_number": sequence,

@@ -25,6 +25,9 @@ pub struct InputDetails {
     /// Input tokens read from the provider's prompt cache (part of `input_tokens`).
     #[serde(default)]
     pub cached_tokens: u64,
+    /// Input tokens written to the provider's prompt cache (part of `input_tokens`).
+    #[serde(default)]
+    pub cache_write_tokens: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -56,6 +59,7 @@ impl ResponsesUsage {
             input_tokens: usage.prompt_tokens,
             input_tokens_details: InputDetails {
                 cached_tokens: cached,
+                cache_write_tokens: 0,
             },
             output_tokens: usage.completion_tokens,
             output_tokens_details: OutputDetails {
@@ -73,7 +77,7 @@ mod tests {
     #[test]
     fn responses_usage_maps_to_prompt_and_completion_tokens_with_its_details_kept() {
         let usage: ResponsesUsage = serde_json::from_str(
-            r#"{"input_tokens":36,"input_tokens_details":{"cached_tokens":20},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":123}"#,
+            r#"{"input_tokens":36,"input_tokens_details":{"cached_tokens":20,"cache_write_tokens":0},"output_tokens":87,"output_tokens_details":{"reasoning_tokens":64},"total_tokens":123}"#,
         )
         .unwrap();
         assert_eq!(usage.input_tokens_details.cached_tokens, 20);
