@@ -472,3 +472,44 @@ both_modes! {
         sdk_script(&gateway, "chat", true).await;
     }
 }
+
+both_modes! {
+    async fn previous_response_id_reaches_the_native_key_that_created_the_response(mode: Mode) {
+        let (a, b) = (MockProvider::start(), MockProvider::start());
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(format!(
+                    r#"_format_version: "1"
+provider_keys:
+  - {{display_name: key-a, provider: openai, api_base: "{}", responses: true}}
+  - {{display_name: key-b, provider: openai, api_base: "{}", responses: true}}
+models:
+  - {{display_name: on-a, provider: openai, model_name: gpt-a, provider_key: key-a}}
+  - {{display_name: on-b, provider: openai, model_name: gpt-b, provider_key: key-b}}
+  - {{display_name: duo, routing: {{strategy: round_robin, targets: [{{model: on-a}}, {{model: on-b}}]}}}}
+api_keys:
+  - {{display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}}
+"#,
+                    a.base_url(),
+                    b.base_url()
+                ))
+                .env("RESPONSES_KEY", KEY),
+        );
+        let first = post(&gateway, "pin-1", r#"{"model":"duo","input":"Hi"}"#).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        let (creator, other) = if a.request_count() == 1 { (&a, &b) } else { (&b, &a) };
+        assert_eq!(creator.request_count(), 1);
+        let id = first.json()["id"].as_str().unwrap().to_owned();
+        let second = post(&gateway, "pin-2", &json!({"model": "duo", "input": "Again", "previous_response_id": id, "stream": true}).to_string()).await;
+        assert_eq!(second.status, 200);
+        let got = events(&second.text());
+        let second_id = got[0].1["response"]["id"].as_str().unwrap().to_owned();
+        let third = post(&gateway, "pin-3", &json!({"model": "duo", "input": "Once more", "previous_response_id": second_id}).to_string()).await;
+        assert_eq!(third.status, 200);
+        assert_eq!(creator.request_count(), 3, "every turn of the chain reached the key that created it");
+        assert_eq!(other.request_count(), 0);
+        let free = post(&gateway, "pin-4", r#"{"model":"duo","input":"Hi"}"#).await;
+        assert_eq!(free.status, 200);
+        assert_eq!(a.request_count() + b.request_count(), 4);
+    }
+}

@@ -42,6 +42,8 @@ pub(crate) struct Common {
     pub limiter: Limiter,
     /// The Responses API answers kept for `previous_response_id` (translated paths).
     pub responses: Arc<crate::stored::Store>,
+    /// The provider key that created each native Responses answer, for `previous_response_id`.
+    pub pins: Arc<crate::stored::Store>,
     /// The limiter's clock, which the end-to-end tests move forward.
     #[cfg(feature = "test-hooks")]
     pub clock: Arc<crate::limit::SkewedClock>,
@@ -101,6 +103,7 @@ impl GatewayFactory {
                 metrics,
                 limiter,
                 responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
+                pins: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
                 #[cfg(feature = "test-hooks")]
                 clock,
             }),

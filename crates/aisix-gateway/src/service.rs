@@ -210,6 +210,7 @@ impl Inner {
         let key = self.authenticate(&snapshot, request, record)?;
         let keeper = crate::stored::Keeper {
             store: Arc::clone(&self.common.responses),
+            pins: Arc::clone(&self.common.pins),
             owner: Arc::clone(&key.name),
         };
         let uri = request.uri();
@@ -236,11 +237,20 @@ impl Inner {
         if endpoint == Endpoint::Responses {
             inbound.stored = Some(crate::stored::Keeper {
                 store: Arc::clone(&self.common.responses),
+                pins: Arc::clone(&self.common.pins),
                 owner: Arc::clone(&key.name),
             });
         }
         self.limit(key, &model, &inbound, record).await?;
-        let plan = Plan::new(&model);
+        let mut plan = Plan::new(&model);
+        if let Some(provider) = inbound
+            .stored
+            .as_ref()
+            .and_then(|k| pinned_provider(k, &inbound))
+        {
+            // A native response's state lives with the provider key that created it.
+            plan.keep_only(|target| target.provider.name.as_bytes() == &provider[..]);
+        }
         let mut attempts = self.attempts(plan, inbound, record, &snapshot);
         let served = attempts.run(record).await?;
         Ok(Reply::Served(served, attempts))
@@ -425,6 +435,17 @@ impl Inner {
             &self.common.limiter,
         )
     }
+}
+
+/// The provider key that created the response a Responses request's `previous_response_id`
+/// names, when a native key answered it.
+fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
+    #[derive(serde::Deserialize)]
+    struct Previous {
+        previous_response_id: Option<String>,
+    }
+    let previous: Previous = serde_json::from_slice(&inbound.body).ok()?;
+    keeper.pinned(&previous.previous_response_id?)
 }
 
 /// hyper's initial read buffer per HTTP/1 connection, 8 KiB.

@@ -21,7 +21,55 @@ use crate::error::{ErrorKind, GatewayError, echo};
 #[derive(Debug, Clone)]
 pub(crate) struct Keeper {
     pub store: Arc<Store>,
+    /// Which provider key created each response a native key answered: a second store of the
+    /// same bounds, each entry holding the provider key's name.
+    pub pins: Arc<Store>,
     pub owner: Arc<str>,
+}
+
+impl Keeper {
+    /// Remembers that the provider key `provider` created the response `id`.
+    pub(crate) fn pin(&self, id: &str, provider: &str) {
+        if id.is_empty() {
+            return;
+        }
+        self.pins.put(
+            id.to_owned(),
+            Stored {
+                owner: Arc::clone(&self.owner),
+                response: Bytes::copy_from_slice(provider.as_bytes()),
+                input: Bytes::new(),
+            },
+        );
+    }
+
+    /// The provider key that created the response `id` for this caller, if it is remembered.
+    pub(crate) fn pinned(&self, id: &str) -> Option<Bytes> {
+        self.pins.get(id, &self.owner).map(|pin| pin.response)
+    }
+}
+
+/// A whole native answer's pin, taken when its body has passed: the response's id is read
+/// from the answer's first bytes.
+#[derive(Debug)]
+pub(crate) struct Pin {
+    pub keeper: Keeper,
+    pub provider: Arc<str>,
+}
+
+impl Pin {
+    /// Pins the response whose answer begins with `head` (its top-level `id` comes first).
+    pub(crate) fn answered(self, head: &[u8]) {
+        let Some(at) = memchr::memmem::find(head, b"\"id\"") else {
+            return;
+        };
+        if let crate::wire::chunk::Value::String(start, end) =
+            crate::wire::chunk::string_value_after_key(head, at + 4)
+            && let Ok(id) = std::str::from_utf8(&head[start + 1..end - 1])
+        {
+            self.keeper.pin(id, &self.provider);
+        }
+    }
 }
 
 /// The 404 for a response id that is not (or no longer) kept for the caller, the id echoed cut
@@ -328,6 +376,36 @@ mod tests {
             "and nothing pushed out for it"
         );
         assert!(self::store(0, 100).get("x", "k").is_none());
+    }
+
+    #[test]
+    fn a_native_answer_pins_its_id_to_the_provider_key_for_its_caller() {
+        let keeper = Keeper {
+            store: Arc::new(store(10, 1000)),
+            pins: Arc::new(store(10, 1000)),
+            owner: "alice".into(),
+        };
+        let pin = Pin {
+            keeper: keeper.clone(),
+            provider: "key-a".into(),
+        };
+        pin.answered(br#"{"id" : "resp_7","object":"response","output":[{"id":"msg_1"}]}"#);
+        assert_eq!(keeper.pinned("resp_7").as_deref(), Some(&b"key-a"[..]));
+        assert_eq!(keeper.pinned("msg_1"), None);
+        let stranger = Keeper {
+            owner: "bob".into(),
+            ..keeper.clone()
+        };
+        assert_eq!(stranger.pinned("resp_7"), None);
+        Pin {
+            keeper: keeper.clone(),
+            provider: "key-a".into(),
+        }
+        .answered(b"{\"error\":");
+        assert!(
+            keeper.store.get("resp_7", "alice").is_none(),
+            "pins are not stored answers"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -42,6 +42,8 @@ pub(crate) struct Unary {
     pub end: Instant,
     /// Counts the call in its direct model's load while the body is relayed.
     pub in_flight: Option<InFlight>,
+    /// A native Responses answer: its id is pinned to the provider key when the body has passed.
+    pub pin: Option<crate::stored::Pin>,
 }
 
 /// The client's response was cut off: the upstream's body broke or came too late. Returned
@@ -70,6 +72,7 @@ pub struct UnaryRelay {
     record: Option<Record>,
     timer: Pin<Box<Sleep>>,
     _in_flight: Option<InFlight>,
+    pin: Option<crate::stored::Pin>,
 }
 
 impl UnaryRelay {
@@ -86,6 +89,7 @@ impl UnaryRelay {
             record: Some(record),
             timer: Box::pin(tokio::time::sleep_until(answer.end)),
             _in_flight: answer.in_flight,
+            pin: answer.pin,
         }
     }
 
@@ -99,6 +103,9 @@ impl UnaryRelay {
         if let Some(mut record) = self.record.take() {
             record.usage = self.usage.usage();
             record.succeeded();
+        }
+        if let Some(pin) = self.pin.take() {
+            pin.answered(self.usage.head());
         }
         self.rename
             .as_mut()
@@ -249,6 +256,7 @@ mod tests {
             usage: Some(Dialect::OpenAi),
             end: Instant::now() + Duration::from_secs(60),
             in_flight: None,
+            pin: None,
         };
         UnaryRelay::new(answer, record)
     }

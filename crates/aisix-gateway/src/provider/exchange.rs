@@ -211,6 +211,7 @@ impl Call<'_> {
                 usage,
                 end: self.deadlines.end,
                 in_flight: None,
+                pin: None,
             },
             waited: head.waited,
         }

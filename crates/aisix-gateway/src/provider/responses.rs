@@ -15,7 +15,7 @@ use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
-use crate::stored::{self, Keeper, Stored};
+use crate::stored::{self, Keeper, Pin, Stored};
 use crate::wire::Dialect;
 use crate::wire::anthropic::request::{self as anthropic_request, DEFAULT_MAX_TOKENS};
 use crate::wire::anthropic::response::{self as anthropic_response, Malformed};
@@ -58,12 +58,21 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call
         .send(uri, body, &HeaderMap::new(), super::openai::error_body)
         .await?;
+    let pin = inbound.stored.clone().map(|keeper| Pin {
+        keeper,
+        provider: Arc::clone(&route.provider.name),
+    });
     if head.is_stream(inbound.stream) {
         let rename = call.rename.then(|| route.name_json.clone());
-        let map = Relay::new(rename, Arc::clone(&route.provider));
+        let mut map = Relay::new(rename, Arc::clone(&route.provider));
+        map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
     }
-    Ok(call.relay(head, call.rename, Some(Dialect::Responses)))
+    let mut answer = call.relay(head, call.rename, Some(Dialect::Responses));
+    if let Answer::Unary { answer, .. } = &mut answer {
+        answer.pin = pin;
+    }
+    Ok(answer)
 }
 
 /// A Responses request made ready for a target that does not serve the API: its chat
@@ -497,6 +506,8 @@ pub(crate) struct Relay {
     /// `error` event's words.
     failed: Option<Bytes>,
     reported: Option<Reported>,
+    /// Pins the response's id to the provider key once `response.created` names it.
+    pin: Option<Pin>,
 }
 
 impl Relay {
@@ -511,6 +522,7 @@ impl Relay {
             usage: None,
             failed: None,
             reported: None,
+            pin: None,
         }
     }
 
@@ -529,6 +541,9 @@ impl Relay {
         match kind {
             Kind::Created => {
                 self.who = event::identity(data).unwrap_or_default();
+                if let Some(pin) = self.pin.take() {
+                    pin.keeper.pin(&self.who.id, &pin.provider);
+                }
                 step.edit = self.renamed(raw);
             }
             Kind::Output => {

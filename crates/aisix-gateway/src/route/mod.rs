@@ -46,6 +46,23 @@ impl Plan {
         }
     }
 
+    /// Keeps only the group targets `keep` accepts, in their order, when any is (a direct model
+    /// is left as it is).
+    pub(crate) fn keep_only(&mut self, keep: impl Fn(&DirectRoute) -> bool) {
+        let Named::Group(group) = &self.named else {
+            return;
+        };
+        let kept: Vec<usize> = self
+            .order
+            .iter()
+            .copied()
+            .filter(|&i| group.members.get(i).is_some_and(|m| keep(m)))
+            .collect();
+        if !kept.is_empty() {
+            self.order = kept;
+        }
+    }
+
     /// The name the client sent.
     pub(crate) fn name(&self) -> &Arc<str> {
         self.named.name()

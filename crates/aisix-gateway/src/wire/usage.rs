@@ -120,6 +120,12 @@ impl UsageWindow {
         self.tail.extend_from_slice(piece);
     }
 
+    /// The answer's first bytes (up to [`WINDOW`]) as kept; empty for an answer that reports
+    /// no usage.
+    pub fn head(&self) -> &[u8] {
+        &self.head
+    }
+
     /// The answer's usage, once it has all passed.
     pub fn usage(&self) -> Option<Usage> {
         match self.dialect? {
