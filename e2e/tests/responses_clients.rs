@@ -1,8 +1,10 @@
 //! Real Responses clients through the real gateway, in both serving modes: the Codex CLI
 //! (`codex exec`, pinned and installed by `scripts/setup-codex.sh` under target/codex) against
 //! a Responses-native mock, a chat-completions-only mock (translated) and an Anthropic mock,
-//! all on 127.0.0.1 with its update checks and telemetry off. Each run must end with the
-//! mock's answer; the requests each client made are recorded and asserted.
+//! all on 127.0.0.1 with its update checks and telemetry off; and the OpenAI Agents SDK
+//! (`e2e/python/test_openai_agents.py`, pinned in requirements.txt) with its default Responses
+//! model and one function tool, tracing off. Each run must end with the mock's answer; the
+//! requests each client made upstream are recorded and asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
@@ -11,6 +13,7 @@ use std::process::Command;
 use aisix_e2e::both_modes;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
+use aisix_e2e::sdk;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-codex-client-1";
@@ -162,5 +165,25 @@ both_modes! {
         let result = messages.iter().find(|m| m["role"] == "tool").expect("the command's output went back");
         assert_eq!(result["tool_call_id"], "call_shell_1");
         assert!(result["content"].as_str().unwrap().contains("aisix-shell-ok"), "{result}");
+    }
+}
+
+both_modes! {
+    async fn the_agents_sdk_default_model_calls_a_function_tool_through_aisix(mode: Mode) {
+        let openai = MockProvider::start();
+        let anthropic = MockProvider::start_anthropic();
+        let gateway = gateway(mode, &openai, &anthropic);
+        for (model, path) in [("native-model", "POST /v1/responses"), ("chat-model", "POST /v1/chat/completions")] {
+            let before = openai.request_count();
+            let env = vec![
+                ("AISIX_SDK_BASE_URL", gateway.url("/v1")),
+                ("AISIX_SDK_API_KEY", KEY.to_owned()),
+                ("AISIX_SDK_MODEL", model.to_owned()),
+            ];
+            let (status, printed) = sdk::run_python("test_openai_agents.py", env).await;
+            sdk::assert_passed(status, &printed, || format!("{model}\n--- gateway ---\n{}", gateway.logs()));
+            let seen = paths(&openai);
+            assert_eq!(&seen[before..], [path, path], "{model}: a tool turn and the answer");
+        }
     }
 }
