@@ -513,3 +513,36 @@ api_keys:
         assert_eq!(a.request_count() + b.request_count(), 4);
     }
 }
+
+both_modes! {
+    async fn the_built_in_mock_provider_answers_responses_whole_streamed_and_chained(mode: Mode) {
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(
+                    r#"_format_version: "1"
+provider_keys:
+  - {display_name: local, provider: mock}
+models:
+  - {display_name: demo, provider: mock, model_name: mock-chat, provider_key: local}
+api_keys:
+  - {display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}
+"#,
+                )
+                .env("RESPONSES_KEY", KEY),
+        );
+        let first = post(&gateway, "mock-1", r#"{"model":"demo","input":"Hi"}"#).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        let answer = first.json();
+        assert_eq!(answer["object"], "response");
+        assert!(answer["output"][0]["content"][0]["text"].as_str().unwrap().contains("mock provider"));
+        let stream = post(&gateway, "mock-2", &json!({"model": "demo", "input": "Again", "stream": true, "previous_response_id": answer["id"]}).to_string()).await;
+        assert_eq!(stream.status, 200);
+        assert_eq!(stream.header("content-type"), Some("text/event-stream"));
+        let got = events(&stream.text());
+        assert_eq!(got.last().unwrap().0, "response.completed");
+        let id = got.last().unwrap().1["response"]["id"].as_str().unwrap().to_owned();
+        let stored = call(&gateway, "GET", &format!("/v1/responses/{id}/input_items"), KEY).await;
+        assert_eq!(stored.json()["data"].as_array().unwrap().len(), 3, "{}", stored.text());
+        assert_eq!(gateway.access_line("mock-2")["output_tokens"].as_u64().map(|n| n > 0), Some(true));
+    }
+}

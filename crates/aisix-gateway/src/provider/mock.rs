@@ -1,5 +1,6 @@
 //! The built-in `mock` provider: answers chat completions, legacy completions and embeddings
-//! locally in OpenAI's shapes, streaming or not, with plausible usage. Deterministic: the same
+//! locally in OpenAI's shapes, streaming or not, with plausible usage (and the Responses API
+//! through its chat answer, translated as for any chat-only target). Deterministic: the same
 //! request gets the same content, so demos and tests need no network.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,6 +47,9 @@ struct MockRequest {
 
 /// The adapter: answers at once, streams included (as one SSE body).
 pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    if call.inbound.endpoint == Endpoint::Responses {
+        return super::responses::via_mock(call);
+    }
     let inbound = call.inbound;
     let model = if call.rename {
         &*call.route.name

@@ -185,6 +185,75 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
     .await
 }
 
+/// The client's Responses request for the built-in `mock` provider: its chat answer (whole, or
+/// a whole SSE body) translated as any chat target's is, and kept when asked.
+pub(crate) fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let inbound = call.inbound;
+    let Prepared { chat, echo, keep } = prepare(call, true)?;
+    let reply = super::mock::respond(
+        Endpoint::ChatCompletions,
+        &echo.model,
+        &chat,
+        inbound.stream,
+        true,
+        call.request_id.to_str().unwrap_or_default(),
+    )?;
+    let malformed = |m: Malformed| GatewayError::new(ErrorKind::Internal, m.0);
+    let (body, response, content_type) = if inbound.stream {
+        let mut from = FromChat::new(echo);
+        let mut out = BytesMut::new();
+        let mut rest = &reply.body[..];
+        let mut complete = false;
+        while let Some(len) = sse::event_end(rest) {
+            if from.event(&rest[..len], &mut out) != Outcome::Continue {
+                complete = true;
+                break;
+            }
+            rest = &rest[len..];
+        }
+        if !complete {
+            from.finish(&mut out);
+        }
+        let response = from
+            .response()
+            .map(|r| serde_json::to_vec(&r).unwrap_or_default());
+        (out.freeze(), response.map(Bytes::from), "text/event-stream")
+    } else {
+        let answer = answer::from_chat(&reply.body, &echo).map_err(malformed)?;
+        (answer.body.clone(), Some(answer.body), "application/json")
+    };
+    if let (Some((keeper, input)), Some(response)) = (keep, response) {
+        let id = echo_id(&response);
+        keeper.store.put(
+            id,
+            Stored {
+                owner: keeper.owner,
+                response,
+                input,
+            },
+        );
+    }
+    Ok(Answer::Complete {
+        status: StatusCode::OK,
+        content_type: http::HeaderValue::from_static(content_type),
+        body,
+        usage: Some(reply.usage),
+        held: crate::budget::Held::default(),
+        waited: std::time::Duration::ZERO,
+    })
+}
+
+/// The `id` of a response object's bytes.
+fn echo_id(response: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: String,
+    }
+    serde_json::from_slice::<Id>(response)
+        .map(|r| r.id)
+        .unwrap_or_default()
+}
+
 /// Holds the whole answer of `head`, turns it into a chat completion (`to_chat`) and that into
 /// the Responses answer, which is kept when asked.
 async fn answered(
