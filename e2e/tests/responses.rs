@@ -546,3 +546,41 @@ api_keys:
         assert_eq!(gateway.access_line("mock-2")["output_tokens"].as_u64().map(|n| n > 0), Some(true));
     }
 }
+
+both_modes! {
+    async fn a_group_falls_over_from_a_native_target_to_a_translated_one_before_the_first_output(mode: Mode) {
+        let (native, chat) = (MockProvider::start(), MockProvider::start());
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(format!(
+                    r#"_format_version: "1"
+provider_keys:
+  - {{display_name: native, provider: openai, api_base: "{}", responses: true}}
+  - {{display_name: chat-only, provider: openai, api_base: "{}"}}
+models:
+  - {{display_name: resp, provider: openai, model_name: gpt-up, provider_key: native}}
+  - {{display_name: chat, provider: openai, model_name: gpt-chat, provider_key: chat-only}}
+  - {{display_name: mixed, routing: {{targets: [{{model: resp, priority: 1}}, {{model: chat}}]}}}}
+api_keys:
+  - {{display_name: k, key_env: RESPONSES_KEY, allowed_models: ["*"]}}
+"#,
+                    native.base_url(),
+                    chat.base_url()
+                ))
+                .env("RESPONSES_KEY", KEY),
+        );
+        native.enqueue(Mock::openai_error(503, "server_error", "overloaded"));
+        let reply = post(&gateway, "mix-1", r#"{"model":"mixed","input":"Hi"}"#).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-served-by"), Some("chat"));
+        assert_eq!(reply.json()["model"], "chat", "a group's answer names the direct model");
+        assert_eq!(chat.last_request().unwrap().path, "/v1/chat/completions");
+
+        native.enqueue(Mock::openai_error(503, "server_error", "overloaded"));
+        let stream = post(&gateway, "mix-2", r#"{"model":"mixed","input":"Hi","stream":true}"#).await;
+        let got = events(&stream.text());
+        assert_eq!(got.last().unwrap().0, "response.completed", "{}", stream.text());
+        assert_eq!(native.request_count(), 2);
+        assert_eq!(chat.request_count(), 2);
+    }
+}

@@ -372,6 +372,8 @@ mod tests {
         assert_eq!(cap(r#"{"model":"m","max_tokens":-1}"#), None);
         assert_eq!(cap(r#"{"model":"m","max_tokens":"64"}"#), None);
         assert_eq!(cap(r#"{"model":"m","max_tokens":1.5}"#), None);
+        // The Responses API's name for it.
+        assert_eq!(cap(r#"{"model":"m","max_output_tokens":48}"#), Some(48));
     }
 
     #[test]
