@@ -139,6 +139,9 @@ pub struct UpstreamConfig {
 /// request reaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resilience {
+    /// Whether failures cool the model down at all (off only through a model's
+    /// `cooldown.enabled: false`).
+    pub enabled: bool,
     /// `upstream.cooldown_failures`: retryable failures within the window that start a
     /// cooldown.
     pub cooldown_failures: u32,
@@ -153,9 +156,35 @@ pub struct Resilience {
     pub retry_budget_percent: u32,
 }
 
+impl Resilience {
+    /// These settings with one model's `cooldown` applied.
+    pub fn with(self, overrides: &CooldownOverrides) -> Self {
+        Self {
+            enabled: overrides.enabled.unwrap_or(self.enabled),
+            cooldown: overrides.cooldown.unwrap_or(self.cooldown),
+            retry_after_max: overrides.retry_after_max.unwrap_or(self.retry_after_max),
+            ..self
+        }
+    }
+}
+
+/// A direct model's own `cooldown` (AISIX's per-model block); `None` keeps the `upstream.*`
+/// setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CooldownOverrides {
+    /// `cooldown.enabled`.
+    pub enabled: Option<bool>,
+    /// `cooldown.default_seconds`: over `upstream.cooldown_ms`.
+    pub cooldown: Option<Duration>,
+    /// `cooldown.max_seconds` over `upstream.retry_after_max_ms`; `honor_retry_after: false`
+    /// sets it to zero.
+    pub retry_after_max: Option<Duration>,
+}
+
 impl Default for Resilience {
     fn default() -> Self {
         Self {
+            enabled: true,
             cooldown_failures: 3,
             cooldown_window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),

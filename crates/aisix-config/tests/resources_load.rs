@@ -347,7 +347,7 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, rate_limit, cost)",
+            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown)",
             "models[0].timout: unknown field (did you mean timeout?)",
         ]
     );
@@ -370,13 +370,13 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[1].timeout: expected a positive integer (milliseconds)",
-            "models[2].timeout: expected a positive integer (milliseconds)",
-            "models[3].timeout: expected a positive integer (milliseconds)",
-            "models[4].timeout: expected a positive integer (milliseconds)",
-            "models[5].connect_timeout: expected a positive integer (milliseconds)",
-            "models[5].first_token_timeout: expected a positive integer (milliseconds)",
-            "models[5].stream_idle_timeout: expected a positive integer (milliseconds)",
+            "models[1].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[2].timeout: must be at least 1ms",
+            "models[3].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[4].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[5].connect_timeout: must be at least 1ms",
+            "models[5].first_token_timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[5].stream_idle_timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
         ]
     );
 }
@@ -1006,7 +1006,7 @@ api_keys:
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
             "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage)",
-            "models[0].timeout: expected a positive integer (milliseconds)",
+            "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
             "models[0].provider_key: no provider key named \"nope\"",

@@ -207,7 +207,7 @@ impl Attempts {
         target: &Arc<DirectRoute>,
         record: &mut Record,
     ) -> Result<Served, (GatewayError, Move)> {
-        let retries = self.plan.policy().retries;
+        let retries = target.retries.unwrap_or(self.plan.policy().retries);
         if retries > 0 {
             target.state.budget_request(self.ctx.clock.now_ms());
         }
@@ -262,7 +262,7 @@ impl Attempts {
         if never_answered || long_wait || (rate_limited && !policy.retry_on_429) {
             return Move::Next;
         }
-        if retry >= policy.retries || !target.state.budget_retry(now) {
+        if retry >= target.retries.unwrap_or(policy.retries) || !target.state.budget_retry(now) {
             return Move::Next;
         }
         let pause = retry::pause(retry + 1, retry_after);

@@ -71,6 +71,8 @@ pub struct DirectRoute {
     pub timeouts: TimeoutOverrides,
     /// Its prices, for the spend its answers settle.
     pub cost: Option<Cost>,
+    /// Its own `retries`, over the policy's (0 for a request naming it, the group's in a group).
+    pub retries: Option<u32>,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -294,7 +296,8 @@ impl Snapshot {
                 .target(&model.display_name)
                 .cloned()
                 .unwrap_or_else(|| {
-                    Arc::new(TargetState::new(&model.display_name, Resilience::default()))
+                    let settings = Resilience::default().with(&model.cooldown);
+                    Arc::new(TargetState::new(&model.display_name, settings))
                 });
             let route = Arc::new(DirectRoute {
                 name: model.display_name.as_str().into(),
@@ -307,6 +310,7 @@ impl Snapshot {
                 upstream_model_json,
                 timeouts: model.timeouts,
                 cost: model.cost,
+                retries: model.retries,
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,
