@@ -16,6 +16,9 @@
 //! What a request used beyond its estimate is charged when it is reconciled, so an estimate that
 //! falls short lets requests already in flight pass a limit by that much, never more.
 
+// Token counts come from clients and upstreams: every sum saturates.
+#![warn(clippy::arithmetic_side_effects)]
+
 use aisix_config::{Cost, Usd};
 
 /// Bytes of request body per estimated prompt token.
@@ -52,9 +55,9 @@ impl Tokens {
 
     /// What these tokens cost at `cost`'s prices, rounded up to the nano-dollar.
     pub fn cost(self, cost: &Cost) -> Usd {
-        let nanos = (u128::from(self.input) * u128::from(cost.input_per_1k.nanos())
-            + u128::from(self.output) * u128::from(cost.output_per_1k.nanos()))
-        .div_ceil(1000);
+        let input = u128::from(self.input).saturating_mul(u128::from(cost.input_per_1k.nanos()));
+        let output = u128::from(self.output).saturating_mul(u128::from(cost.output_per_1k.nanos()));
+        let nanos = input.saturating_add(output).div_ceil(1000);
         Usd::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 }
@@ -80,6 +83,20 @@ mod tests {
         );
         assert_eq!(Tokens::estimate(40, Some(50), false).output, 0);
         assert_eq!(Tokens::estimate(40, Some(50), true).total(), 60);
+    }
+
+    #[test]
+    fn the_cost_of_huge_counts_at_huge_prices_is_the_most_a_price_holds() {
+        let cost = Cost {
+            input_per_1k: Usd::from_nanos(u64::MAX),
+            output_per_1k: Usd::from_nanos(u64::MAX),
+        };
+        let huge = Tokens {
+            input: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(huge.cost(&cost), Usd::from_nanos(u64::MAX));
+        assert_eq!(huge.total(), u64::MAX);
     }
 
     #[test]

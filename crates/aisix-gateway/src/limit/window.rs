@@ -214,10 +214,10 @@ impl<const TAG_BITS: u32> PackedCounter<TAG_BITS> {
                     refused = count;
                     None
                 } else {
-                    Some(Self::word(epoch, count + amount))
+                    Some(Self::word(epoch, count.saturating_add(amount)))
                 }
             })
-            .map(|word| Self::count_in(word, epoch) + amount)
+            .map(|word| Self::count_in(word, epoch).saturating_add(amount))
             .map_err(|_| refused)
     }
 

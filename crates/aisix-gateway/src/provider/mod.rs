@@ -247,7 +247,7 @@ impl Carried {
                         total_tokens: pieces,
                     })
                 }),
-                pieces: before.pieces + pieces,
+                pieces: before.pieces.saturating_add(pieces),
             },
         }
     }
@@ -261,9 +261,44 @@ impl Carried {
             Usage {
                 prompt_tokens: prompt,
                 completion_tokens: self.pieces,
-                total_tokens: prompt + self.pieces,
+                total_tokens: prompt.saturating_add(self.pieces),
             }
         });
         before.plus(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continuation_with_huge_counts_saturates_instead_of_overflowing() {
+        let huge = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+        };
+        let cut_without_usage = Carried {
+            usage: None,
+            pieces: u64::MAX,
+        };
+        let summed = cut_without_usage.plus(huge);
+        assert_eq!(summed.completion_tokens, u64::MAX);
+        assert_eq!(summed.total_tokens, u64::MAX);
+        let before = Carried::after(Some(cut_without_usage), None, u64::MAX);
+        assert_eq!(before.pieces, u64::MAX);
+        assert_eq!(
+            Carried::after(
+                Some(Carried {
+                    usage: Some(huge),
+                    pieces: 1,
+                }),
+                None,
+                u64::MAX,
+            )
+            .usage,
+            Some(huge)
+        );
     }
 }
