@@ -57,7 +57,7 @@ pub(crate) struct Ctx {
     pub stream: StreamSettings,
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
-    /// The worker's memory budget (`proxy.max_buffered_bytes_per_worker`).
+    /// The request's memory budget: the worker's, and its key's share.
     pub budget: Budget,
     pub clock: Clock,
 }
@@ -310,6 +310,7 @@ impl Attempts {
             rename: self.plan.group().is_some(),
             max_response_bytes: self.ctx.max_response_bytes,
             budget: &self.ctx.budget,
+            room_by: self.ctx.deadlines.body(self.received),
         })
         .await;
         let mut status = None;

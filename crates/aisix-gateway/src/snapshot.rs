@@ -16,6 +16,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
 use aisix_obs::metrics::labels::RateLimitScope;
 
+use crate::budget::{Budget, Share};
 use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
@@ -224,6 +225,8 @@ pub struct ApiKeyEntry {
     pub expires_at: Option<SystemTime>,
     /// Its `rate_limit` and `budget`, when it sets either.
     pub limits: Option<Arc<Subject>>,
+    /// Its share of the worker's memory budget (`None` in tables built without one).
+    pub(crate) share: Option<Share>,
 }
 
 impl ApiKeyEntry {
@@ -354,6 +357,7 @@ impl Snapshot {
                             &key.rate_limit,
                             key.budget,
                         ),
+                        share: None,
                     },
                 )
             })
@@ -377,6 +381,18 @@ impl Snapshot {
 
     pub fn api_key(&self, hash: &KeyHash) -> Option<&ApiKeyEntry> {
         self.keys.get(hash)
+    }
+
+    /// Gives each key its share of `budget`: the one it had in `previous` (a reload keeps what
+    /// its requests in flight hold), else a new one.
+    fn shared(mut self, budget: &Budget, previous: Option<&Snapshot>) -> Self {
+        for (hash, entry) in &mut self.keys {
+            let kept = previous
+                .and_then(|p| p.keys.get(hash))
+                .and_then(|e| e.share.clone());
+            entry.share = Some(kept.unwrap_or_else(|| budget.share()));
+        }
+        self
     }
 }
 
@@ -524,6 +540,8 @@ impl Provider {
 /// Cost per request: two `ArcSwap` loads, a pointer comparison and one reference count.
 pub(crate) struct SnapshotCache {
     current: ArcSwap<Built>,
+    /// The worker's memory budget, which each key's share is of.
+    budget: Budget,
 }
 
 /// Resources as published to every worker, with the shared state of their entries.
@@ -551,16 +569,20 @@ struct Built {
 }
 
 impl SnapshotCache {
-    pub(crate) fn new(published: &ArcSwap<Loaded>, egress: &Egress, limiter: &Limiter) -> Self {
+    pub(crate) fn new(
+        published: &ArcSwap<Loaded>,
+        egress: &Egress,
+        limiter: &Limiter,
+        budget: &Budget,
+    ) -> Self {
         let source = published.load_full();
-        let snapshot = Arc::new(Snapshot::build(
-            &source.resources,
-            &source.states,
-            egress,
-            limiter,
-        ));
+        let snapshot = Arc::new(
+            Snapshot::build(&source.resources, &source.states, egress, limiter)
+                .shared(budget, None),
+        );
         Self {
             current: ArcSwap::from_pointee(Built { source, snapshot }),
+            budget: budget.clone(),
         }
     }
 
@@ -576,12 +598,10 @@ impl SnapshotCache {
         if Arc::ptr_eq(&cached.source, &source) {
             return cached.snapshot.clone();
         }
-        let snapshot = Arc::new(Snapshot::build(
-            &source.resources,
-            &source.states,
-            egress,
-            limiter,
-        ));
+        let snapshot = Arc::new(
+            Snapshot::build(&source.resources, &source.states, egress, limiter)
+                .shared(&self.budget, Some(&cached.snapshot)),
+        );
         self.current.store(Arc::new(Built {
             source: Arc::clone(&source),
             snapshot: snapshot.clone(),
@@ -618,7 +638,8 @@ mod tests {
         let egress = Egress::direct();
         let limiter = Limiter::in_memory(Arc::new(SystemClock));
         let published = ArcSwap::from_pointee(resources("old"));
-        let cache = SnapshotCache::new(&published, &egress, &limiter);
+        let budget = Budget::new(1 << 20, 1 << 18);
+        let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
         let old_source = published.load_full();
         assert!(
             cache

@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::{Answer, Call, StreamMap};
-use crate::budget::{Budget, Held};
+use crate::budget::Held;
 use crate::deadline::Deadlines;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
@@ -99,6 +99,13 @@ pub(crate) struct Head {
     pub waited: Duration,
 }
 
+/// Room reserved for a whole answer before its call ([`Call::reserve`]).
+pub(crate) struct Reserved {
+    held: Held,
+    /// The most bytes the answer may have.
+    bound: usize,
+}
+
 /// An error status, its body read (bounded).
 struct Rejection {
     status: StatusCode,
@@ -154,25 +161,52 @@ impl Call<'_> {
         Ok(head)
     }
 
-    /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`, charged to the
-    /// worker's budget) and `translate`s it into the client's dialect: its JSON body, named
-    /// for the direct model when the client named a group, and its usage.
+    /// Reserves room in the request's memory budget for a whole answer this call will hold
+    /// (to translate it), before anything is sent: a refusal (503 `gateway_overloaded`, after
+    /// waiting for room within the request's body deadline) then comes before the provider has
+    /// produced and billed anything. The answer is bounded by what was reserved.
+    pub(crate) async fn reserve(&self) -> Result<Reserved, GatewayError> {
+        let body = self.inbound.body.len() as u64;
+        let (held, bound) = self
+            .budget
+            .reserve(body, self.max_response_bytes, self.room_by)
+            .await?;
+        Ok(Reserved { held, bound })
+    }
+
+    /// Holds the whole answer of `head` in the room `reserved` before the call (up to
+    /// `upstream.max_response_bytes`; without a reservation, as for a stream answered whole,
+    /// room is taken now or the answer refused) and `translate`s it into the client's dialect:
+    /// its JSON body, named for the direct model when the client named a group, and its usage.
+    /// What the answer did not use of its room is given back.
     pub(crate) async fn translate(
         &self,
         head: Head,
+        reserved: Option<Reserved>,
         translate: impl FnOnce(&[u8]) -> Result<(Bytes, Option<Usage>), Malformed>,
     ) -> Result<Answer, GatewayError> {
         let provider = self.provider();
         let status = head.response.status();
-        let (body, held) = read_body(
+        let Reserved { mut held, bound } = match reserved {
+            Some(reserved) => reserved,
+            None => {
+                let body = self.inbound.body.len() as u64;
+                let (held, bound) = self
+                    .budget
+                    .reserve(body, self.max_response_bytes, Instant::now())
+                    .await?;
+                Reserved { held, bound }
+            }
+        };
+        let body = read_body(
             head.response.into_body(),
             head.lease,
-            self.max_response_bytes,
-            Some(self.budget),
+            bound,
             self.deadlines.end,
             &provider.name,
         )
         .await?;
+        held.keep(body.len() as u64);
         let (body, usage) = translate(&body).map_err(|m| malformed(provider, &m.0))?;
         // A group's answer names the direct model, as the relayed ones do.
         let body = match self
@@ -255,21 +289,18 @@ async fn send(
     }
 }
 
-/// Reads a whole body of at most `limit` bytes by `deadline`, each piece charged to `budget`
-/// (when given) as it arrives; hands the connection back when it was read to the end. A
-/// longer body is `upstream_response_too_large`, one the budget has no room for
-/// `gateway_overloaded`, and either way its connection is closed (never pooled with the rest
-/// unread). The charge comes back with the body, held until it is dropped.
+/// Reads a whole body of at most `limit` bytes by `deadline`; hands the connection back when
+/// it was read to the end. A longer body is `upstream_response_too_large`, and its connection
+/// is closed (never pooled with the rest unread).
 async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
     limit: usize,
-    budget: Option<&Budget>,
     deadline: Instant,
     provider: &str,
-) -> Result<(Bytes, Held), GatewayError> {
+) -> Result<Bytes, GatewayError> {
     let read = async move {
-        let (mut body, mut pieces, mut held) = (body, Outbox::default(), Held::default());
+        let (mut body, mut pieces) = (body, Outbox::default());
         let mut len = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|error| {
@@ -292,12 +323,9 @@ async fn read_body(
                     ),
                 ));
             }
-            if let Some(budget) = budget {
-                budget.try_cover(&mut held, len as u64)?;
-            }
             pieces.push(data);
         }
-        Ok((pieces.take(), held))
+        Ok(pieces.take())
     };
     match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(read)) => {
@@ -315,11 +343,10 @@ async fn read_body(
 async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
     let status = head.response.status();
     let retry_after = head.response.headers().get(RETRY_AFTER).cloned();
-    let (body, _) = read_body(
+    let body = read_body(
         head.response.into_body(),
         head.lease,
         MAX_ERROR_BODY,
-        None,
         deadline,
         provider,
     )
@@ -421,39 +448,19 @@ mod tests {
     }
 
     /// [`read_body`] on a [`four_kib_chunked`] answer.
-    async fn read_four_kib(
-        limit: usize,
-        budget: Option<&Budget>,
-    ) -> Result<(Bytes, Held), GatewayError> {
+    async fn read_four_kib(limit: usize) -> Result<Bytes, GatewayError> {
         let response = raw_response(four_kib_chunked(), false).await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        read_body(response.into_body(), None, limit, budget, deadline, "p").await
+        read_body(response.into_body(), None, limit, deadline, "p").await
     }
 
     #[tokio::test]
     async fn a_held_answer_past_the_limit_is_refused_as_too_large() {
-        let error = read_four_kib(3000, None).await.unwrap_err();
+        let error = read_four_kib(3000).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamResponseTooLarge);
         assert_eq!(error.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(error.code(), "upstream_response_too_large");
-        let (body, _) = read_four_kib(4096, None).await.unwrap();
+        let body = read_four_kib(4096).await.unwrap();
         assert_eq!(body.len(), 4096);
-    }
-
-    #[tokio::test]
-    async fn a_held_answer_is_charged_to_the_budget_as_it_arrives_and_refused_without_room() {
-        let budget = Budget::new(6 * 1024);
-        let (body, held) = read_four_kib(1 << 20, Some(&budget)).await.unwrap();
-        assert_eq!(body.len(), 4096);
-
-        // With 4 KiB of the 6 still held, the next 4 KiB answer finds no room on the way.
-        let error = read_four_kib(1 << 20, Some(&budget)).await.unwrap_err();
-        assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(error.code(), "gateway_overloaded");
-        assert!(error.retry_after.is_some());
-
-        // Given back with the first answer, the room is there again.
-        drop(held);
-        assert!(read_four_kib(1 << 20, Some(&budget)).await.is_ok());
     }
 }

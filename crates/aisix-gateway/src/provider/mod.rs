@@ -53,8 +53,10 @@ pub(crate) struct Call<'a> {
     pub rename: bool,
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
-    /// The worker's memory budget, charged for a whole answer held to translate.
+    /// The request's memory budget, where a whole answer held to translate reserves room.
     pub budget: &'a Budget,
+    /// When the request stops waiting for room in `budget` (its body deadline).
+    pub room_by: tokio::time::Instant,
 }
 
 /// A direct model's answer, in the client's dialect.

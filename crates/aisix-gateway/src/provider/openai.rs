@@ -47,6 +47,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             inbound.stream && provider.stream_usage,
         ),
     };
+    // A whole answer translated is held: its room is found before the provider bills it.
+    let reserved = if translated && !inbound.stream {
+        Some(call.reserve().await?)
+    } else {
+        None
+    };
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if translated {
@@ -65,7 +71,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if !translated {
         return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
     }
-    call.translate(head, |body| match inbound.endpoint {
+    call.translate(head, reserved, |body| match inbound.endpoint {
         Endpoint::CountTokens => Ok((response::count_tokens_from_openai(body)?, None)),
         _ => {
             let answer = response::to_anthropic(body)?;
