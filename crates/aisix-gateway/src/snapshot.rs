@@ -20,6 +20,7 @@ use crate::budget::{Budget, Share};
 use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
+use crate::mask::Masks;
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -146,6 +147,9 @@ pub struct Provider {
     pub headers: HeaderMap,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
     pub secret: Option<Box<str>>,
+    /// Every value the gateway adds (the key and each `headers` value), masked in whatever
+    /// the provider sends back that reaches a client or a log.
+    pub(crate) masks: Masks,
     /// Whether streams ask for `stream_options.include_usage`.
     pub stream_usage: bool,
     /// `anthropic` only: the `anthropic-version` sent when the client sent none.
@@ -521,6 +525,12 @@ impl Provider {
             uris: Arc::new(uris),
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()),
+            masks: Masks::new(
+                key.api_key
+                    .iter()
+                    .chain(key.headers.iter().map(|(_, value)| value))
+                    .map(|secret| secret.expose()),
+            ),
             stream_usage: key.stream_usage,
             anthropic_version: key
                 .anthropic_version

@@ -156,7 +156,7 @@ impl Call<'_> {
                     self.inbound.dialect,
                 );
             }
-            return Err(error);
+            return Err(provider.masks.error(error));
         }
         Ok(head)
     }
@@ -399,7 +399,8 @@ impl Rejection {
 
 /// An upstream answer that could not be translated.
 fn malformed(provider: &Provider, why: &str) -> GatewayError {
-    tracing::warn!(provider = %provider.name, why, "upstream answer could not be translated");
+    let why = provider.masks.text(why);
+    tracing::warn!(provider = %provider.name, %why, "upstream answer could not be translated");
     GatewayError::new(
         ErrorKind::UpstreamMalformed,
         "The upstream provider's answer could not be translated.",
