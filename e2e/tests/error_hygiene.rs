@@ -4,7 +4,8 @@
 //! `/v1/messages` and `count_tokens`), and a type error in `stream_options` names the field and
 //! the type it must have. What the gateway adds upstream (the provider key and each static
 //! `headers` value) never comes back to the client or into the log, though the provider
-//! echoes it.
+//! echoes it. A key that may call a group but not its direct models never sees their names:
+//! the answers (whole or streamed, either dialect) and `x-aisix-served-by` name the group.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use aisix_e2e::both_modes;
@@ -228,5 +229,100 @@ both_modes! {
 
         assert_eq!(mock.request_count(), 3);
         assert!(!leaks(&gateway.logs()), "{}", gateway.logs());
+    }
+}
+
+const GROUP_KEY: &str = "sk-hygiene-group-4";
+
+/// Two groups, each over one direct model (OpenAI's and Anthropic's); `group-only` may call
+/// the groups but not the direct models, `k` may call everything.
+fn grouped(mode: Mode, gpt: &MockProvider, claude: &MockProvider) -> GatewayConfig {
+    GatewayConfig::new(mode)
+        .resources(format!(
+            r#"_format_version: "1"
+provider_keys:
+  - {{display_name: oai, provider: openai, api_key: sk-oai-hygiene, api_base: "{}"}}
+  - {{display_name: ant, provider: anthropic, api_key: sk-ant-hygiene, api_base: "{}"}}
+models:
+  - {{display_name: gpt-hidden, provider: openai, model_name: up-g, provider_key: oai}}
+  - {{display_name: claude-hidden, provider: anthropic, model_name: up-c, provider_key: ant}}
+  - display_name: chat
+    routing: {{targets: [{{model: gpt-hidden}}]}}
+  - display_name: claude-chat
+    routing: {{targets: [{{model: claude-hidden}}]}}
+api_keys:
+  - {{display_name: k, key_env: HYGIENE_KEY, allowed_models: ["*"]}}
+  - {{display_name: group-only, key_env: HYGIENE_GROUP_KEY, allowed_models: ["chat", "claude-chat"]}}
+"#,
+            gpt.base_url(),
+            claude.origin()
+        ))
+        .env("HYGIENE_KEY", KEY)
+        .env("HYGIENE_GROUP_KEY", GROUP_KEY)
+}
+
+/// Every `"model"` value in `text` (a JSON answer or the data lines of a stream).
+fn models_named(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut collect = |value: &serde_json::Value| {
+        if let Some(model) = value["model"]
+            .as_str()
+            .or(value["message"]["model"].as_str())
+        {
+            names.push(model.to_owned());
+        }
+    };
+    match serde_json::from_str(text) {
+        Ok(value) => collect(&value),
+        Err(_) => text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter_map(|data| serde_json::from_str(data).ok())
+            .for_each(|value| collect(&value)),
+    }
+    names
+}
+
+both_modes! {
+    async fn a_key_that_may_not_call_a_group_s_models_sees_only_the_group_s_name(mode: Mode) {
+        let gpt = MockProvider::start();
+        let claude = MockProvider::start_anthropic();
+        let gateway = Gateway::start(&grouped(mode, &gpt, &claude));
+        let ask = |key: &str, group: &str, anthropic: bool, stream: bool| {
+            let body = json!({"model": group, "max_tokens": 5, "stream": stream,
+                "messages": [{"role": "user", "content": "hi"}]}).to_string();
+            if anthropic {
+                client::request("POST", "/v1/messages", &[("x-api-key", key), ("anthropic-version", "2023-06-01")], Some(&body))
+            } else {
+                client::request("POST", "/v1/chat/completions", &[("authorization", &format!("Bearer {key}"))], Some(&body))
+            }
+        };
+        for (group, direct) in [("chat", "gpt-hidden"), ("claude-chat", "claude-hidden")] {
+            for anthropic in [false, true] {
+                for stream in [false, true] {
+                    let case = format!("{group} anthropic={anthropic} stream={stream}");
+                    let reply = client::send(gateway.addr(), ask(GROUP_KEY, group, anthropic, stream)).await;
+                    assert_eq!(reply.status, 200, "{case}: {}", reply.text());
+                    assert_eq!(reply.header("x-aisix-served-by"), Some(group), "{case}");
+                    let named = models_named(&reply.text());
+                    assert!(!named.is_empty() && named.iter().all(|m| m == group), "{case}: {named:?}");
+                    assert!(!reply.text().contains(direct), "{case}: {}", reply.text());
+
+                    // A key that may call the direct model is told which one answered.
+                    let reply = client::send(gateway.addr(), ask(KEY, group, anthropic, stream)).await;
+                    assert_eq!(reply.status, 200, "{case}: {}", reply.text());
+                    assert_eq!(reply.header("x-aisix-served-by"), Some(direct), "{case}");
+                    assert!(models_named(&reply.text()).iter().all(|m| m == direct), "{case}");
+                }
+            }
+        }
+
+        // The Anthropic provider's refusal of an endpoint it lacks names the group too.
+        let body = json!({"model": "claude-chat", "input": "hi"}).to_string();
+        let request = client::request("POST", "/v1/embeddings", &[("authorization", &format!("Bearer {GROUP_KEY}"))], Some(&body));
+        let reply = client::send(gateway.addr(), request).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(message(&reply).contains("'claude-chat'"), "{}", reply.text());
+        assert!(!reply.text().contains("claude-hidden"), "{}", reply.text());
     }
 }

@@ -34,7 +34,7 @@ use crate::limit::{Charge, Headroom};
 use crate::models;
 use crate::relay::SseRelay;
 use crate::route::Plan;
-use crate::snapshot::{ApiKeyEntry, Named, Snapshot, SnapshotCache};
+use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
@@ -216,6 +216,9 @@ impl Inner {
         self.limit(key, &model, &inbound, record).await?;
         let plan = Plan::new(&model);
         let mut attempts = self.attempts(plan, inbound, budget, record, &snapshot);
+        if let Named::Group(group) = &model {
+            attempts.hide(hidden_members(group, key));
+        }
         let served = attempts.run(record).await?;
         Ok(Reply::Served(served, attempts))
     }
@@ -397,6 +400,16 @@ impl Inner {
             &self.common.limiter,
         )
     }
+}
+
+/// The direct models of `group` that `key` may not call: answers from them name the group.
+fn hidden_members(group: &GroupRoute, key: &ApiKeyEntry) -> Vec<Arc<str>> {
+    group
+        .members
+        .iter()
+        .filter(|member| !key.allows(&member.name))
+        .map(|member| member.name.clone())
+        .collect()
 }
 
 /// hyper's initial read buffer per HTTP/1 connection, 8 KiB.

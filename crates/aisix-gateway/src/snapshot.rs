@@ -89,6 +89,11 @@ pub struct DirectRoute {
 #[derive(Debug)]
 pub struct GroupRoute {
     pub name: Arc<str>,
+    /// `name` as a JSON string literal, for the `model` of answers to a key that may not
+    /// call the direct model that answered.
+    pub name_json: Bytes,
+    /// `name` for the `x-aisix-served-by` header, on the same answers.
+    pub served_by: HeaderValue,
     /// The group's own deadlines, over those of the direct model answering.
     pub timeouts: TimeoutOverrides,
     pub strategy: Strategy,
@@ -438,6 +443,9 @@ impl GroupRoute {
         let cost = highest_prices(targets.iter().map(|(_, _, route)| route.cost));
         Some(Self {
             name: group.display_name.as_str().into(),
+            name_json: json_string(&group.display_name),
+            served_by: HeaderValue::from_str(&group.display_name)
+                .unwrap_or_else(|_| HeaderValue::from_static("-")),
             timeouts: group.timeouts,
             strategy: routing.strategy,
             policy: Policy {

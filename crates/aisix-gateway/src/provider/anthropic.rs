@@ -36,7 +36,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 ErrorKind::InvalidRequest,
                 format!(
                     "The model '{}' is served by an Anthropic provider, which has no {} endpoint.",
-                    route.name,
+                    call.shown_name(),
                     other.upstream_path()
                 ),
             ));
@@ -69,12 +69,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call.send(uri, body, &extra, error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
-            Translated::relay(call.rename.then(|| route.name_json.clone()))
+            Translated::relay(call.rename.then(|| call.shown_json().clone()))
         } else {
             Translated::to_openai(
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
-                call.rename.then_some(&*route.name),
+                call.rename.then(|| call.shown_name()),
             )
         };
         return Ok(head.stream(StreamMap::Translated(Box::new(map))));

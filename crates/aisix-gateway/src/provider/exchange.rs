@@ -123,6 +123,19 @@ impl Call<'_> {
         &self.route.provider
     }
 
+    /// The name the answer to a group's request gives as its `model`: the direct model's,
+    /// or the group's when the key may not call that direct model itself.
+    pub(crate) fn shown_name(&self) -> &str {
+        self.hidden_by
+            .map_or(&*self.route.name, |group| &*group.name)
+    }
+
+    /// [`Call::shown_name`] as a JSON string literal.
+    pub(crate) fn shown_json(&self) -> &Bytes {
+        self.hidden_by
+            .map_or(&self.route.name_json, |group| &group.name_json)
+    }
+
     /// The URI of the direct model's `endpoint`.
     pub(crate) fn uri(&self, endpoint: Endpoint) -> Result<&Uri, GatewayError> {
         self.route
@@ -208,10 +221,10 @@ impl Call<'_> {
         .await?;
         held.keep(body.len() as u64);
         let (body, usage) = translate(&body).map_err(|m| malformed(provider, &m.0))?;
-        // A group's answer names the direct model, as the relayed ones do.
+        // A group's answer names the direct model (or the group), as the relayed ones do.
         let body = match self
             .rename
-            .then(|| chunk::with_model(&body, &self.route.name_json))
+            .then(|| chunk::with_model(&body, self.shown_json()))
         {
             Some(Some(renamed)) => Bytes::from(renamed),
             _ => body,
@@ -227,7 +240,7 @@ impl Call<'_> {
     }
 
     /// Relays the whole answer of `head`, already in the client's dialect, as it arrives:
-    /// named for the direct model when `rename`, its usage read in the `usage` dialect.
+    /// named as [`Call::shown_name`] says when `rename`, its usage read in the `usage` dialect.
     pub(crate) fn relay(&self, head: Head, rename: bool, usage: Option<Dialect>) -> Answer {
         let content_type = head
             .response
@@ -241,7 +254,7 @@ impl Call<'_> {
                 content_type,
                 body: head.response.into_body(),
                 lease: head.lease,
-                rename: rename.then(|| self.route.name_json.clone()),
+                rename: rename.then(|| self.shown_json().clone()),
                 usage,
                 end: self.deadlines.end,
                 in_flight: None,

@@ -57,12 +57,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if head.is_stream(inbound.stream) {
         let map = if translated {
             StreamMap::Translated(Box::new(Translated::to_anthropic(
-                call.rename.then_some(&*route.name),
+                call.rename.then(|| call.shown_name()),
             )))
         } else {
             StreamMap::OpenAi(Passthrough::new(
                 !inbound.client_wants_usage(),
-                call.rename.then(|| route.name_json.clone()),
+                call.rename.then(|| call.shown_json().clone()),
                 inbound.inspected.choices,
             ))
         };
