@@ -202,12 +202,14 @@ impl EndpointUris {
     }
 
     /// An Azure OpenAI deployment's URIs:
-    /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`.
+    /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`, the
+    /// deployment and the version percent-encoded (the loader takes only names that need no
+    /// encoding; resources built otherwise still cannot splice a `/`, `?` or `#` in).
     fn azure(api_base: &str, deployment: &str, api_version: &str) -> Self {
         Self::new(
             api_base,
-            &format!("/openai/deployments/{deployment}"),
-            Some(&format!("api-version={api_version}")),
+            &format!("/openai/deployments/{}", percent_encoded(deployment)),
+            Some(&format!("api-version={}", percent_encoded(api_version))),
         )
     }
 
@@ -467,6 +469,23 @@ impl GroupRoute {
             cost,
         })
     }
+}
+
+/// `value` with every byte but RFC 3986's unreserved ones (letters, digits, `-`, `.`, `_`,
+/// `~`) percent-encoded: safe as one path segment or one query value. `.` and `..` (which
+/// name other paths once resolved) are encoded whole.
+fn percent_encoded(value: &str) -> String {
+    use std::fmt::Write;
+    let dots = matches!(value, "." | "..");
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if !dots && (byte.is_ascii_alphanumeric() || b"-._~".contains(&byte)) {
+            encoded.push(char::from(byte));
+        } else {
+            let _ = write!(encoded, "%{byte:02X}");
+        }
+    }
+    encoded
 }
 
 /// The highest input and the highest output price among `costs`; `None` when none is priced.
@@ -780,5 +799,20 @@ models:
             "http://gw.local/v1/completions?tenant=t1"
         );
         assert_eq!(openai.provider.headers["authorization"], "Bearer sk-x");
+    }
+
+    #[test]
+    fn azure_deployments_and_versions_are_percent_encoded_where_they_are_spliced() {
+        let uris = EndpointUris::azure("https://res.openai.azure.com", "dep/x?y#z", "2024 10&a=b");
+        assert_eq!(
+            uris.get(Endpoint::ChatCompletions).unwrap().to_string(),
+            "https://res.openai.azure.com/openai/deployments/dep%2Fx%3Fy%23z/chat/completions?api-version=2024%2010%26a%3Db"
+        );
+        let uris = EndpointUris::azure("https://res.openai.azure.com", "..", "v");
+        assert_eq!(
+            uris.get(Endpoint::Embeddings).unwrap().to_string(),
+            "https://res.openai.azure.com/openai/deployments/%2E%2E/embeddings?api-version=v"
+        );
+        assert_eq!(percent_encoded("gpt-4o_prod.v1~a"), "gpt-4o_prod.v1~a");
     }
 }
