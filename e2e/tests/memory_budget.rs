@@ -218,15 +218,16 @@ both_modes! {
         let gpt = MockProvider::start();
         let gateway = Gateway::start(&translating(mode, &claude, &gpt));
         let addr = gateway.addr();
-        // Room for two 450 KiB answers: four asked at once, each answer arriving but for its
-        // last bytes, which come 2 s later. Two wait for room past their 1 s body deadline.
+        // Room for two answers of up to 14000 tokens (450 KiB reserved each, the bound): four
+        // asked at once, each answer arriving but for its last bytes, which come 2 s later.
+        // Two wait for room past their 1 s body deadline.
         let text = "z".repeat(400 * 1024);
         let pause = Duration::from_secs(2);
 
         let message = anthropic::message_body("msg_big", "claude-up", json!([{"type": "text", "text": text}]),
             "end_turn", None, json!({"input_tokens": 1, "output_tokens": 1})).to_string();
         claude.set_default(slow_answer(&message, pause));
-        let chat = json!({"model": "claude", "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let chat = json!({"model": "claude", "max_tokens": 14000, "messages": [{"role": "user", "content": "hi"}]}).to_string();
         let statuses = at_once(addr, 4, |i| client::chat_request(KEY, &format!("chat-{i}"), &chat),
             |error| error["error"]["code"] == "gateway_overloaded").await;
         assert!(statuses.contains(&503) && statuses.contains(&200), "{statuses:?}");
@@ -239,7 +240,7 @@ both_modes! {
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).to_string();
         gpt.set_default(slow_answer(&completion, pause));
-        let messages = json!({"model": "gpt", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let messages = json!({"model": "gpt", "max_tokens": 14000, "messages": [{"role": "user", "content": "hi"}]}).to_string();
         let statuses = at_once(addr, 4, |_| client::request("POST", "/v1/messages",
             &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")], Some(&messages)),
             |error| error["type"] == "error" && error["error"]["type"] == "overloaded_error").await;
@@ -252,5 +253,42 @@ both_modes! {
         let after = client::send(addr, client::chat_request(KEY, "after", &chat)).await;
         assert_eq!(after.status, 200, "{}", after.text());
         assert_eq!(after.json()["choices"][0]["message"]["content"].as_str().map(str::len), Some(text.len()));
+    }
+}
+
+both_modes! {
+    async fn a_held_answer_longer_than_its_request_expected_waits_for_room_and_is_served(mode: Mode) {
+        let claude = MockProvider::start_anthropic();
+        let gpt = MockProvider::start();
+        let gateway = Gateway::start(&translating(mode, &claude, &gpt));
+        let addr = gateway.addr();
+        let text = "z".repeat(400 * 1024);
+
+        // Two Anthropic clients' answers of up to 14000 tokens hold 900 KiB of the 1 MiB for 2 s.
+        let completion = json!({"id": "c", "object": "chat.completion", "created": 1, "model": "gpt-up",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).to_string();
+        gpt.set_default(slow_answer(&completion, Duration::from_secs(2)));
+        let messages = json!({"model": "gpt", "max_tokens": 14000, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let holders: Vec<_> = (0..2)
+            .map(|_| tokio::spawn(client::send(addr, client::request("POST", "/v1/messages",
+                &[("x-api-key", KEY), ("anthropic-version", "2023-06-01")], Some(&messages)))))
+            .collect();
+        assert!(gpt.wait_until_async(Duration::from_secs(10), |m| m.request_count() == 2).await);
+
+        // An answer to a 5-token request reserves little, then arrives at 400 KiB: it waits
+        // for the room the others give back rather than being refused.
+        let message = anthropic::message_body("msg_big", "claude-up", json!([{"type": "text", "text": text}]),
+            "end_turn", None, json!({"input_tokens": 1, "output_tokens": 1})).to_string();
+        claude.enqueue(Mock::status(200).json(serde_json::from_str(&message).unwrap()));
+        let chat = json!({"model": "claude", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]}).to_string();
+        let reply = client::send(addr, client::chat_request(KEY, "grows", &chat)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["choices"][0]["message"]["content"].as_str().map(str::len), Some(text.len()));
+        for holder in holders {
+            let holder = holder.await.unwrap();
+            assert_eq!(holder.status, 200, "{}", holder.text());
+        }
+        assert_eq!(claude.request_count(), 1);
     }
 }

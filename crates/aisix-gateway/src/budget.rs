@@ -5,9 +5,11 @@
 //! (its `Content-Length` charges nothing: idle uploads hold no room) and given back when its
 //! response ends. A request whose key holds its share, or whose worker holds its budget, waits
 //! for room until its own deadline, then gets 503 `gateway_overloaded` with `Retry-After`;
-//! other keys are not held up by one at its share. A whole answer held to translate has its
-//! room reserved before the upstream call, so a refusal comes before anything is billed, and
-//! what it did not use is given back once it is in. Bytes are counted in KiB, rounded up.
+//! other keys are not held up by one at its share. A whole answer held to translate has room
+//! for the answer its request may expect reserved before the upstream call, so a refusal comes
+//! before anything is billed; a longer answer takes more as it arrives, waiting for it rather
+//! than being refused, and what an answer did not use is given back once it is in. Bytes are
+//! counted in KiB, rounded up.
 
 use std::sync::Arc;
 
@@ -102,14 +104,15 @@ impl Budget {
         (self.units as u64 * UNIT, self.share_units as u64 * UNIT)
     }
 
-    /// Reserves room for a whole answer of at most `limit` bytes, for a request whose body of
-    /// `body` bytes is held already, waiting for it until `deadline`. When the budget or the
-    /// key's share could never hold both, the reservation is what they could (it bounds the
-    /// answer instead). Returns the reservation and the answer's bound.
+    /// Reserves room for the `expected` bytes of a whole answer of at most `limit`, for a
+    /// request whose body of `body` bytes is held already, waiting for it until `deadline`.
+    /// Returns the reservation and the answer's bound: `limit`, or less when the budget or the
+    /// key's share could never hold the body and that much.
     pub(crate) async fn reserve(
         &self,
         body: u64,
         limit: usize,
+        expected: u64,
         deadline: Instant,
     ) -> Result<(Held, usize), GatewayError> {
         let capacity = match self.share {
@@ -119,7 +122,7 @@ impl Budget {
             * UNIT;
         let bound = (limit as u64).min(capacity.saturating_sub(body.div_ceil(UNIT) * UNIT));
         let mut held = Held::default();
-        self.cover(&mut held, bound, deadline).await?;
+        self.cover(&mut held, expected.min(bound), deadline).await?;
         Ok((held, usize::try_from(bound).unwrap_or(limit)))
     }
 }
@@ -336,13 +339,17 @@ mod tests {
         let mut body = Held::default();
         keyed.cover_now(&mut body, 2 * UNIT).await.unwrap();
 
-        // The share holds 8 units: with 2 held by the body, the answer is bounded by 6.
+        // The share holds 8 units: with 2 held by the body, the answer is bounded by 6, and
+        // the 3 expected are reserved.
         let (mut answer, bound) = keyed
-            .reserve(2 * UNIT, 1 << 20, Instant::now())
+            .reserve(2 * UNIT, 1 << 20, 3 * UNIT, Instant::now())
             .await
             .unwrap();
         assert_eq!(bound as u64, 6 * UNIT);
-        assert_eq!(answer.bytes, 6 * UNIT);
+        assert_eq!(answer.bytes, 3 * UNIT);
+        assert_eq!(share.0.available_permits(), 3);
+        // A longer answer takes more as it arrives.
+        keyed.cover_now(&mut answer, 6 * UNIT).await.unwrap();
         assert_eq!(share.0.available_permits(), 0);
         // Arrived whole at 1.5 units: the rest goes back.
         answer.keep(UNIT + 512);
@@ -352,11 +359,11 @@ mod tests {
 
         // No room before the call: refused by its deadline, before anything is sent.
         let (_full, _) = keyed
-            .reserve(4 * UNIT, 1 << 20, Instant::now())
+            .reserve(4 * UNIT, 1 << 20, 1 << 20, Instant::now())
             .await
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(1);
-        let error = keyed.reserve(0, 1024, deadline).await.unwrap_err();
+        let error = keyed.reserve(0, 1024, 1024, deadline).await.unwrap_err();
         assert_eq!(error.code(), "gateway_overloaded");
         body.merge(answer);
         assert_eq!(body.bytes, 4 * UNIT);

@@ -14,7 +14,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::{Answer, Call, StreamMap};
-use crate::budget::Held;
+use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
@@ -99,6 +99,20 @@ pub(crate) struct Head {
     pub waited: Duration,
 }
 
+/// Bytes of a translated answer's JSON besides its output tokens' (ids, usage, stop reason).
+const ANSWER_OVERHEAD: u64 = 16 * 1024;
+
+/// Bytes per output token reserved for a translated answer: text runs about 4 per token, and
+/// a token of escaped or multi-byte characters several times that.
+const BYTES_PER_TOKEN: u64 = 32;
+
+/// The bytes of a whole answer a request asking for at most `max_output_tokens` may expect
+/// (4096 when it names no bound, the translator's default).
+fn expected_answer(max_output_tokens: Option<u64>) -> u64 {
+    let tokens = max_output_tokens.unwrap_or(crate::wire::anthropic::request::DEFAULT_MAX_TOKENS);
+    ANSWER_OVERHEAD.saturating_add(tokens.saturating_mul(BYTES_PER_TOKEN))
+}
+
 /// Room reserved for a whole answer before its call ([`Call::reserve`]).
 pub(crate) struct Reserved {
     held: Held,
@@ -174,24 +188,27 @@ impl Call<'_> {
         Ok(head)
     }
 
-    /// Reserves room in the request's memory budget for a whole answer this call will hold
+    /// Reserves room in the request's memory budget for the whole answer this call will hold
     /// (to translate it), before anything is sent: a refusal (503 `gateway_overloaded`, after
     /// waiting for room within the request's body deadline) then comes before the provider has
-    /// produced and billed anything. The answer is bounded by what was reserved.
+    /// produced and billed anything. What is reserved is what the request may expect
+    /// ([`expected_answer`]), never more than `upstream.max_response_bytes`.
     pub(crate) async fn reserve(&self) -> Result<Reserved, GatewayError> {
         let body = self.inbound.body.len() as u64;
+        let expected = expected_answer(self.inbound.inspected.max_output_tokens);
         let (held, bound) = self
             .budget
-            .reserve(body, self.max_response_bytes, self.room_by)
+            .reserve(body, self.max_response_bytes, expected, self.room_by)
             .await?;
         Ok(Reserved { held, bound })
     }
 
-    /// Holds the whole answer of `head` in the room `reserved` before the call (up to
-    /// `upstream.max_response_bytes`; without a reservation, as for a stream answered whole,
-    /// room is taken now or the answer refused) and `translate`s it into the client's dialect:
-    /// its JSON body, named for the direct model when the client named a group, and its usage.
-    /// What the answer did not use of its room is given back.
+    /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`) in the room
+    /// `reserved` before the call, taking more as a longer answer arrives (waiting for it within
+    /// the request's deadline: an answer already produced is never refused for room), and
+    /// `translate`s it into the client's dialect: its JSON body, named for the direct model
+    /// when the client named a group, and its usage. What the answer did not use of its room
+    /// is given back.
     pub(crate) async fn translate(
         &self,
         head: Head,
@@ -202,11 +219,12 @@ impl Call<'_> {
         let status = head.response.status();
         let Reserved { mut held, bound } = match reserved {
             Some(reserved) => reserved,
+            // A stream answered whole: nothing reserved, its room taken as it arrives.
             None => {
                 let body = self.inbound.body.len() as u64;
                 let (held, bound) = self
                     .budget
-                    .reserve(body, self.max_response_bytes, Instant::now())
+                    .reserve(body, self.max_response_bytes, 0, Instant::now())
                     .await?;
                 Reserved { held, bound }
             }
@@ -217,6 +235,7 @@ impl Call<'_> {
             bound,
             self.deadlines.end,
             &provider.name,
+            Some((self.budget, &mut held)),
         )
         .await?;
         held.keep(body.len() as u64);
@@ -302,15 +321,18 @@ async fn send(
     }
 }
 
-/// Reads a whole body of at most `limit` bytes by `deadline`; hands the connection back when
-/// it was read to the end. A longer body is `upstream_response_too_large`, and its connection
-/// is closed (never pooled with the rest unread).
+/// Reads a whole body of at most `limit` bytes by `deadline`, each piece covered in `room`
+/// (when given) as it arrives, waiting for room if need be; hands the connection back when
+/// it was read to the end. A longer body is `upstream_response_too_large`, one still waiting
+/// for room at the deadline `upstream_timeout`, and either way its connection is closed
+/// (never pooled with the rest unread).
 async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
     limit: usize,
     deadline: Instant,
     provider: &str,
+    mut room: Option<(&Budget, &mut Held)>,
 ) -> Result<Bytes, GatewayError> {
     let read = async move {
         let (mut body, mut pieces) = (body, Outbox::default());
@@ -335,6 +357,15 @@ async fn read_body(
                         "The upstream provider's answer is larger than the limit of {limit} bytes."
                     ),
                 ));
+            }
+            if let Some((budget, held)) = room.as_mut() {
+                budget
+                    .cover(held, len as u64, deadline)
+                    .await
+                    .map_err(|_| {
+                        tracing::warn!(provider, "held answer waited for room past its deadline");
+                        timeout(provider)
+                    })?;
             }
             pieces.push(data);
         }
@@ -362,6 +393,7 @@ async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
         MAX_ERROR_BODY,
         deadline,
         provider,
+        None,
     )
     .await
     .unwrap_or_default();
@@ -465,7 +497,7 @@ mod tests {
     async fn read_four_kib(limit: usize) -> Result<Bytes, GatewayError> {
         let response = raw_response(four_kib_chunked(), false).await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        read_body(response.into_body(), None, limit, deadline, "p").await
+        read_body(response.into_body(), None, limit, deadline, "p", None).await
     }
 
     #[tokio::test]
