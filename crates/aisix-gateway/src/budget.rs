@@ -127,6 +127,14 @@ impl Budget {
     }
 }
 
+impl Share {
+    /// Whether this is `other` (the same key's share, kept across a reload).
+    #[cfg(test)]
+    pub(crate) fn is(&self, other: &Share) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 /// `bytes` in units, rounded up and bounded by what a semaphore holds.
 fn units_of(bytes: u64) -> usize {
     usize::try_from(bytes.div_ceil(UNIT))

@@ -815,4 +815,29 @@ models:
         );
         assert_eq!(percent_encoded("gpt-4o_prod.v1~a"), "gpt-4o_prod.v1~a");
     }
+
+    #[test]
+    fn a_key_keeps_its_share_of_the_budget_across_a_reload() {
+        let yaml = |model: &str| {
+            format!(
+                "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\napi_keys: [{{display_name: k, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: [\"*\"]}}]\n"
+            )
+        };
+        let loaded = |model: &str| Loaded::new(parse(&yaml(model)), None, Resilience::default());
+        let (egress, limiter) = (Egress::direct(), Limiter::in_memory(Arc::new(SystemClock)));
+        let published = ArcSwap::from_pointee(loaded("old"));
+        let budget = Budget::new(1 << 20, 1 << 18);
+        let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
+        let hash = published.load().resources.api_keys[0].key_hash;
+        let share = |snapshot: &Snapshot| snapshot.api_key(&hash).unwrap().share.clone().unwrap();
+        let before = share(&cache.get(&published, &egress, &limiter));
+
+        published.store(Arc::new(loaded("new")));
+        let snapshot = cache.get(&published, &egress, &limiter);
+        assert!(snapshot.model("new").is_some());
+        assert!(
+            share(&snapshot).is(&before),
+            "what its requests hold stays counted"
+        );
+    }
 }
