@@ -40,10 +40,14 @@ pub struct ProxyConfig {
     /// `proxy.request_body_limit_bytes`: larger request bodies are refused with 413.
     pub request_body_limit_bytes: u64,
     /// `proxy.max_buffered_bytes_per_worker`: request bytes (and whole answers held to
-    /// translate them) one worker holds in memory at once; a request body that would cross it
-    /// waits within its body deadline, else gets 503 with `Retry-After`; an answer gets the 503
-    /// at once.
+    /// translate them) one worker holds in memory at once (the shared runtime's process:
+    /// workers × this); a request that would cross it waits within its body deadline, else
+    /// gets 503 with `Retry-After`.
     pub max_buffered_bytes_per_worker: u64,
+    /// `proxy.max_buffered_percent_per_key`: the percentage of that budget one API key may hold
+    /// at once (never less than one body at `request_body_limit_bytes`); past it the key's
+    /// requests wait the same way, and other keys' are not held up.
+    pub max_buffered_percent_per_key: u8,
     /// `proxy.tls`: serve HTTPS on `addr` when set.
     pub tls: Option<TlsConfig>,
     /// `proxy.pin_workers`: pin `tpc-N` to the N-th CPU the process may run on
@@ -356,6 +360,7 @@ impl Default for ProxyConfig {
             backlog: 4096,
             request_body_limit_bytes: 32 * 1024 * 1024,
             max_buffered_bytes_per_worker: 256 * 1024 * 1024,
+            max_buffered_percent_per_key: 25,
             tls: None,
             pin_workers: false,
             balance: Balance::ReusePort,

@@ -123,6 +123,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         if max_buffered_bytes_per_worker < request_body_limit_bytes {
             r.refuse("proxy.max_buffered_bytes_per_worker", "must be at least proxy.request_body_limit_bytes, or a body at the limit could never be read");
         }
+        let max_buffered_percent_per_key = r
+            .bounded("proxy.max_buffered_percent_per_key", 1, 100)
+            .map_or(d.max_buffered_percent_per_key, |n| n as u8);
         ProxyConfig {
             addr: r.socket_addr("proxy.addr").unwrap_or(d.addr),
             thread_per_core: r.bool("proxy.thread_per_core").unwrap_or(d.thread_per_core),
@@ -132,6 +135,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 .map_or(d.backlog, |n| n as u32),
             request_body_limit_bytes,
             max_buffered_bytes_per_worker,
+            max_buffered_percent_per_key,
             tls,
             pin_workers: r.bool("proxy.pin_workers").unwrap_or(d.pin_workers),
             balance: read_balance(r).unwrap_or(d.balance),

@@ -1112,6 +1112,8 @@ provider_keys:
   - {display_name: az2, provider: azure_openai, api_base: "https://r.openai.azure.com", api_version: "2024/10"}
 models:
   - {display_name: m, provider: azure_openai, model_name: "dep/../x", provider_key: az2}
+  - {display_name: dots, provider: azure_openai, model_name: "..", provider_key: az2}
+  - {display_name: query, provider: azure_openai, model_name: "dep?x=1#f", provider_key: az2}
 "#;
     let errors = errors(yaml, &[]);
     for expected in [
@@ -1126,6 +1128,8 @@ models:
         "provider_keys[2].headers.X-Ok: must be visible ASCII without line breaks",
         "provider_keys[3].api_version: must be an API version",
         "models[0].model_name: is the Azure deployment name here",
+        "models[1].model_name: is the Azure deployment name here",
+        "models[2].model_name: is the Azure deployment name here",
     ] {
         assert!(
             errors.iter().any(|e| e.starts_with(expected)),

@@ -703,13 +703,15 @@ fn resolve_provider_keys(
             }
             if key_provider == Some(ProviderKind::AzureOpenAi)
                 && let Some(deployment) = &model.model_name
-                && !deployment
+                && (!deployment
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+                    || matches!(deployment.as_str(), "." | ".."))
             {
+                // A path segment: `.` and `..` would name another path once resolved.
                 report.error(
                     format!("{}.model_name", model.path),
-                    "is the Azure deployment name here: letters, digits, '-', '_' and '.' only",
+                    "is the Azure deployment name here: letters, digits, '-', '_' and '.' only, and not '.' or '..'",
                 );
                 return None;
             }

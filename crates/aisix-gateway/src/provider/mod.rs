@@ -35,7 +35,7 @@ use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::inbound::Inbound;
-use crate::snapshot::DirectRoute;
+use crate::snapshot::{DirectRoute, GroupRoute};
 use crate::unary::Unary;
 use crate::upstream::{Lease, Pool};
 use crate::wire::Dialect;
@@ -49,12 +49,18 @@ pub(crate) struct Call<'a> {
     pub inbound: &'a Inbound,
     pub deadlines: &'a Deadlines,
     pub request_id: &'a HeaderValue,
-    /// Answers name the direct model in `model` (the client named a group).
+    /// Answers name the direct model in `model` (the client named a group), or the group
+    /// when `hidden_by` is set: see [`Call::shown_name`].
     pub rename: bool,
+    /// The group whose name the answer carries instead of the direct model's: the client's
+    /// key may not call this direct model itself, so its name is not shown.
+    pub hidden_by: Option<&'a GroupRoute>,
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
-    /// The worker's memory budget, charged for a whole answer held to translate.
+    /// The request's memory budget, where a whole answer held to translate reserves room.
     pub budget: &'a Budget,
+    /// When the request stops waiting for room in `budget` (its body deadline).
+    pub room_by: tokio::time::Instant,
 }
 
 /// A direct model's answer, in the client's dialect.
