@@ -27,6 +27,7 @@ fn config(redis: &Redis, on_error: OnRedisError) -> RateLimitConfig {
         backend: RateLimitBackend::Redis(RedisConfig {
             url: RedisUrl::parse(&redis.url()).unwrap(),
             on_error,
+            budget_on_error: on_error,
             timeout: REDIS_TIMEOUT,
         }),
         concurrency_ttl: Duration::from_secs(300),

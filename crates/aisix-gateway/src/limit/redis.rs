@@ -19,7 +19,9 @@
 //! millisecond: until then the reservation stays counted, which can only refuse early, never
 //! admit too much. Settlements queued while Redis is away are sent once it is back (up to
 //! [`SETTLE_QUEUE`] requests; beyond that they are dropped and counted as errors, leaving their
-//! reservations charged). A reservation whose reply was lost to a timeout may have been counted
+//! reservations charged). Spend counted in this process while Redis was away is queued the same
+//! way (`Reservation::write_back`), so a shared budget gets it once Redis is back; with
+//! `budget_on_error: deny` such requests are refused instead. A reservation whose reply was lost to a timeout may have been counted
 //! in Redis: it stays counted until its window ends (a budget: its period), and its concurrency
 //! slot until `ratelimit.concurrency_ttl_secs`.
 
