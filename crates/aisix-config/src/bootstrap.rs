@@ -255,6 +255,10 @@ pub struct RedisConfig {
     pub url: RedisUrl,
     /// `ratelimit.redis.on_error`: what a request gets while Redis cannot be reached.
     pub on_error: OnRedisError,
+    /// `ratelimit.redis.budget_on_error`: what a request that counts against a budget gets
+    /// while Redis cannot be reached (`allow` counts its spend here and writes it back to Redis
+    /// when Redis is back).
+    pub budget_on_error: OnRedisError,
     /// `ratelimit.redis.timeout_ms`: the longest one Redis call may take before the request
     /// goes on as `on_error` says.
     pub timeout: Duration,

@@ -323,6 +323,7 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     let redis_given = r.table_present("ratelimit.redis");
     let url = r.string("ratelimit.redis.url");
     let on_error = r.string("ratelimit.redis.on_error");
+    let budget_on_error = r.string("ratelimit.redis.budget_on_error");
     let timeout = r
         .duration(
             "ratelimit.redis.timeout_ms",
@@ -357,17 +358,16 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
             concurrency_ttl,
         };
     }
-    let on_error = match on_error.as_deref() {
+    let mut on_redis_error = |path: &str, given: Option<String>| match given.as_deref() {
         None | Some("allow") => OnRedisError::Allow,
         Some("deny") => OnRedisError::Deny,
         Some(other) => {
-            r.refuse(
-                "ratelimit.redis.on_error",
-                format!("expected allow or deny, got {other:?}"),
-            );
+            r.refuse(path, format!("expected allow or deny, got {other:?}"));
             OnRedisError::Allow
         }
     };
+    let on_error = on_redis_error("ratelimit.redis.on_error", on_error);
+    let budget_on_error = on_redis_error("ratelimit.redis.budget_on_error", budget_on_error);
     let origin = r.origin_of("ratelimit.redis.url");
     let url = match url.map(|url| RedisUrl::parse(&url)) {
         Some(Ok(url)) => Some(url),
@@ -389,6 +389,7 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
             RateLimitBackend::Redis(RedisConfig {
                 url,
                 on_error,
+                budget_on_error,
                 timeout,
             })
         }),

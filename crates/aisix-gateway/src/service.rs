@@ -339,7 +339,11 @@ impl Inner {
         let estimate = Tokens::estimate(
             inbound.body.len(),
             inbound.inspected.max_output_tokens,
-            inbound.endpoint != Endpoint::Embeddings,
+            inbound.inspected.choices,
+            !matches!(
+                inbound.endpoint,
+                Endpoint::Embeddings | Endpoint::CountTokens
+            ),
         );
         let charge = Charge {
             tokens: estimate.total(),

@@ -19,9 +19,12 @@
 //! millisecond: until then the reservation stays counted, which can only refuse early, never
 //! admit too much. Settlements queued while Redis is away are sent once it is back (up to
 //! [`SETTLE_QUEUE`] requests; beyond that they are dropped and counted as errors, leaving their
-//! reservations charged). A reservation whose reply was lost to a timeout may have been counted
-//! in Redis: it stays counted until its window ends (a budget: its period), and its concurrency
-//! slot until `ratelimit.concurrency_ttl_secs`.
+//! reservations charged). A reservation whose reply is lost (a timeout, an error, or the
+//! request cancelled while the script was in flight) is undone the same way: its script sets
+//! a marker key when it counts, and the undo takes the counts and the concurrency lease back
+//! only while that marker is there, so it is harmless whether or not the script ran. Spend counted in this process while Redis was away is queued the same
+//! way (`Reservation::write_back`), so a shared budget gets it once Redis is back; with
+//! `budget_on_error: deny` such requests are refused instead.
 
 use std::fmt;
 use std::hash::BuildHasher;
@@ -52,16 +55,20 @@ const KEY_GRACE_MS: u64 = 1_000;
 const WARN_EVERY_MS: u64 = 10_000;
 
 /// Checks every counter, then counts all of them or none.
-/// KEYS: one per check. ARGV[1]: now (Unix ms); ARGV[2]: this reservation's concurrency lease;
-/// then four per key: `w` (a window or budget counter) or `c` (a concurrency set), the amount,
-/// the limit, the key's time to live in ms.
+/// KEYS: one per check, then this reservation's marker. ARGV[1]: now (Unix ms); ARGV[2]: this
+/// reservation's concurrency lease; then four per check key: `w` (a window or budget counter)
+/// or `c` (a concurrency set), the amount, the limit, the key's time to live in ms.
 /// Returns `{refused, count1, count2, ...}`: `refused` is the 1-based index of the first check
 /// that refused (0 if none), each count is after the reservation (or as found, if refused).
+/// A reservation that counts also sets its marker, for as long as its longest-lived key: an
+/// undo (see `SETTLE`) takes a reservation back only while its marker is there, so undoing one
+/// whose reply was lost is harmless whether or not it was applied, and never applied twice.
 const RESERVE: &str = r"
 local now = tonumber(ARGV[1])
+local checks = #KEYS - 1
 local counts = {}
 local refused = 0
-for i = 1, #KEYS do
+for i = 1, checks do
   local base = 2 + (i - 1) * 4
   local count
   if ARGV[base + 1] == 'c' then
@@ -77,9 +84,11 @@ for i = 1, #KEYS do
   end
 end
 if refused == 0 then
-  for i = 1, #KEYS do
+  local longest = 1
+  for i = 1, checks do
     local base = 2 + (i - 1) * 4
     local ttl = tonumber(ARGV[base + 4])
+    if ttl > longest then longest = ttl end
     if ARGV[base + 1] == 'c' then
       redis.call('ZADD', KEYS[i], now + ttl, ARGV[2])
     elseif tonumber(ARGV[base + 2]) > 0 then
@@ -88,6 +97,7 @@ if refused == 0 then
     redis.call('PEXPIRE', KEYS[i], ttl)
     counts[i] = counts[i] + tonumber(ARGV[base + 2])
   end
+  redis.call('SET', KEYS[#KEYS], '1', 'PX', longest)
 end
 table.insert(counts, 1, refused)
 return counts
@@ -95,12 +105,19 @@ return counts
 
 /// Applies settlements. KEYS: one per adjustment. ARGV: three per key: `s` (take back this
 /// much, if the counter still exists), `a` (add this much, the key expiring in the given ms if
-/// it is new) or `r` (remove this lease from a concurrency set), the amount or lease, the ms.
+/// it is new), `r` (remove this lease from a concurrency set), or `u` (the key is a
+/// reservation's marker: delete it, and if it was not there skip the next `value` entries,
+/// which undo that reservation), the amount or lease, the ms.
 const SETTLE: &str = r"
-for i = 1, #KEYS do
+local i = 1
+while i <= #KEYS do
   local base = (i - 1) * 3
   local op, value = ARGV[base + 1], ARGV[base + 2]
-  if op == 'r' then
+  if op == 'u' then
+    if redis.call('DEL', KEYS[i]) == 0 then
+      i = i + tonumber(value)
+    end
+  elseif op == 'r' then
     redis.call('ZREM', KEYS[i], value)
   elseif op == 's' then
     local count = redis.call('GET', KEYS[i])
@@ -115,6 +132,7 @@ for i = 1, #KEYS do
       redis.call('PEXPIRE', KEYS[i], ARGV[base + 3])
     end
   end
+  i = i + 1
 end
 return #KEYS
 ";
@@ -135,6 +153,24 @@ struct SettleEntry {
     op: &'static str,
     value: String,
     ttl_ms: u64,
+}
+
+/// The undo of a reservation whose reply has not been read: queued as it drops unless the
+/// reply came (and `entries` was emptied). Runs off the request path, on the background
+/// thread, once Redis answers again.
+struct Undo<'a> {
+    backend: &'a RedisBackend,
+    /// The marker's `u` entry, then one `s` or `r` entry per check.
+    entries: Vec<SettleEntry>,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.entries.is_empty() {
+            self.backend
+                .queue(Queued::Settle(std::mem::take(&mut self.entries)));
+        }
+    }
 }
 
 pub(super) struct RedisBackend {
@@ -224,20 +260,46 @@ impl RedisBackend {
             return None;
         };
         let lease = state.leases.fetch_add(1, Ordering::Relaxed);
+        let member = state.lease_member(lease);
         let mut call = state.reserve.prepare_invoke();
-        call.arg(now).arg(state.lease_member(lease));
+        call.arg(now).arg(&member);
+        // Until its reply is read, the reservation may be counted in Redis without anyone
+        // holding it: a lost reply (timeout, error) or a cancelled request undoes it.
+        let mut undo = Undo {
+            backend: self,
+            entries: Vec::with_capacity(checks.len() + 1),
+        };
+        let marker = format!("{}:res:{member}", subjects[0].redis_prefix);
+        undo.entries.push(SettleEntry {
+            key: marker.clone(),
+            op: "u",
+            value: checks.len().to_string(),
+            ttl_ms: 0,
+        });
         for check in checks {
             let subject = subjects[check.subject];
             let (op, ttl) = match check.what {
                 What::Concurrency => ("c", state.concurrency_ttl_ms),
                 _ => ("w", check.span.end.saturating_sub(now) + KEY_GRACE_MS),
             };
-            call.key(key(subject, check.what, check.span.epoch))
+            let key = key(subject, check.what, check.span.epoch);
+            call.key(&key)
                 .arg(op)
                 .arg(check.amount)
                 .arg(check.limit)
                 .arg(ttl);
+            let (op, value) = match check.what {
+                What::Concurrency => ("r", member.clone()),
+                _ => ("s", check.amount.to_string()),
+            };
+            undo.entries.push(SettleEntry {
+                key,
+                op,
+                value,
+                ttl_ms: 0,
+            });
         }
+        call.key(marker);
         let mut connection = (*conn).clone();
         let reply = tokio::time::timeout(
             state.timeout,
@@ -256,7 +318,10 @@ impl RedisBackend {
             }
         };
         match parse_reserved(&values, checks.len()) {
-            Some(evaluated) => Some((lease, evaluated)),
+            Some(evaluated) => {
+                undo.entries.clear();
+                Some((lease, evaluated))
+            }
             None => {
                 state.unavailable(
                     None,
@@ -304,10 +369,15 @@ impl RedisBackend {
                 }
             })
             .collect();
+        self.queue(Queued::Settle(entries));
+    }
+
+    /// Hands `queued` to the background thread; never waits.
+    fn queue(&self, queued: Queued) {
         let queued = self
             .settlements
             .as_ref()
-            .is_some_and(|queue| queue.try_send(Queued::Settle(entries)).is_ok());
+            .is_some_and(|queue| queue.try_send(queued).is_ok());
         if !queued {
             self.state.unavailable(None, "the settlement queue is full");
         }
@@ -394,8 +464,9 @@ impl State {
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             if self.conn.load().is_none() {
-                if queue.is_closed() && queue.is_empty() {
-                    if !unsent.is_empty() {
+                // Shut down while Redis is away: what is still queued cannot be sent.
+                if queue.is_closed() {
+                    if !unsent.is_empty() || !queue.is_empty() {
                         self.unavailable(None, "shutting down while not connected");
                     }
                     return;

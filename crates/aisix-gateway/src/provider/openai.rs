@@ -72,7 +72,11 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
     }
     call.translate(head, reserved, |body| match inbound.endpoint {
-        Endpoint::CountTokens => Ok((response::count_tokens_from_openai(body)?, None)),
+        // The chat call that counted the prompt was billed for it: its usage is the charge.
+        Endpoint::CountTokens => Ok((
+            response::count_tokens_from_openai(body)?,
+            crate::wire::usage::from_response(body),
+        )),
         _ => {
             let answer = response::to_anthropic(body)?;
             Ok((answer.body, Some(answer.usage.to_usage())))
