@@ -197,3 +197,37 @@ both_modes! {
         }
     }
 }
+
+both_modes! {
+    async fn a_long_stream_keeps_its_redis_concurrency_slot_past_the_lease_ttl(mode: Mode) {
+        let redis = Redis::start();
+        let limits = Limits { key: "rate_limit: {concurrency: 1}".into(), ..Limits::default() };
+        let extra = format!("{}  concurrency_ttl_secs: 1\n", backend(&redis, "deny"));
+        let rig = Rig::start(mode, &limits, &extra);
+        let mut frames = vec![aisix_e2e::mock::Frame::chat_role("up-chat")];
+        frames.push(aisix_e2e::mock::Frame::chat_delta("up-chat", "x0"));
+        rig.mock.enqueue(aisix_e2e::mock::Reply::sse(frames).hang());
+
+        let mut stream = aisix_e2e::client::send_streaming(
+            rig.gateway.addr(),
+            aisix_e2e::limits::chat_request(&chat_body(16, true)),
+        )
+        .await;
+        assert_eq!(stream.status(), 200);
+        // Three lease lifetimes while the stream runs: the slot is renewed, never lapses.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            let reply = within_deadline(&rig.gateway, &chat_body(16, false)).await;
+            assert_eq!(reply.status, 429, "the stream's slot lapsed: {}", reply.text());
+        }
+        let _ = http_body_util::BodyExt::frame(stream.body_mut()).await;
+        drop(stream);
+
+        rig.mock.set_default(answer(7, 3));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while within_deadline(&rig.gateway, &chat_body(16, false)).await.status != 200 {
+            assert!(tokio::time::Instant::now() < deadline, "the slot never came back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

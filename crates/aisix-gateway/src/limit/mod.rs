@@ -116,7 +116,11 @@ impl Limiter {
         let (redis, deny_without_redis, deny_budget_without_redis) = match &config.backend {
             RateLimitBackend::Memory => (None, false, false),
             RateLimitBackend::Redis(redis) => (
-                Some(redis::RedisBackend::start(redis, config.concurrency_ttl)?),
+                Some(redis::RedisBackend::start(
+                    redis,
+                    config.concurrency_ttl,
+                    clock.clone(),
+                )?),
                 redis.on_error == OnRedisError::Deny,
                 redis.budget_on_error == OnRedisError::Deny,
             ),

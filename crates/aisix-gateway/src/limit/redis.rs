@@ -25,11 +25,17 @@
 //! only while that marker is there, so it is harmless whether or not the script ran. Spend counted in this process while Redis was away is queued the same
 //! way (`Reservation::write_back`), so a shared budget gets it once Redis is back; with
 //! `budget_on_error: deny` such requests are refused instead.
+//!
+//! A concurrency slot is a lease that expires `ratelimit.concurrency_ttl_secs` after it was
+//! last renewed: the background thread renews the leases of every request still in flight
+//! three times per lifetime, so a long stream keeps its slot, and a replica that dies loses
+//! its slots one lifetime later.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -192,8 +198,15 @@ struct State {
     timeout: Duration,
     on_error: OnRedisError,
     concurrency_ttl_ms: u64,
+    /// The limiter's clock: lease expiries are on it.
+    clock: Arc<dyn Clock>,
     /// Names this process in concurrency leases.
     node: u64,
+    // shared: the leases of every request in flight on any worker that holds a Redis
+    // concurrency slot, renewed by the background thread so that a slot outlives
+    // `concurrency_ttl` while its request runs. Locked once when such a reservation is made and
+    // once when it settles, beside a Redis round trip; never by other requests.
+    live: Mutex<HashMap<String, Vec<String>>>,
     leases: AtomicU64,
     warnings: Warnings,
     reserve: Script,
@@ -214,6 +227,7 @@ impl RedisBackend {
     pub(super) fn start(
         config: &RedisConfig,
         concurrency_ttl: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, LimiterInitError> {
         let client = redis::Client::open(config.url.expose())
             .map_err(|_| LimiterInitError::RedisUrl("not a Redis URL the client accepts".into()))?;
@@ -225,6 +239,8 @@ impl RedisBackend {
             timeout: config.timeout,
             on_error: config.on_error,
             concurrency_ttl_ms: u64::try_from(concurrency_ttl.as_millis()).unwrap_or(u64::MAX),
+            clock,
+            live: Mutex::new(HashMap::new()),
             // Seeded from the OS once per process; leases need only be unique among replicas.
             node: std::collections::hash_map::RandomState::new().hash_one(std::process::id()),
             leases: AtomicU64::new(0),
@@ -320,6 +336,9 @@ impl RedisBackend {
         match parse_reserved(&values, checks.len()) {
             Some(evaluated) => {
                 undo.entries.clear();
+                if evaluated.refused.is_none() {
+                    state.hold(member, &lease_keys(checks, subjects));
+                }
                 Some((lease, evaluated))
             }
             None => {
@@ -341,6 +360,12 @@ impl RedisBackend {
         lease: u64,
         now: u64,
     ) {
+        if adjustments
+            .iter()
+            .any(|a| matches!(a, Adjust::Release { .. }))
+        {
+            self.state.release(&self.state.lease_member(lease));
+        }
         let entries = adjustments
             .iter()
             .map(|adjustment| {
@@ -418,6 +443,65 @@ impl State {
         format!("{:016x}:{lease}", self.node)
     }
 
+    /// Keeps `member`'s slots in `keys` renewed until [`State::release`].
+    fn hold(&self, member: String, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(member, keys.to_vec());
+    }
+
+    fn release(&self, member: &str) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(member);
+    }
+
+    /// Moves the expiry of every live lease `concurrency_ttl` past now, in one pipeline. A
+    /// lease already gone (expired, or its set lost) is not brought back (`XX`).
+    async fn renew(&self) {
+        let leases: Vec<(String, Vec<String>)> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(member, keys)| (member.clone(), keys.clone()))
+            .collect();
+        if leases.is_empty() {
+            return;
+        }
+        let Some(conn) = self.conn.load_full() else {
+            return;
+        };
+        let now = self.clock.unix_millis();
+        let until = now.saturating_add(self.concurrency_ttl_ms);
+        let mut pipe = redis::pipe();
+        for (member, keys) in &leases {
+            for key in keys {
+                pipe.cmd("ZADD")
+                    .arg(key)
+                    .arg("XX")
+                    .arg(until)
+                    .arg(member)
+                    .ignore()
+                    .cmd("PEXPIRE")
+                    .arg(key)
+                    .arg(self.concurrency_ttl_ms)
+                    .ignore();
+            }
+        }
+        let mut connection = (*conn).clone();
+        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut connection)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => self.unavailable(Some(&conn), &error),
+            Err(_) => self.unavailable(Some(&conn), "timed out"),
+        }
+    }
+
     /// A request or settlement could not use Redis: count it, warn now and then, and drop the
     /// connection it used (if any) so the background thread makes a new one.
     fn unavailable(&self, conn: Option<&Arc<MultiplexedConnection>>, why: impl fmt::Display) {
@@ -459,6 +543,11 @@ impl State {
     async fn background(&self, mut queue: mpsc::Receiver<Queued>) {
         let mut tick = tokio::time::interval(RECONNECT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Three renewals per lease lifetime: one lost or late renewal does not let it lapse.
+        let mut renewal = tokio::time::interval(Duration::from_millis(
+            (self.concurrency_ttl_ms / 3).max(100),
+        ));
+        renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Taken from the queue, not yet sent: kept across a lost connection.
         let mut unsent: Vec<SettleEntry> = Vec::new();
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
@@ -501,6 +590,7 @@ impl State {
                     }
                 }
                 () = self.dropped.notified() => {}
+                _ = renewal.tick() => self.renew().await,
             }
         }
     }
@@ -554,6 +644,15 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The concurrency sets a reservation's checks hold a lease in.
+fn lease_keys(checks: &[Check], subjects: &[&Arc<Subject>]) -> Vec<String> {
+    checks
+        .iter()
+        .filter(|c| c.what == What::Concurrency)
+        .map(|c| key(subjects[c.subject], c.what, c.span.epoch))
+        .collect()
 }
 
 /// `aisix:rl:{scope:name}:rpm:28508434`, `…:budget:month:24290`, `…:concurrency`.
