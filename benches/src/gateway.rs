@@ -229,7 +229,7 @@ pub const GROUP_MODEL: &str = "bench-group";
 /// The model on the `anthropic` provider key.
 pub const ANTHROPIC_MODEL: &str = "bench-claude";
 /// The model the mock answers with hostile answers (upstream name
-/// [`aisix_testkit::mock::fast::HOSTILE_MODEL`]).
+/// [`aisix_testkit::mock::hostile::HOSTILE_MODEL`]).
 pub const HOSTILE_MODEL: &str = "bench-hostile";
 
 impl GatewaySpec {
@@ -312,7 +312,7 @@ fn resources(upstreams: &Upstreams, features: &Features) -> String {
     if features.hostile {
         models.push_str(&format!(
             "  - {{display_name: {HOSTILE_MODEL}, provider: openai, model_name: {}, provider_key: mock}}\n",
-            aisix_testkit::mock::fast::HOSTILE_MODEL
+            aisix_testkit::mock::hostile::HOSTILE_MODEL
         ));
     }
     let limit = if features.limits.is_some() {
@@ -565,7 +565,7 @@ mod tests {
                     .models
                     .iter()
                     .any(|m| m.display_name == HOSTILE_MODEL
-                        && m.model_name == aisix_testkit::mock::fast::HOSTILE_MODEL)
+                        && m.model_name == aisix_testkit::mock::hostile::HOSTILE_MODEL)
             );
             assert!(!resources.api_keys[0].rate_limit.is_empty());
             let redis = matches!(

@@ -459,7 +459,7 @@ mod tests {
         let stop = AtomicBool::new(false);
         let direct = |stream: bool| {
             let body = hostile_body(stream)
-                .replace(HOSTILE_MODEL, aisix_testkit::mock::fast::HOSTILE_MODEL);
+                .replace(HOSTILE_MODEL, aisix_testkit::mock::hostile::HOSTILE_MODEL);
             let request = request(mock.addr(), &body);
             exchange(
                 mock.addr(),

@@ -528,3 +528,20 @@ fn parse_addr(line: &str) -> Option<SocketAddr> {
     let end = rest.find(|c: char| c.is_whitespace()).unwrap_or(rest.len());
     rest[..end].trim_matches('"').parse().ok()
 }
+
+/// The resident memory of process `pid`, in bytes (`VmRSS` of `/proc/<pid>/status`).
+pub fn rss_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .expect("VmRSS in /proc/<pid>/status")
+        * 1024
+}

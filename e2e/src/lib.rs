@@ -4,7 +4,6 @@
 
 pub mod client;
 pub mod gateway;
-pub mod hostile;
 /// The scriptable mock provider, from the workspace's one mock library.
 pub use aisix_testkit::mock;
 pub mod limits;

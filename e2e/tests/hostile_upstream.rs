@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use aisix_e2e::both_modes;
 use aisix_e2e::client;
-use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
-use aisix_e2e::hostile::{Abuse, HUGE_USAGE, HostileUpstream, rss_bytes};
+use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode, rss_bytes};
 use aisix_e2e::mock::MockProvider;
+use aisix_e2e::mock::hostile::{Abuse, HUGE_USAGE, HostileUpstream};
 use http_body_util::BodyExt;
 
 const KEY: &str = "sk-hostile-test-1";

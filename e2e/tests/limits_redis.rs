@@ -128,3 +128,106 @@ both_modes! {
         }
     }
 }
+
+/// The budget bootstrap: Redis with `on_error: allow` and the given `budget_on_error`.
+fn budget_backend(redis: &Redis, budget_on_error: &str) -> String {
+    format!(
+        "{}    budget_on_error: {budget_on_error}\n",
+        backend(redis, "allow")
+    )
+}
+
+/// The key's budget counter for today in Redis, in micro-dollars (0 when absent).
+fn budget_in_redis(redis: &Redis) -> u64 {
+    // RESP: `*N`, then `$len` and the key for each; a GET's reply is `$len` and the value.
+    let keys = redis.command(&["KEYS", "aisix:rl:{api_key:team}:budget:*"]);
+    keys.lines()
+        .filter(|line| line.starts_with("aisix:"))
+        .map(|key| {
+            let reply = redis.command(&["GET", key]);
+            reply
+                .lines()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+both_modes! {
+    async fn spend_during_a_redis_outage_is_written_back_when_redis_returns(mode: Mode) {
+        let mut redis = Redis::start();
+        // $0.01/1k input, $0.02/1k output: an answer of 10 + 20 tokens spends 500 micro-dollars.
+        let limits = Limits {
+            model: "cost: {input_per_1k: 0.01, output_per_1k: 0.02}".into(),
+            key: "budget: {usd: 100, period: day}".into(),
+        };
+        let rig = Rig::start(mode, &limits, &budget_backend(&redis, "allow"));
+        let deny = second(mode, &rig.mock, &limits, &budget_backend(&redis, "deny"));
+        align(&[&rig.gateway, &deny], 0, 86_400_000, 3_600_000).await;
+        rig.mock.set_default(answer(10, 20));
+        let body = chat_body(1, false);
+
+        assert_eq!(within_deadline(&rig.gateway, &body).await.status, 200);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while budget_in_redis(&redis) != 500 {
+            assert!(tokio::time::Instant::now() < deadline, "settled in Redis: {}", budget_in_redis(&redis));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        redis.stop();
+        for _ in 0..3 {
+            let reply = within_deadline(&rig.gateway, &body).await;
+            assert_eq!(reply.status, 200, "budget_on_error: allow counts here: {}", reply.text());
+            let reply = within_deadline(&deny, &body).await;
+            assert_eq!(reply.status, 503, "budget_on_error: deny: {}", reply.text());
+            assert_eq!(code(&reply), "rate_limiter_unavailable");
+        }
+
+        // Back, and empty (no persistence): the outage's three answers reach it all the same.
+        redis.restart();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while budget_in_redis(&redis) != 3 * 500 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the outage's spend never reached Redis: {}",
+                budget_in_redis(&redis)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+both_modes! {
+    async fn a_long_stream_keeps_its_redis_concurrency_slot_past_the_lease_ttl(mode: Mode) {
+        let redis = Redis::start();
+        let limits = Limits { key: "rate_limit: {concurrency: 1}".into(), ..Limits::default() };
+        let extra = format!("{}  concurrency_ttl_secs: 1\n", backend(&redis, "deny"));
+        let rig = Rig::start(mode, &limits, &extra);
+        let mut frames = vec![aisix_e2e::mock::Frame::chat_role("up-chat")];
+        frames.push(aisix_e2e::mock::Frame::chat_delta("up-chat", "x0"));
+        rig.mock.enqueue(aisix_e2e::mock::Reply::sse(frames).hang());
+
+        let mut stream = aisix_e2e::client::send_streaming(
+            rig.gateway.addr(),
+            aisix_e2e::limits::chat_request(&chat_body(16, true)),
+        )
+        .await;
+        assert_eq!(stream.status(), 200);
+        // Three lease lifetimes while the stream runs: the slot is renewed, never lapses.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(1_000)).await;
+            let reply = within_deadline(&rig.gateway, &chat_body(16, false)).await;
+            assert_eq!(reply.status, 429, "the stream's slot lapsed: {}", reply.text());
+        }
+        let _ = http_body_util::BodyExt::frame(stream.body_mut()).await;
+        drop(stream);
+
+        rig.mock.set_default(answer(7, 3));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while within_deadline(&rig.gateway, &chat_body(16, false)).await.status != 200 {
+            assert!(tokio::time::Instant::now() < deadline, "the slot never came back");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

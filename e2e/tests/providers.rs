@@ -1,4 +1,5 @@
-//! Providers as they are deployed: Azure OpenAI's deployment paths, `api-version` and `api-key`;
+//! Providers as they are deployed: Azure OpenAI's deployment paths, `api-version` and `api-key`
+//! (a deployment name that would splice another path or a query in is refused at start);
 //! static headers, an `api_base` query string and `stream_usage: false` on any provider key;
 //! and egress through a real forward proxy (tinyproxy) named by `HTTP_PROXY`, with `NO_PROXY`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -31,6 +32,21 @@ async fn post(gateway: &Gateway, path: &str, body: serde_json::Value) -> client:
         ),
     )
     .await
+}
+
+both_modes! {
+    async fn an_azure_deployment_that_would_change_the_url_is_refused_at_start(mode: Mode) {
+        for deployment in ["dep/../other", "dep?x=1", ".."] {
+            let mut gateway = Gateway::spawn(&config(
+                mode,
+                "  - {display_name: az, provider: azure_openai, api_base: \"http://127.0.0.1:1\", api_version: \"2024-10-21\", api_key: k}\n",
+                &format!("  - {{display_name: chat, provider: azure_openai, model_name: \"{deployment}\", provider_key: az}}\n"),
+            ));
+            let status = gateway.wait_exit(std::time::Duration::from_secs(10)).expect("refused at start");
+            assert!(!status.success(), "{deployment}");
+            assert!(gateway.logs().contains("models[0].model_name"), "{deployment}: {}", gateway.logs());
+        }
+    }
 }
 
 fn chat_completion() -> Mock {

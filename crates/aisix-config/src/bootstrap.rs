@@ -42,10 +42,14 @@ pub struct ProxyConfig {
     /// `proxy.request_body_limit_bytes`: larger request bodies are refused with 413.
     pub request_body_limit_bytes: u64,
     /// `proxy.max_buffered_bytes_per_worker`: request bytes (and whole answers held to
-    /// translate them) one worker holds in memory at once; a request body that would cross it
-    /// waits within its body deadline, else gets 503 with `Retry-After`; an answer gets the 503
-    /// at once.
+    /// translate them) one worker holds in memory at once (the shared runtime's process:
+    /// workers × this); a request that would cross it waits within its body deadline, else
+    /// gets 503 with `Retry-After`.
     pub max_buffered_bytes_per_worker: u64,
+    /// `proxy.max_buffered_percent_per_key`: the percentage of that budget one API key may hold
+    /// at once (never less than one body at `request_body_limit_bytes`); past it the key's
+    /// requests wait the same way, and other keys' are not held up.
+    pub max_buffered_percent_per_key: u8,
     /// `proxy.tls`: serve HTTPS on `addr` when set.
     pub tls: Option<TlsConfig>,
     /// `proxy.pin_workers`: pin `tpc-N` to the N-th CPU the process may run on
@@ -141,6 +145,9 @@ pub struct UpstreamConfig {
 /// request reaches it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Resilience {
+    /// Whether failures cool the model down at all (off only through a model's
+    /// `cooldown.enabled: false`).
+    pub enabled: bool,
     /// `upstream.cooldown_failures`: retryable failures within the window that start a
     /// cooldown.
     pub cooldown_failures: u32,
@@ -155,9 +162,35 @@ pub struct Resilience {
     pub retry_budget_percent: u32,
 }
 
+impl Resilience {
+    /// These settings with one model's `cooldown` applied.
+    pub fn with(self, overrides: &CooldownOverrides) -> Self {
+        Self {
+            enabled: overrides.enabled.unwrap_or(self.enabled),
+            cooldown: overrides.cooldown.unwrap_or(self.cooldown),
+            retry_after_max: overrides.retry_after_max.unwrap_or(self.retry_after_max),
+            ..self
+        }
+    }
+}
+
+/// A direct model's own `cooldown` (AISIX's per-model block); `None` keeps the `upstream.*`
+/// setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CooldownOverrides {
+    /// `cooldown.enabled`.
+    pub enabled: Option<bool>,
+    /// `cooldown.default_seconds`: over `upstream.cooldown_ms`.
+    pub cooldown: Option<Duration>,
+    /// `cooldown.max_seconds` over `upstream.retry_after_max_ms`; `honor_retry_after: false`
+    /// sets it to zero.
+    pub retry_after_max: Option<Duration>,
+}
+
 impl Default for Resilience {
     fn default() -> Self {
         Self {
+            enabled: true,
             cooldown_failures: 3,
             cooldown_window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),
@@ -248,6 +281,10 @@ pub struct RedisConfig {
     pub url: RedisUrl,
     /// `ratelimit.redis.on_error`: what a request gets while Redis cannot be reached.
     pub on_error: OnRedisError,
+    /// `ratelimit.redis.budget_on_error`: what a request that counts against a budget gets
+    /// while Redis cannot be reached (`allow` counts its spend here and writes it back to Redis
+    /// when Redis is back).
+    pub budget_on_error: OnRedisError,
     /// `ratelimit.redis.timeout_ms`: the longest one Redis call may take before the request
     /// goes on as `on_error` says.
     pub timeout: Duration,
@@ -353,6 +390,7 @@ impl Default for ProxyConfig {
             backlog: 4096,
             request_body_limit_bytes: 32 * 1024 * 1024,
             max_buffered_bytes_per_worker: 256 * 1024 * 1024,
+            max_buffered_percent_per_key: 25,
             tls: None,
             pin_workers: false,
             balance: Balance::ReusePort,

@@ -3,6 +3,7 @@
 //! origin; nothing here starts threads or touches sockets.
 
 mod bootstrap;
+mod duration;
 mod error;
 mod load;
 mod resources;
@@ -10,9 +11,9 @@ mod suggest;
 mod timeouts;
 
 pub use bootstrap::{
-    Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
-    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    Balance, Bootstrap, CooldownOverrides, DownstreamConfig, MetricsConfig, ObservabilityConfig,
+    OnRedisError, PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig,
+    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};

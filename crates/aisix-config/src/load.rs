@@ -15,9 +15,14 @@ use crate::bootstrap::{
     PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
     Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
+use crate::duration::{self, Unit};
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
 use crate::timeouts::UpstreamTimeouts;
+
+/// The longest duration any key takes: `u32::MAX` seconds (136 years), far enough for "never"
+/// and near enough that adding it to a clock reading cannot overflow.
+const MAX_DURATION: Duration = Duration::from_secs(u32::MAX as u64);
 
 /// Environment variables with this prefix are configuration keys.
 pub const ENV_PREFIX: &str = "AISIX_";
@@ -118,6 +123,9 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         if max_buffered_bytes_per_worker < request_body_limit_bytes {
             r.refuse("proxy.max_buffered_bytes_per_worker", "must be at least proxy.request_body_limit_bytes, or a body at the limit could never be read");
         }
+        let max_buffered_percent_per_key = r
+            .bounded("proxy.max_buffered_percent_per_key", 1, 100)
+            .map_or(d.max_buffered_percent_per_key, |n| n as u8);
         ProxyConfig {
             addr: r.socket_addr("proxy.addr").unwrap_or(d.addr),
             thread_per_core: r.bool("proxy.thread_per_core").unwrap_or(d.thread_per_core),
@@ -127,6 +135,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 .map_or(d.backlog, |n| n as u32),
             request_body_limit_bytes,
             max_buffered_bytes_per_worker,
+            max_buffered_percent_per_key,
             tls,
             pin_workers: r.bool("proxy.pin_workers").unwrap_or(d.pin_workers),
             balance: read_balance(r).unwrap_or(d.balance),
@@ -147,17 +156,17 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                 d.request_body_timeout,
             ),
             idle_timeout: r
-                .u64_value("downstream.idle_timeout_secs")
-                .map_or(d.idle_timeout, optional_secs),
+                .optional_secs("downstream.idle_timeout_secs")
+                .unwrap_or(d.idle_timeout),
             sse_keepalive_interval: r
-                .u64_value("downstream.sse_keepalive_interval_secs")
-                .map_or(d.sse_keepalive_interval, optional_secs),
+                .optional_secs("downstream.sse_keepalive_interval_secs")
+                .unwrap_or(d.sse_keepalive_interval),
             max_requests_per_connection: r
                 .u64_value("downstream.max_requests_per_connection")
                 .map_or(d.max_requests_per_connection, NonZeroU64::new),
             max_connection_age: r
-                .bounded("downstream.max_connection_age_secs", 0, u32::MAX.into())
-                .map_or(d.max_connection_age, optional_secs),
+                .optional_secs("downstream.max_connection_age_secs")
+                .unwrap_or(d.max_connection_age),
             http1_max_buf_size: r.usize(
                 "downstream.http1_max_buf_size_bytes",
                 DownstreamConfig::MIN_HTTP1_MAX_BUF_SIZE as u64,
@@ -195,6 +204,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
             ),
             max_response_bytes: r.usize("upstream.max_response_bytes", 1024, d.max_response_bytes),
             resilience: Resilience {
+                enabled: c.enabled,
                 cooldown_failures: r
                     .bounded("upstream.cooldown_failures", 1, 1000)
                     .map_or(c.cooldown_failures, |n| n as u32),
@@ -320,10 +330,15 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     let redis_given = r.table_present("ratelimit.redis");
     let url = r.string("ratelimit.redis.url");
     let on_error = r.string("ratelimit.redis.on_error");
-    let timeout = r.bounded("ratelimit.redis.timeout_ms", 1, 60_000).map_or(
-        RateLimitConfig::DEFAULT_REDIS_TIMEOUT,
-        Duration::from_millis,
-    );
+    let budget_on_error = r.string("ratelimit.redis.budget_on_error");
+    let timeout = r
+        .duration(
+            "ratelimit.redis.timeout_ms",
+            Unit::Milliseconds,
+            Duration::from_millis(1),
+            Duration::from_secs(60),
+        )
+        .unwrap_or(RateLimitConfig::DEFAULT_REDIS_TIMEOUT);
     let backend = r.string("ratelimit.backend");
     let redis = match backend.as_deref() {
         None | Some("memory") => {
@@ -350,17 +365,16 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
             concurrency_ttl,
         };
     }
-    let on_error = match on_error.as_deref() {
+    let mut on_redis_error = |path: &str, given: Option<String>| match given.as_deref() {
         None | Some("allow") => OnRedisError::Allow,
         Some("deny") => OnRedisError::Deny,
         Some(other) => {
-            r.refuse(
-                "ratelimit.redis.on_error",
-                format!("expected allow or deny, got {other:?}"),
-            );
+            r.refuse(path, format!("expected allow or deny, got {other:?}"));
             OnRedisError::Allow
         }
     };
+    let on_error = on_redis_error("ratelimit.redis.on_error", on_error);
+    let budget_on_error = on_redis_error("ratelimit.redis.budget_on_error", budget_on_error);
     let origin = r.origin_of("ratelimit.redis.url");
     let url = match url.map(|url| RedisUrl::parse(&url)) {
         Some(Ok(url)) => Some(url),
@@ -382,6 +396,7 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
             RateLimitBackend::Redis(RedisConfig {
                 url,
                 on_error,
+                budget_on_error,
                 timeout,
             })
         }),
@@ -425,10 +440,6 @@ pub fn bootstrap_keys() -> Vec<&'static str> {
 /// `AISIX_PROXY__THREAD_PER_CORE`.
 pub fn env_var_for(key: &str) -> String {
     format!("{ENV_PREFIX}{}", key.to_uppercase().replace('.', "__"))
-}
-
-fn optional_secs(secs: u64) -> Option<Duration> {
-    (secs > 0).then(|| Duration::from_secs(secs))
 }
 
 /// Reads typed values by key path, remembering each path as known and each failure as an error.
@@ -558,16 +569,64 @@ impl Reader<'_> {
         }
     }
 
-    /// A whole number of seconds from `min` up to `u32::MAX`, `default` when absent or wrong.
-    fn secs(&mut self, path: &'static str, min: u64, default: Duration) -> Duration {
-        self.bounded(path, min, u32::MAX.into())
-            .map_or(default, Duration::from_secs)
+    /// A duration from `min` to `max`: a humantime string (`30s`, `250ms`) or a bare number of
+    /// `unit` (the unit the key's name ends in).
+    fn duration(
+        &mut self,
+        path: &'static str,
+        unit: Unit,
+        min: Duration,
+        max: Duration,
+    ) -> Option<Duration> {
+        let (value, origin) = self.raw(path)?;
+        let parsed = match &value.kind {
+            ValueKind::I64(n) => u64::try_from(*n).ok().map(|n| unit.of(n)),
+            ValueKind::U64(n) => Some(unit.of(*n)),
+            ValueKind::I128(n) => u64::try_from(*n).ok().map(|n| unit.of(n)),
+            ValueKind::U128(n) => u64::try_from(*n).ok().map(|n| unit.of(n)),
+            ValueKind::String(s) => duration::parse(s, unit).ok(),
+            _ => None,
+        };
+        match parsed {
+            None => self.error(path, duration::expected(unit), origin),
+            Some(d) if d < min => self.error(
+                path,
+                format!("must be at least {}", duration::display(min)),
+                origin,
+            ),
+            Some(d) if d > max => self.error(
+                path,
+                format!("must be at most {}", duration::display(max)),
+                origin,
+            ),
+            Some(d) => return Some(d),
+        }
+        None
     }
 
-    /// A whole number of milliseconds from 1 up to `u32::MAX`, `default` when absent or wrong.
+    /// A `_secs` key from `min` seconds up to `u32::MAX` seconds, `default` when absent or
+    /// wrong.
+    fn secs(&mut self, path: &'static str, min: u64, default: Duration) -> Duration {
+        self.duration(path, Unit::Seconds, Duration::from_secs(min), MAX_DURATION)
+            .unwrap_or(default)
+    }
+
+    /// A `_secs` key where 0 turns the feature off: `Some(None)` for 0, `None` when absent or
+    /// wrong.
+    fn optional_secs(&mut self, path: &'static str) -> Option<Option<Duration>> {
+        self.duration(path, Unit::Seconds, Duration::ZERO, MAX_DURATION)
+            .map(|d| (!d.is_zero()).then_some(d))
+    }
+
+    /// A `_ms` key from 1 ms up to `u32::MAX` milliseconds, `default` when absent or wrong.
     fn millis(&mut self, path: &'static str, default: Duration) -> Duration {
-        self.bounded(path, 1, u32::MAX.into())
-            .map_or(default, Duration::from_millis)
+        self.duration(
+            path,
+            Unit::Milliseconds,
+            Duration::from_millis(1),
+            Duration::from_millis(u32::MAX.into()),
+        )
+        .unwrap_or(default)
     }
 
     /// A size or count from `min` up to `u32::MAX`, `default` when absent or wrong.

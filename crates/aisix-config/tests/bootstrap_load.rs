@@ -500,3 +500,25 @@ fn the_worker_memory_budget_has_a_default_and_is_at_least_the_body_limit() {
         );
     }
 }
+
+#[test]
+fn a_key_s_share_of_the_budget_is_a_percentage_from_1_to_100_defaulting_to_25() {
+    assert_eq!(Bootstrap::default().proxy.max_buffered_percent_per_key, 25);
+    let config = load("proxy:\n  max_buffered_percent_per_key: 50\n", &[]).unwrap();
+    assert_eq!(config.proxy.max_buffered_percent_per_key, 50);
+    let config = load("", &[("AISIX_PROXY__MAX_BUFFERED_PERCENT_PER_KEY", "100")]).unwrap();
+    assert_eq!(config.proxy.max_buffered_percent_per_key, 100);
+    for yaml in [
+        "proxy:\n  max_buffered_percent_per_key: 0\n",
+        "proxy:\n  max_buffered_percent_per_key: 101\n",
+    ] {
+        let errors = load(yaml, &[]).unwrap_err();
+        let messages = messages(&errors);
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("proxy.max_buffered_percent_per_key")),
+            "{messages:?}"
+        );
+    }
+}

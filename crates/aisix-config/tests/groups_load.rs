@@ -130,7 +130,7 @@ fn empty_groups_and_bad_values_are_each_reported() {
         [
             "models[2].routing.targets: must list at least one target",
             "models[3].routing.targets: is required",
-            "models[4].first_token_timeout: expected a positive integer (milliseconds)",
+            "models[4].first_token_timeout: must be at least 1ms",
             "models[4].routing.strategy: unknown value \"random\" (expected one of: failover, round_robin, least_busy, least_latency)",
             "models[4].routing.targets[0].priority: expected an integer from -1000 to 1000",
             "models[4].routing.targets[0].weight: expected an integer from 1 to 1000",
@@ -140,7 +140,7 @@ fn empty_groups_and_bad_values_are_each_reported() {
             "models[4].routing.retry_on_429: expected true or false",
             "models[4].routing.fallback_on_statuses[0]: expected an integer from 400 to 599",
             "models[4].routing.when_all_unavailable: unknown value \"wait\" (expected one of: fail, try_anyway)",
-            "models[4].provider: unknown field (expected one of: display_name, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, rate_limit, routing)",
+            "models[4].provider: unknown field (expected one of: display_name, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, routing)",
         ]
     );
 }

@@ -316,7 +316,7 @@ fn redis_settings_errors_name_their_key() {
         (
             "backend: redis\n  redis:\n    url: redis://h\n    timeout_ms: 0\n",
             "ratelimit.redis.timeout_ms",
-            "must be at least 1",
+            "must be at least 1ms",
         ),
         (
             "backend: etcd\n",
@@ -331,7 +331,7 @@ fn redis_settings_errors_name_their_key() {
         (
             "concurrency_ttl_secs: 0\n",
             "ratelimit.concurrency_ttl_secs",
-            "must be at least 1",
+            "must be at least 1s",
         ),
     ];
     for (section, path, message) in cases {

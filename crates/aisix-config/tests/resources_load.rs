@@ -347,7 +347,7 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, rate_limit, cost)",
+            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown)",
             "models[0].timout: unknown field (did you mean timeout?)",
         ]
     );
@@ -370,13 +370,13 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[1].timeout: expected a positive integer (milliseconds)",
-            "models[2].timeout: expected a positive integer (milliseconds)",
-            "models[3].timeout: expected a positive integer (milliseconds)",
-            "models[4].timeout: expected a positive integer (milliseconds)",
-            "models[5].connect_timeout: expected a positive integer (milliseconds)",
-            "models[5].first_token_timeout: expected a positive integer (milliseconds)",
-            "models[5].stream_idle_timeout: expected a positive integer (milliseconds)",
+            "models[1].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[2].timeout: must be at least 1ms",
+            "models[3].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[4].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[5].connect_timeout: must be at least 1ms",
+            "models[5].first_token_timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
+            "models[5].stream_idle_timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
         ]
     );
 }
@@ -1006,7 +1006,7 @@ api_keys:
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
             "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses)",
-            "models[0].timeout: expected a positive integer (milliseconds)",
+            "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
             "models[0].provider_key: no provider key named \"nope\"",
@@ -1112,6 +1112,8 @@ provider_keys:
   - {display_name: az2, provider: azure_openai, api_base: "https://r.openai.azure.com", api_version: "2024/10"}
 models:
   - {display_name: m, provider: azure_openai, model_name: "dep/../x", provider_key: az2}
+  - {display_name: dots, provider: azure_openai, model_name: "..", provider_key: az2}
+  - {display_name: query, provider: azure_openai, model_name: "dep?x=1#f", provider_key: az2}
 "#;
     let errors = errors(yaml, &[]);
     for expected in [
@@ -1126,6 +1128,8 @@ models:
         "provider_keys[2].headers.X-Ok: must be visible ASCII without line breaks",
         "provider_keys[3].api_version: must be an API version",
         "models[0].model_name: is the Azure deployment name here",
+        "models[1].model_name: is the Azure deployment name here",
+        "models[2].model_name: is the Azure deployment name here",
     ] {
         assert!(
             errors.iter().any(|e| e.starts_with(expected)),

@@ -184,19 +184,41 @@ impl Record {
         self.overhead
     }
 
-    /// What the request used: the usage the upstream reported, else the prompt estimate and
-    /// the output a stream produced; `None` when neither is known.
-    fn used(&self) -> Option<Tokens> {
-        match (self.usage, self.produced) {
-            (Some(usage), _) => Some(Tokens {
+    /// What the request is charged, by how it ended: the one settlement rule (README,
+    /// "Settlement"), applied to its limit reservation and to the spend metric alike.
+    ///
+    /// | ending | charged |
+    /// |---|---|
+    /// | the upstream reported usage | that usage (`count_tokens` translated to a chat call: the prompt that call was billed) |
+    /// | `count_tokens` otherwise | nothing (free at Anthropic; no output is reserved) |
+    /// | a stream ended without usage (cut, client gone, no usage chunk) | the prompt estimate and the output the relay counted |
+    /// | a whole answer without usage | the estimate: prompt, and the output reserved |
+    /// | the client left while an upstream call was under way | the prompt estimate |
+    /// | refused, or failed upstream before any output | nothing |
+    fn settlement(&self) -> Tokens {
+        if let Some(usage) = self.usage {
+            return Tokens {
                 input: usage.prompt_tokens,
                 output: usage.completion_tokens,
-            }),
-            (None, Some(output)) => Some(Tokens {
+            };
+        }
+        if self.endpoint == EndpointLabel::CountTokens {
+            return Tokens::default();
+        }
+        if let Some(output) = self.produced {
+            return Tokens {
                 input: self.estimate.input,
                 output,
-            }),
-            (None, None) => None,
+            };
+        }
+        match self.outcome {
+            Outcome::Success => self.estimate,
+            // `provider` is named as a call starts: the prompt went out.
+            Outcome::ClientClosed if self.provider.is_some() => Tokens {
+                input: self.estimate.input,
+                output: 0,
+            },
+            _ => Tokens::default(),
         }
     }
 
@@ -270,10 +292,9 @@ impl Record {
 
 impl Drop for Record {
     fn drop(&mut self) {
-        let used = self.used();
-        let spend = used.zip(self.cost).map(|(used, cost)| used.cost(&cost));
-        // Without a usage count the reservation is dropped unsettled: charged as reserved.
-        if let (Some(reservation), Some(used)) = (self.reservation.take(), used) {
+        let used = self.settlement();
+        let spend = self.cost.map(|cost| used.cost(&cost));
+        if let Some(reservation) = self.reservation.take() {
             reservation.settle(Charge {
                 tokens: used.total(),
                 spend: spend.unwrap_or_default(),

@@ -43,7 +43,7 @@ use crate::provider::{self, Answer, Call, Carried, StreamMap};
 use crate::route::Plan;
 use crate::route::retry::{self, LONG_WAIT};
 use crate::route::state::{Admission, Clock};
-use crate::snapshot::DirectRoute;
+use crate::snapshot::{DirectRoute, GroupRoute};
 use crate::stream::{Events, StreamSettings};
 use crate::unary::Unary;
 use crate::upstream::Pool;
@@ -57,7 +57,7 @@ pub(crate) struct Ctx {
     pub stream: StreamSettings,
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
-    /// The worker's memory budget (`proxy.max_buffered_bytes_per_worker`).
+    /// The request's memory budget: the worker's, and its key's share.
     pub budget: Budget,
     pub clock: Clock,
 }
@@ -87,6 +87,9 @@ pub(crate) struct Attempts {
     called: u32,
     /// The direct model that answered.
     answered: Option<Arc<DirectRoute>>,
+    /// The group's direct models the client's key may not call: an answer from one names
+    /// the group instead.
+    hidden: Vec<Arc<str>>,
 }
 
 /// Where a failed attempt leaves the request.
@@ -128,12 +131,30 @@ impl Attempts {
             next: 0,
             called: 0,
             answered: None,
+            hidden: Vec::new(),
         }
     }
 
-    /// The `x-aisix-served-by` of the answer: the direct model that gave it.
+    /// Names the group, not these direct models of it, to the client (its key may not call
+    /// them).
+    pub(crate) fn hide(&mut self, hidden: Vec<Arc<str>>) {
+        self.hidden = hidden;
+    }
+
+    /// The group to name instead of `target`, when the client may not see `target`'s name.
+    fn hidden_by(&self, target: &DirectRoute) -> Option<&GroupRoute> {
+        let group = self.plan.group()?;
+        self.hidden.contains(&target.name).then_some(&**group)
+    }
+
+    /// The `x-aisix-served-by` of the answer: the direct model that gave it (its group when
+    /// the key may not call that model).
     pub(crate) fn served_by(&self) -> Option<HeaderValue> {
-        self.answered.as_ref().map(|route| route.served_by.clone())
+        let route = self.answered.as_ref()?;
+        Some(match self.hidden_by(route) {
+            Some(group) => group.served_by.clone(),
+            None => route.served_by.clone(),
+        })
     }
 
     /// Whether a stream cut after its first token may be continued on the next direct model.
@@ -207,7 +228,7 @@ impl Attempts {
         target: &Arc<DirectRoute>,
         record: &mut Record,
     ) -> Result<Served, (GatewayError, Move)> {
-        let retries = self.plan.policy().retries;
+        let retries = target.retries.unwrap_or(self.plan.policy().retries);
         if retries > 0 {
             target.state.budget_request(self.ctx.clock.now_ms());
         }
@@ -262,7 +283,7 @@ impl Attempts {
         if never_answered || long_wait || (rate_limited && !policy.retry_on_429) {
             return Move::Next;
         }
-        if retry >= policy.retries || !target.state.budget_retry(now) {
+        if retry >= target.retries.unwrap_or(policy.retries) || !target.state.budget_retry(now) {
             return Move::Next;
         }
         let pause = retry::pause(retry + 1, retry_after);
@@ -308,8 +329,10 @@ impl Attempts {
             deadlines: &deadlines,
             request_id: &self.request_id,
             rename: self.plan.group().is_some(),
+            hidden_by: self.hidden_by(target),
             max_response_bytes: self.ctx.max_response_bytes,
             budget: &self.ctx.budget,
+            room_by: self.ctx.deadlines.body(self.received),
         })
         .await;
         let mut status = None;

@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use aisix_bootstrap::{ServiceFactory, WorkerContext};
+use aisix_bootstrap::{Mode, ServiceFactory, WorkerContext};
 use aisix_config::{Bootstrap, Resources};
 use aisix_obs::metrics::Metrics;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
 use crate::body::GatewayBody;
+use crate::budget::Budget;
 use crate::deadline;
 use crate::egress::Egress;
 use crate::limit::{Limiter, LimiterInitError};
@@ -23,6 +24,8 @@ pub(crate) struct Settings {
     pub body_limit: u64,
     /// `proxy.max_buffered_bytes_per_worker`.
     pub buffered_per_worker: u64,
+    /// `proxy.max_buffered_percent_per_key`.
+    pub buffered_percent_per_key: u8,
     pub deadlines: deadline::Defaults,
     pub upstream: aisix_config::UpstreamConfig,
     pub stream: StreamSettings,
@@ -62,17 +65,12 @@ pub enum GatewayInitError {
     Limiter(#[from] LimiterInitError),
 }
 
-impl GatewayFactory {
-    /// `metrics` is the installed recorder when `/metrics` is enabled; without it nothing is
-    /// counted and the request path skips every emit.
-    pub fn new(
-        bootstrap: &Bootstrap,
-        resources: Resources,
-        metrics: Option<Metrics>,
-    ) -> Result<Self, GatewayInitError> {
-        let settings = Settings {
+impl Settings {
+    fn new(bootstrap: &Bootstrap) -> Self {
+        Settings {
             body_limit: bootstrap.proxy.request_body_limit_bytes,
             buffered_per_worker: bootstrap.proxy.max_buffered_bytes_per_worker,
+            buffered_percent_per_key: bootstrap.proxy.max_buffered_percent_per_key,
             deadlines: deadline::Defaults {
                 request_body: bootstrap.downstream.request_body_timeout,
                 upstream: bootstrap.upstream.timeouts,
@@ -82,7 +80,35 @@ impl GatewayFactory {
                 keepalive: bootstrap.downstream.sse_keepalive_interval,
                 max_event_bytes: bootstrap.upstream.max_sse_event_bytes,
             },
+        }
+    }
+
+    /// The memory budget of the service built for `worker`: the setting in thread-per-core
+    /// mode, workers × the setting in the shared runtime (one service for the process), each
+    /// key's share its percentage of that, never less than one body at the limit.
+    pub(crate) fn budget(&self, worker: &WorkerContext) -> Budget {
+        let bytes = match worker.mode {
+            Mode::Shared => self
+                .buffered_per_worker
+                .saturating_mul(worker.workers.max(1) as u64),
+            _ => self.buffered_per_worker,
         };
+        let share = (bytes / 100)
+            .saturating_mul(u64::from(self.buffered_percent_per_key))
+            .max(self.body_limit);
+        Budget::new(bytes, share)
+    }
+}
+
+impl GatewayFactory {
+    /// `metrics` is the installed recorder when `/metrics` is enabled; without it nothing is
+    /// counted and the request path skips every emit.
+    pub fn new(
+        bootstrap: &Bootstrap,
+        resources: Resources,
+        metrics: Option<Metrics>,
+    ) -> Result<Self, GatewayInitError> {
+        let settings = Settings::new(bootstrap);
         #[cfg(feature = "test-hooks")]
         let clock = Arc::new(crate::limit::SkewedClock::default());
         #[cfg(feature = "test-hooks")]
@@ -140,5 +166,47 @@ impl ServiceFactory for GatewayFactory {
 
     fn make_service(&self, worker: &WorkerContext) -> Gateway {
         Gateway::new(worker.clone(), self.common.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use aisix_bootstrap::Readiness;
+
+    use super::*;
+
+    fn worker(mode: Mode, workers: usize) -> WorkerContext {
+        WorkerContext {
+            id: 0,
+            name: "w".to_owned(),
+            mode,
+            workers,
+            readiness: Readiness::new(),
+        }
+    }
+
+    #[test]
+    fn the_budget_is_per_worker_in_both_modes_and_a_key_s_share_is_its_percentage() {
+        const MIB: u64 = 1024 * 1024;
+        let mut bootstrap = Bootstrap::default();
+        bootstrap.proxy.max_buffered_bytes_per_worker = 256 * MIB;
+        bootstrap.proxy.request_body_limit_bytes = 32 * MIB;
+        let settings = Settings::new(&bootstrap);
+        assert_eq!(
+            settings.budget(&worker(Mode::ThreadPerCore, 4)).bytes(),
+            (256 * MIB, 64 * MIB)
+        );
+        // The shared runtime's one service serves all four workers' share of the load.
+        assert_eq!(
+            settings.budget(&worker(Mode::Shared, 4)).bytes(),
+            (1024 * MIB, 256 * MIB)
+        );
+        // A share is never less than one body at the limit.
+        bootstrap.proxy.max_buffered_percent_per_key = 1;
+        let settings = Settings::new(&bootstrap);
+        assert_eq!(
+            settings.budget(&worker(Mode::ThreadPerCore, 1)).bytes(),
+            (256 * MIB, 32 * MIB)
+        );
     }
 }

@@ -22,6 +22,7 @@ mod factory;
 mod health;
 mod inbound;
 pub mod limit;
+mod mask;
 mod models;
 mod provider;
 mod relay;

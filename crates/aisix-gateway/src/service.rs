@@ -34,7 +34,7 @@ use crate::limit::{Charge, Headroom};
 use crate::models;
 use crate::relay::SseRelay;
 use crate::route::Plan;
-use crate::snapshot::{ApiKeyEntry, Named, Snapshot, SnapshotCache};
+use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
@@ -58,16 +58,17 @@ struct Inner {
     snapshots: SnapshotCache,
     pool: Pool,
     ids: RequestIds,
-    /// The request bytes this worker may hold at once.
+    /// The request bytes this worker may hold at once (the process, in the shared runtime).
     budget: Budget,
 }
 
 impl Gateway {
     pub(crate) fn new(ctx: WorkerContext, common: Arc<Common>) -> Self {
-        let snapshots = SnapshotCache::new(&common.loaded, &common.egress, &common.limiter);
+        let budget = common.settings.budget(&ctx);
+        let snapshots =
+            SnapshotCache::new(&common.loaded, &common.egress, &common.limiter, &budget);
         let pool = Pool::new(&common.settings.upstream, common.tls.clone());
         let ids = RequestIds::new(ctx.id);
-        let budget = Budget::new(common.settings.buffered_per_worker);
         Self {
             inner: Arc::new(Inner {
                 ctx,
@@ -229,8 +230,9 @@ impl Inner {
     ) -> Result<Reply, GatewayError> {
         let snapshot = self.snapshot();
         let key = self.authenticate(&snapshot, &request, record)?;
+        let budget = self.budget.for_key(key.share.as_ref());
         let forwarded = inbound::forwarded(endpoint, request.headers());
-        let body = self.read(request, record).await?;
+        let body = self.read(request, &budget, record).await?;
         record.body_read = Some(Instant::now());
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
@@ -251,7 +253,10 @@ impl Inner {
             // A native response's state lives with the provider key that created it.
             plan.keep_only(|target| target.provider.name.as_bytes() == &provider[..]);
         }
-        let mut attempts = self.attempts(plan, inbound, record, &snapshot);
+        let mut attempts = self.attempts(plan, inbound, budget, record, &snapshot);
+        if let Named::Group(group) = &model {
+            attempts.hide(hidden_members(group, key));
+        }
         let served = attempts.run(record).await?;
         Ok(Reply::Served(served, attempts))
     }
@@ -270,12 +275,12 @@ impl Inner {
 
     /// Reads the request body by its deadline, refusing one over the limit from its
     /// `Content-Length` before reading, and otherwise as soon as it passes the limit. The body
-    /// is charged to the worker's memory budget before it is held (all of a declared length
-    /// at once, else piece by piece), and the record holds the charge until the request ends.
-    /// A body already in when the head arrived is read without arming a timer.
+    /// is charged to `budget` (the worker's, and the key's share) piece by piece as it arrives,
+    /// never from its declared length, and the record holds the charge until the request ends.
     async fn read(
         &self,
         request: Request<Incoming>,
+        budget: &Budget,
         record: &mut Record,
     ) -> Result<Bytes, GatewayError> {
         let settings = &self.common.settings;
@@ -305,9 +310,6 @@ impl Inner {
             )
         };
         let held = &mut record.held;
-        self.budget
-            .cover(held, declared.unwrap_or(0), deadline)
-            .await?;
         let mut body = request.into_body();
         let (mut pieces, mut len) = (Outbox::default(), 0u64);
         loop {
@@ -329,7 +331,7 @@ impl Inner {
             if len > limit {
                 return Err(too_large());
             }
-            self.budget.cover(held, len, deadline).await?;
+            budget.cover(held, len, deadline).await?;
             pieces.push(data);
         }
     }
@@ -375,7 +377,11 @@ impl Inner {
         let estimate = Tokens::estimate(
             inbound.body.len(),
             inbound.inspected.max_output_tokens,
-            inbound.endpoint != Endpoint::Embeddings,
+            inbound.inspected.choices,
+            !matches!(
+                inbound.endpoint,
+                Endpoint::Embeddings | Endpoint::CountTokens
+            ),
         );
         let charge = Charge {
             tokens: estimate.total(),
@@ -406,6 +412,7 @@ impl Inner {
         &self,
         plan: Plan,
         inbound: Inbound,
+        budget: Budget,
         record: &Record,
         snapshot: &Snapshot,
     ) -> Attempts {
@@ -415,7 +422,7 @@ impl Inner {
             deadlines: settings.deadlines,
             stream: settings.stream,
             max_response_bytes: settings.upstream.max_response_bytes,
-            budget: self.budget.clone(),
+            budget,
             clock: snapshot.clock,
         };
         Attempts::new(
@@ -446,6 +453,16 @@ fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<
     }
     let previous: Previous = serde_json::from_slice(&inbound.body).ok()?;
     keeper.pinned(&previous.previous_response_id?)
+}
+
+/// The direct models of `group` that `key` may not call: answers from them name the group.
+fn hidden_members(group: &GroupRoute, key: &ApiKeyEntry) -> Vec<Arc<str>> {
+    group
+        .members
+        .iter()
+        .filter(|member| !key.allows(&member.name))
+        .map(|member| member.name.clone())
+        .collect()
 }
 
 /// hyper's initial read buffer per HTTP/1 connection, 8 KiB.

@@ -16,9 +16,11 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
 use aisix_obs::metrics::labels::RateLimitScope;
 
+use crate::budget::{Budget, Share};
 use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
+use crate::mask::Masks;
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -71,6 +73,8 @@ pub struct DirectRoute {
     pub timeouts: TimeoutOverrides,
     /// Its prices, for the spend its answers settle.
     pub cost: Option<Cost>,
+    /// Its own `retries`, over the policy's (0 for a request naming it, the group's in a group).
+    pub retries: Option<u32>,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -87,6 +91,11 @@ pub struct DirectRoute {
 #[derive(Debug)]
 pub struct GroupRoute {
     pub name: Arc<str>,
+    /// `name` as a JSON string literal, for the `model` of answers to a key that may not
+    /// call the direct model that answered.
+    pub name_json: Bytes,
+    /// `name` for the `x-aisix-served-by` header, on the same answers.
+    pub served_by: HeaderValue,
     /// The group's own deadlines, over those of the direct model answering.
     pub timeouts: TimeoutOverrides,
     pub strategy: Strategy,
@@ -145,6 +154,9 @@ pub struct Provider {
     pub headers: HeaderMap,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
     pub secret: Option<Box<str>>,
+    /// Every value the gateway adds (the key and each `headers` value), masked in whatever
+    /// the provider sends back that reaches a client or a log.
+    pub(crate) masks: Masks,
     /// Whether streams ask for `stream_options.include_usage`.
     pub stream_usage: bool,
     /// Whether it serves the Responses API itself (else `/v1/responses` is translated).
@@ -197,14 +209,16 @@ impl EndpointUris {
     }
 
     /// An Azure OpenAI deployment's URIs:
-    /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`.
+    /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`, the
+    /// deployment and the version percent-encoded (the loader takes only names that need no
+    /// encoding; resources built otherwise still cannot splice a `/`, `?` or `#` in).
     /// Its Responses API is the resource's v1 surface, `{api_base}/openai/v1/responses`, which
     /// takes the deployment in the body's `model` and no `api-version`.
     fn azure(api_base: &str, deployment: &str, api_version: &str) -> Self {
         let mut uris = Self::new(
             api_base,
-            &format!("/openai/deployments/{deployment}"),
-            Some(&format!("api-version={api_version}")),
+            &format!("/openai/deployments/{}", percent_encoded(deployment)),
+            Some(&format!("api-version={}", percent_encoded(api_version))),
         );
         uris.responses = Self::new(api_base, "/openai/v1", None).responses;
         uris
@@ -234,6 +248,8 @@ pub struct ApiKeyEntry {
     pub expires_at: Option<SystemTime>,
     /// Its `rate_limit` and `budget`, when it sets either.
     pub limits: Option<Arc<Subject>>,
+    /// Its share of the worker's memory budget (`None` in tables built without one).
+    pub(crate) share: Option<Share>,
 }
 
 impl ApiKeyEntry {
@@ -304,7 +320,8 @@ impl Snapshot {
                 .target(&model.display_name)
                 .cloned()
                 .unwrap_or_else(|| {
-                    Arc::new(TargetState::new(&model.display_name, Resilience::default()))
+                    let settings = Resilience::default().with(&model.cooldown);
+                    Arc::new(TargetState::new(&model.display_name, settings))
                 });
             let route = Arc::new(DirectRoute {
                 name: model.display_name.as_str().into(),
@@ -317,6 +334,7 @@ impl Snapshot {
                 upstream_model_json,
                 timeouts: model.timeouts,
                 cost: model.cost,
+                retries: model.retries,
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,
@@ -364,6 +382,7 @@ impl Snapshot {
                             &key.rate_limit,
                             key.budget,
                         ),
+                        share: None,
                     },
                 )
             })
@@ -387,6 +406,18 @@ impl Snapshot {
 
     pub fn api_key(&self, hash: &KeyHash) -> Option<&ApiKeyEntry> {
         self.keys.get(hash)
+    }
+
+    /// Gives each key its share of `budget`: the one it had in `previous` (a reload keeps what
+    /// its requests in flight hold), else a new one.
+    fn shared(mut self, budget: &Budget, previous: Option<&Snapshot>) -> Self {
+        for (hash, entry) in &mut self.keys {
+            let kept = previous
+                .and_then(|p| p.keys.get(hash))
+                .and_then(|e| e.share.clone());
+            entry.share = Some(kept.unwrap_or_else(|| budget.share()));
+        }
+        self
     }
 }
 
@@ -428,6 +459,9 @@ impl GroupRoute {
         let cost = highest_prices(targets.iter().map(|(_, _, route)| route.cost));
         Some(Self {
             name: group.display_name.as_str().into(),
+            name_json: json_string(&group.display_name),
+            served_by: HeaderValue::from_str(&group.display_name)
+                .unwrap_or_else(|_| HeaderValue::from_static("-")),
             timeouts: group.timeouts,
             strategy: routing.strategy,
             policy: Policy {
@@ -449,6 +483,23 @@ impl GroupRoute {
             cost,
         })
     }
+}
+
+/// `value` with every byte but RFC 3986's unreserved ones (letters, digits, `-`, `.`, `_`,
+/// `~`) percent-encoded: safe as one path segment or one query value. `.` and `..` (which
+/// name other paths once resolved) are encoded whole.
+fn percent_encoded(value: &str) -> String {
+    use std::fmt::Write;
+    let dots = matches!(value, "." | "..");
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if !dots && (byte.is_ascii_alphanumeric() || b"-._~".contains(&byte)) {
+            encoded.push(char::from(byte));
+        } else {
+            let _ = write!(encoded, "%{byte:02X}");
+        }
+    }
+    encoded
 }
 
 /// The highest input and the highest output price among `costs`; `None` when none is priced.
@@ -515,6 +566,12 @@ impl Provider {
             uris: Arc::new(uris),
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()),
+            masks: Masks::new(
+                key.api_key
+                    .iter()
+                    .chain(key.headers.iter().map(|(_, value)| value))
+                    .map(|secret| secret.expose()),
+            ),
             stream_usage: key.stream_usage,
             responses: key.responses,
             anthropic_version: key
@@ -535,6 +592,8 @@ impl Provider {
 /// Cost per request: two `ArcSwap` loads, a pointer comparison and one reference count.
 pub(crate) struct SnapshotCache {
     current: ArcSwap<Built>,
+    /// The worker's memory budget, which each key's share is of.
+    budget: Budget,
 }
 
 /// Resources as published to every worker, with the shared state of their entries.
@@ -562,16 +621,20 @@ struct Built {
 }
 
 impl SnapshotCache {
-    pub(crate) fn new(published: &ArcSwap<Loaded>, egress: &Egress, limiter: &Limiter) -> Self {
+    pub(crate) fn new(
+        published: &ArcSwap<Loaded>,
+        egress: &Egress,
+        limiter: &Limiter,
+        budget: &Budget,
+    ) -> Self {
         let source = published.load_full();
-        let snapshot = Arc::new(Snapshot::build(
-            &source.resources,
-            &source.states,
-            egress,
-            limiter,
-        ));
+        let snapshot = Arc::new(
+            Snapshot::build(&source.resources, &source.states, egress, limiter)
+                .shared(budget, None),
+        );
         Self {
             current: ArcSwap::from_pointee(Built { source, snapshot }),
+            budget: budget.clone(),
         }
     }
 
@@ -587,12 +650,10 @@ impl SnapshotCache {
         if Arc::ptr_eq(&cached.source, &source) {
             return cached.snapshot.clone();
         }
-        let snapshot = Arc::new(Snapshot::build(
-            &source.resources,
-            &source.states,
-            egress,
-            limiter,
-        ));
+        let snapshot = Arc::new(
+            Snapshot::build(&source.resources, &source.states, egress, limiter)
+                .shared(&self.budget, Some(&cached.snapshot)),
+        );
         self.current.store(Arc::new(Built {
             source: Arc::clone(&source),
             snapshot: snapshot.clone(),
@@ -629,7 +690,8 @@ mod tests {
         let egress = Egress::direct();
         let limiter = Limiter::in_memory(Arc::new(SystemClock));
         let published = ArcSwap::from_pointee(resources("old"));
-        let cache = SnapshotCache::new(&published, &egress, &limiter);
+        let budget = Budget::new(1 << 20, 1 << 18);
+        let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
         let old_source = published.load_full();
         assert!(
             cache
@@ -761,5 +823,45 @@ models:
             "http://gw.local/v1/responses?tenant=t1"
         );
         assert!(azure.provider.responses && !openai.provider.responses);
+    }
+
+    #[test]
+    fn azure_deployments_and_versions_are_percent_encoded_where_they_are_spliced() {
+        let uris = EndpointUris::azure("https://res.openai.azure.com", "dep/x?y#z", "2024 10&a=b");
+        assert_eq!(
+            uris.get(Endpoint::ChatCompletions).unwrap().to_string(),
+            "https://res.openai.azure.com/openai/deployments/dep%2Fx%3Fy%23z/chat/completions?api-version=2024%2010%26a%3Db"
+        );
+        let uris = EndpointUris::azure("https://res.openai.azure.com", "..", "v");
+        assert_eq!(
+            uris.get(Endpoint::Embeddings).unwrap().to_string(),
+            "https://res.openai.azure.com/openai/deployments/%2E%2E/embeddings?api-version=v"
+        );
+        assert_eq!(percent_encoded("gpt-4o_prod.v1~a"), "gpt-4o_prod.v1~a");
+    }
+
+    #[test]
+    fn a_key_keeps_its_share_of_the_budget_across_a_reload() {
+        let yaml = |model: &str| {
+            format!(
+                "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\napi_keys: [{{display_name: k, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: [\"*\"]}}]\n"
+            )
+        };
+        let loaded = |model: &str| Loaded::new(parse(&yaml(model)), None, Resilience::default());
+        let (egress, limiter) = (Egress::direct(), Limiter::in_memory(Arc::new(SystemClock)));
+        let published = ArcSwap::from_pointee(loaded("old"));
+        let budget = Budget::new(1 << 20, 1 << 18);
+        let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
+        let hash = published.load().resources.api_keys[0].key_hash;
+        let share = |snapshot: &Snapshot| snapshot.api_key(&hash).unwrap().share.clone().unwrap();
+        let before = share(&cache.get(&published, &egress, &limiter));
+
+        published.store(Arc::new(loaded("new")));
+        let snapshot = cache.get(&published, &egress, &limiter);
+        assert!(snapshot.model("new").is_some());
+        assert!(
+            share(&snapshot).is(&before),
+            "what its requests hold stays counted"
+        );
     }
 }

@@ -450,8 +450,13 @@ impl Events {
         self.out
             .push(scanned.kept.map_or(complete, BytesMut::freeze));
         if let Some(kind) = scanned.failure {
-            let secret = self.provider.as_deref().and_then(Provider::error_secret);
-            self.fail(failure(kind, scanned.reported, secret, self.map.dialect()));
+            let provider = self.provider.as_deref();
+            let secret = provider.and_then(Provider::error_secret);
+            let error = failure(kind, scanned.reported, secret, self.map.dialect());
+            self.fail(match provider {
+                Some(provider) => provider.masks.error(error),
+                None => error,
+            });
         } else if scanned.done {
             self.partial.clear();
             self.done = true;

@@ -27,6 +27,7 @@ fn config(redis: &Redis, on_error: OnRedisError) -> RateLimitConfig {
         backend: RateLimitBackend::Redis(RedisConfig {
             url: RedisUrl::parse(&redis.url()).unwrap(),
             on_error,
+            budget_on_error: on_error,
             timeout: REDIS_TIMEOUT,
         }),
         concurrency_ttl: Duration::from_secs(300),
@@ -444,4 +445,91 @@ async fn settlements_made_while_redis_was_away_reach_it_when_it_is_back() {
     reserve(&other, &on_other, tokens(89))
         .await
         .expect("the 80 unused tokens went back once Redis answered");
+}
+
+/// A key's limits for the lost-reply tests: one request slot, and a request window.
+fn one_slot() -> RateLimit {
+    RateLimit {
+        rpm: Some(100),
+        tpm: Some(1_000),
+        concurrency: Some(1),
+        ..RateLimit::default()
+    }
+}
+
+/// Reserves `tokens(10)` until admitted (the undo of a lost reply reaches Redis just after it
+/// is back), then returns the reservation; panics if the slot never comes back.
+async fn reserve_when_free(limiter: &Limiter, key: &Arc<Subject>) -> Reservation {
+    tokio::time::timeout(HANG, async {
+        loop {
+            if let Ok(reservation) = limiter.reserve(&[key], tokens(10)).await {
+                return reservation;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the slot of the lost reservation came back")
+}
+
+#[tokio::test]
+async fn a_reservation_whose_reply_was_lost_is_undone_once_redis_answers() {
+    let redis = Redis::start();
+    let clock = Arc::new(ManualClock::at(MINUTE_START));
+    let limiter = node(&config(&redis, OnRedisError::Deny), &clock).await;
+    let key = subject(&limiter, "team", one_slot());
+
+    // Frozen: the script waits in Redis's socket and runs when it resumes, after the request
+    // gave up on it. Nobody holds what it counted.
+    redis.pause();
+    assert_eq!(
+        reserve(&limiter, &key, tokens(10)).await.unwrap_err(),
+        Refused::Unavailable
+    );
+    redis.resume();
+    connected(&limiter).await;
+    flush(&limiter).await;
+
+    let held = reserve_when_free(&limiter, &key).await;
+    let headroom = *held.headroom();
+    assert_eq!(
+        headroom.tokens.map(|t| t.remaining),
+        Some(1_000 - 10),
+        "only this reservation's tokens are counted"
+    );
+    // Undone once, and only once: a second undo finds no marker.
+    flush(&limiter).await;
+    assert!(
+        matches!(
+            limiter.reserve(&[&key], tokens(10)).await,
+            Err(Refused::Limit(_))
+        ),
+        "the live reservation still holds the one slot"
+    );
+}
+
+#[tokio::test]
+async fn a_reservation_cancelled_while_its_script_was_in_flight_is_undone() {
+    let redis = Redis::start();
+    let clock = Arc::new(ManualClock::at(MINUTE_START));
+    let limiter = node(&config(&redis, OnRedisError::Deny), &clock).await;
+    let key = subject(&limiter, "team", one_slot());
+
+    redis.pause();
+    // The client left: the reservation future is dropped mid-call.
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(50),
+        limiter.reserve(&[&key], tokens(10)),
+    )
+    .await;
+    assert!(cancelled.is_err(), "cancelled before Redis answered");
+    redis.resume();
+    flush(&limiter).await;
+
+    let held = reserve_when_free(&limiter, &key).await;
+    assert_eq!(
+        held.headroom().tokens.map(|t| t.remaining),
+        Some(1_000 - 10),
+        "the cancelled reservation's tokens were taken back"
+    );
 }

@@ -1,6 +1,6 @@
 //! The fast path, for benchmarks: OpenAI chat completions computed once at start, paced or sent
 //! in one burst, one precomputed Anthropic message (non-streaming `POST /v1/messages`), and, for
-//! the model [`HOSTILE_MODEL`], hostile answers (one huge SSE event, one huge JSON body) built
+//! the model [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), hostile answers (one huge SSE event, one huge JSON body) built
 //! from one small buffer. A request's body is only byte-searched for `"stream": true`,
 //! `"include_usage": true` and the hostile model's name (no JSON parse), and nothing is recorded,
 //! so the mock stays far cheaper than the gateway in front of it.
@@ -12,7 +12,8 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Method, Response, StatusCode, request};
 
-use super::body::{Filled, Finish, Frames, MockBody, Paced};
+use super::body::{Finish, Frames, MockBody, Paced};
+use super::hostile::{Hostile, HostileAnswers};
 use super::server::Worker;
 
 /// The marker every streamed content frame carries; a load generator counts frames by it.
@@ -30,68 +31,6 @@ pub struct Pacing {
     /// Send the whole stream (every frame, the finish chunk, usage and `[DONE]`) as one chunk
     /// after `ttft`, as a provider does that buffers its answer; `gap` is then unused.
     pub burst: bool,
-}
-
-/// The upstream model name that gets the hostile answers (the gateway's `model_name`; the
-/// request body is byte-searched for it, quoted).
-pub const HOSTILE_MODEL: &str = "mock-hostile";
-
-/// The sizes of the hostile answers: a neighbour no gateway should let hurt its other traffic.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hostile {
-    /// A streaming request gets one SSE event this long (`data: ` included) that never ends:
-    /// no blank line, no newline at all; then the stream ends.
-    pub event_bytes: usize,
-    /// A non-streaming request gets a 200 `application/json` body this long (with
-    /// `Content-Length`): one chat completion whose content is padding, ending with `usage`.
-    pub body_bytes: usize,
-}
-
-/// The chunk the hostile answers are written in: one buffer, sent again and again.
-const HOSTILE_CHUNK: usize = 64 * 1024;
-
-/// The hostile answers' parts: a head, a shared fill, a tail.
-#[derive(Debug)]
-struct HostileAnswers {
-    fill: Bytes,
-    event: (Bytes, usize, Bytes),
-    body: (Bytes, usize, Bytes),
-}
-
-impl HostileAnswers {
-    fn new(sizes: &Hostile) -> HostileAnswers {
-        let fill = Bytes::from(vec![b'x'; HOSTILE_CHUNK]);
-        let event_head = r#"data: {"id":"chatcmpl-hostile","object":"chat.completion.chunk","created":1700000000,"model":"mock-hostile","choices":[{"index":0,"delta":{"content":""#;
-        let body_head = r#"{"id":"chatcmpl-hostile","object":"chat.completion","created":1700000000,"model":"mock-hostile","choices":[{"index":0,"message":{"role":"assistant","content":""#;
-        let body_tail = r#""},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":1,"total_tokens":10}}"#;
-        HostileAnswers {
-            event: padded(event_head, "", sizes.event_bytes),
-            body: padded(body_head, body_tail, sizes.body_bytes),
-            fill,
-        }
-    }
-
-    fn frames(&self, (head, fills, tail): &(Bytes, usize, Bytes)) -> Frames {
-        Frames::Filled(Filled::new(
-            head.clone(),
-            self.fill.clone(),
-            *fills,
-            tail.clone(),
-        ))
-    }
-}
-
-/// `head`, padding and `tail` making `total` bytes (never less than head and tail): the head,
-/// how many whole fill chunks, and the tail with the rest of the padding before it.
-fn padded(head: &str, tail: &str, total: usize) -> (Bytes, usize, Bytes) {
-    let padding = total.saturating_sub(head.len() + tail.len());
-    let fills = padding / HOSTILE_CHUNK;
-    let rest = "x".repeat(padding % HOSTILE_CHUNK);
-    (
-        Bytes::from(head.to_owned()),
-        fills,
-        Bytes::from(format!("{rest}{tail}")),
-    )
 }
 
 /// The precomputed answers.
@@ -174,9 +113,9 @@ impl Answers {
             && is_hostile(body)
         {
             return if stream {
-                sse(hostile.frames(&hostile.event), worker)
+                sse(hostile.event(), worker)
             } else {
-                json(hostile.frames(&hostile.body), worker)
+                json(hostile.body(), worker)
             };
         }
         if !stream {
@@ -214,7 +153,7 @@ impl Answers {
     }
 }
 
-/// [`HOSTILE_MODEL`], quoted, as a request body carries it.
+/// [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), quoted, as a request body carries it.
 const HOSTILE_NEEDLE: &[u8] = b"\"mock-hostile\"";
 
 /// Whether the request names the hostile model (a byte search for its quoted name).
@@ -255,6 +194,7 @@ fn json_flag_is_true(body: &[u8], quoted_key: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mock::hostile::HOSTILE_MODEL;
 
     #[test]
     fn stream_flag_is_found_with_or_without_spaces_and_never_in_stream_options() {
@@ -272,63 +212,6 @@ mod tests {
             br#"{"stream":true,"stream_options":{"include_usage": true}}"#,
             b"\"include_usage\""
         ));
-    }
-
-    fn drain(mut frames: Frames) -> (u64, Vec<u8>) {
-        let announced = frames.len_bytes();
-        let mut bytes = Vec::new();
-        while let Some(chunk) = frames.pop() {
-            assert!(
-                chunk.len() <= HOSTILE_CHUNK.max(256),
-                "written in small chunks"
-            );
-            bytes.extend_from_slice(&chunk);
-        }
-        (announced, bytes)
-    }
-
-    fn hostile(event_bytes: usize, body_bytes: usize) -> HostileAnswers {
-        HostileAnswers::new(&Hostile {
-            event_bytes,
-            body_bytes,
-        })
-    }
-
-    #[test]
-    fn hostile_event_is_one_unterminated_data_line_of_the_size_asked() {
-        let size = 3 * HOSTILE_CHUNK + 123;
-        let answers = hostile(size, 1024);
-        let (announced, event) = drain(answers.frames(&answers.event));
-        assert_eq!(event.len(), size);
-        assert_eq!(announced, size as u64);
-        assert!(event.starts_with(b"data: {"));
-        assert!(
-            !event.contains(&b'\n'),
-            "no newline, so no blank line ends it"
-        );
-        assert!(!event.contains(&b'\r'));
-    }
-
-    #[test]
-    fn hostile_body_is_one_json_completion_of_exactly_its_content_length() {
-        let size = 5 * HOSTILE_CHUNK + 77;
-        let answers = hostile(1024, size);
-        let (announced, body) = drain(answers.frames(&answers.body));
-        assert_eq!(body.len(), size);
-        assert_eq!(announced, size as u64, "the Content-Length sent");
-        let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(json["object"], "chat.completion");
-        assert_eq!(json["usage"]["total_tokens"], 10);
-        assert!(body.ends_with(b"\"total_tokens\":10}}"), "usage comes last");
-    }
-
-    #[test]
-    fn hostile_answers_are_never_shorter_than_their_frame() {
-        let answers = hostile(0, 0);
-        let (_, event) = drain(answers.frames(&answers.event));
-        let (_, body) = drain(answers.frames(&answers.body));
-        assert!(event.starts_with(b"data: "));
-        assert!(serde_json::from_slice::<serde_json::Value>(&body).is_ok());
     }
 
     #[test]

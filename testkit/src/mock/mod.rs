@@ -21,6 +21,7 @@ pub mod anthropic;
 mod body;
 pub mod dialect;
 pub mod fast;
+pub mod hostile;
 pub mod openai;
 mod record;
 mod reply;
@@ -39,7 +40,8 @@ use socket2::{Domain, Protocol, Socket, Type};
 use tokio::sync::watch;
 
 pub use dialect::Dialect;
-pub use fast::{Hostile, Pacing};
+pub use fast::Pacing;
+pub use hostile::Hostile;
 pub use record::RecordedRequest;
 pub use reply::{Frame, Reply};
 
@@ -98,7 +100,7 @@ impl MockBuilder {
         self
     }
 
-    /// On the fast path, requests for [`fast::HOSTILE_MODEL`] get the hostile answers `sizes`
+    /// On the fast path, requests for [`hostile::HOSTILE_MODEL`] get the hostile answers `sizes`
     /// describes (one huge SSE event, one huge JSON body); without it they get the usual ones.
     pub fn hostile(mut self, sizes: Hostile) -> MockBuilder {
         self.hostile = Some(sizes);

@@ -7,16 +7,19 @@ use std::time::{Duration, SystemTime};
 
 use serde_yaml::Value;
 
+use super::cooldown::read_cooldown;
 use super::group::{self, GroupDraft};
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
 use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
 use super::pattern::ModelPattern;
 use super::reader::{
-    Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
+    Fields, Report, Slot, bool, duration, index_path, integer, list, non_empty_string, string,
 };
 use super::rfc3339;
 use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+use crate::bootstrap::CooldownOverrides;
+use crate::duration::Unit;
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::timeouts::TimeoutOverrides;
 
@@ -538,6 +541,8 @@ struct ModelDraft {
     timeouts: Option<TimeoutOverrides>,
     rate_limit: Option<Option<RateLimit>>,
     cost: Option<Option<Cost>>,
+    retries: Option<Option<u32>>,
+    cooldown: Option<Option<CooldownOverrides>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -551,6 +556,9 @@ fn read_entry(report: &mut Report, value: &Value, path: String) -> Entry {
         return Entry::Direct(ModelDraft::default());
     };
     let name = display_name(report, &mut fields);
+    for (field, message) in AISIX_ONLY_FIELDS {
+        fields.refuse(report, field, message);
+    }
     if group::is_group(value) {
         let timeouts = read_timeouts(report, &mut fields);
         let rate_limit = fields
@@ -563,25 +571,75 @@ fn read_entry(report: &mut Report, value: &Value, path: String) -> Entry {
     Entry::Direct(read_model(report, fields, path, name))
 }
 
-/// `timeout`, `connect_timeout`, `first_token_timeout` and `stream_idle_timeout` (ms) of a
-/// model or group; `None` when one of them is wrong.
+/// `timeout`, `connect_timeout`, `first_token_timeout` and `stream_idle_timeout` (a duration;
+/// a bare number is milliseconds) of a model or group, and AISIX's `stream_timeout` for
+/// `stream_idle_timeout`; `None` when one of them is wrong.
 fn read_timeouts(report: &mut Report, fields: &mut Fields<'_>) -> Option<TimeoutOverrides> {
-    let mut millis = |name| {
-        fields.optional(report, name).map(|(v, p)| {
-            positive_integer(report, v, &p, "milliseconds").map(Duration::from_millis)
-        })
+    let mut millis = |name, min| {
+        fields
+            .optional(report, name)
+            .map(|(v, p)| (duration(report, v, &p, Unit::Milliseconds, min), p))
     };
-    let total = millis("timeout");
-    let connect = millis("connect_timeout");
-    let first_token = millis("first_token_timeout");
-    let stream_idle = millis("stream_idle_timeout");
+    let one_ms = Duration::from_millis(1);
+    let total = millis("timeout", one_ms);
+    let connect = millis("connect_timeout", one_ms);
+    let first_token = millis("first_token_timeout", one_ms);
+    let stream_idle = millis("stream_idle_timeout", one_ms);
+    // AISIX's name; its 0 means unset, as in AISIX.
+    let stream_timeout = millis("stream_timeout", Duration::ZERO)
+        .map(|(d, p)| (d.map(|d| (!d.is_zero()).then_some(d)), p));
+    let stream_idle = match (stream_idle, stream_timeout) {
+        (Some(_), Some((_, path))) => {
+            report.error(
+                path,
+                "is AISIX's name for stream_idle_timeout: give one of them, not both",
+            );
+            return None;
+        }
+        (Some((d, _)), None) => Some(d),
+        (None, Some((Some(Some(d)), _))) => Some(Some(d)),
+        (None, Some((Some(None), _))) | (None, None) => None,
+        (None, Some((None, _))) => Some(None),
+    };
     Some(TimeoutOverrides {
-        connect: given(connect)?,
-        first_token: given(first_token)?,
+        connect: given(connect.map(|(d, _)| d))?,
+        first_token: given(first_token.map(|(d, _)| d))?,
         stream_idle: given(stream_idle)?,
-        total: given(total)?,
+        total: given(total.map(|(d, _)| d))?,
     })
 }
+
+/// AISIX's per-model fields aisix does not implement, refused by name.
+const AISIX_ONLY_FIELDS: &[(&str, &str)] = &[
+    (
+        "allowed_cidrs",
+        "is AISIX's client IP allowlist, which aisix does not implement",
+    ),
+    (
+        "auto_prompt_caching",
+        "is AISIX's prompt-cache injection, which aisix does not implement",
+    ),
+    (
+        "background_model_check",
+        "is AISIX's background health check, which aisix does not implement",
+    ),
+    (
+        "embedding",
+        "is AISIX's embedding metadata, which aisix does not implement",
+    ),
+    (
+        "ensemble",
+        "is AISIX's ensemble model, which aisix does not implement",
+    ),
+    (
+        "semantic",
+        "is AISIX's semantic routing, which aisix does not implement",
+    ),
+    (
+        "provider_key_id",
+        "is AISIX's stored-resource id; name the provider key with provider_key",
+    ),
+];
 
 fn read_model(
     report: &mut Report,
@@ -607,6 +665,12 @@ fn read_model(
     let cost = fields
         .optional(report, "cost")
         .map(|(v, p)| read_cost(report, v, &p));
+    let retries = fields.optional(report, "retries").map(|(v, p)| {
+        integer(report, v, &p, 0, group::MAX_RETRIES).and_then(|n| u32::try_from(n).ok())
+    });
+    let cooldown = fields
+        .optional(report, "cooldown")
+        .map(|(v, p)| read_cooldown(report, v, &p));
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -617,6 +681,8 @@ fn read_model(
         timeouts,
         rate_limit,
         cost,
+        retries,
+        cooldown,
     }
 }
 
@@ -656,13 +722,15 @@ fn resolve_provider_keys(
             }
             if key_provider == Some(ProviderKind::AzureOpenAi)
                 && let Some(deployment) = &model.model_name
-                && !deployment
+                && (!deployment
                     .bytes()
                     .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_' || c == b'.')
+                    || matches!(deployment.as_str(), "." | ".."))
             {
+                // A path segment: `.` and `..` would name another path once resolved.
                 report.error(
                     format!("{}.model_name", model.path),
-                    "is the Azure deployment name here: letters, digits, '-', '_' and '.' only",
+                    "is the Azure deployment name here: letters, digits, '-', '_' and '.' only, and not '.' or '..'",
                 );
                 return None;
             }
@@ -675,6 +743,8 @@ fn resolve_provider_keys(
                 timeouts: model.timeouts?,
                 rate_limit: given(model.rate_limit)?.unwrap_or_default(),
                 cost: given(model.cost)?,
+                retries: given(model.retries)?,
+                cooldown: given(model.cooldown)?.unwrap_or_default(),
             })
         })
         .collect()

@@ -2,6 +2,7 @@
 //! API keys (with their limits, prices and budgets), read strictly with `${VAR}` interpolation
 //! and checked across entries. Serving them is the gateway's job.
 
+mod cooldown;
 mod diff;
 mod group;
 mod interpolate;

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
+use std::time::Duration;
 
 use serde_yaml::Value;
 
+use crate::duration::{self, Unit};
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
 
@@ -168,6 +170,15 @@ impl<'v> Fields<'v> {
         }
     }
 
+    /// Refuses the field `name` with `message` if it is there, without offering it among the
+    /// known names (a field of AISIX's that aisix does not implement).
+    pub(super) fn refuse(&mut self, report: &mut Report, name: &str, message: &str) {
+        if let Some(entry) = self.entries.iter_mut().find(|(n, _, _)| *n == name) {
+            entry.2 = true;
+            report.error(field_path(&self.path, name), message);
+        }
+    }
+
     /// Records every field no one took; `noun` is "field" or "collection".
     pub(super) fn finish(self, report: &mut Report, noun: &str) {
         for (name, _, taken) in &self.entries {
@@ -256,6 +267,33 @@ pub(super) fn positive_integer(
         Some(n) if n >= 1 => Some(n),
         _ => {
             report.error(path, format!("expected a positive integer ({unit})"));
+            None
+        }
+    }
+}
+
+/// A duration of at least `min`: a humantime string (`30s`, `250ms`) or a bare number of
+/// `unit`, also as a string of digits so a `${VAR}` can supply it.
+pub(super) fn duration(
+    report: &mut Report,
+    value: &Value,
+    path: &str,
+    unit: Unit,
+    min: Duration,
+) -> Option<Duration> {
+    let parsed = match value {
+        Value::Number(n) => n.as_u64().map(|n| unit.of(n)),
+        Value::String(s) => duration::parse(s, unit).ok(),
+        _ => None,
+    };
+    match parsed {
+        Some(d) if d >= min => Some(d),
+        Some(_) => {
+            report.error(path, format!("must be at least {}", duration::display(min)));
+            None
+        }
+        None => {
+            report.error(path, duration::expected(unit));
             None
         }
     }

@@ -8,6 +8,7 @@ use super::group::ModelGroup;
 use super::key::KeyHash;
 use super::limits::{Budget, Cost, RateLimit};
 use super::pattern::ModelPattern;
+use crate::bootstrap::CooldownOverrides;
 use crate::timeouts::TimeoutOverrides;
 
 /// Everything one resources file defines, validated: names are unique within each collection
@@ -131,6 +132,11 @@ pub struct Model {
     pub rate_limit: RateLimit,
     /// `cost`: prices of this entry's tokens; `None` counts no spend.
     pub cost: Option<Cost>,
+    /// `retries`: same-model retries of a retryable failure, for a request to this model and
+    /// in a group (where it wins over `routing.retries`); `None` keeps the caller's (0 direct).
+    pub retries: Option<u32>,
+    /// `cooldown`: this model's own cooldown settings over the `upstream.*` ones.
+    pub cooldown: CooldownOverrides,
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.

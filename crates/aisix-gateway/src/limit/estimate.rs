@@ -10,11 +10,14 @@
 //! tokens per byte (Chinese, Japanese: about 1.5 bytes per token, so up to 2.7× more tokens than
 //! estimated) and runs high for bodies carrying base64 images (which cost far fewer tokens than
 //! bytes). Output tokens are estimated as `max_completion_tokens` (or `max_tokens`) when the
-//! request sets one, else [`DEFAULT_OUTPUT_TOKENS`]; endpoints without output (embeddings)
-//! estimate none.
+//! request sets one, else [`DEFAULT_OUTPUT_TOKENS`], times the `n` choices it asks for;
+//! endpoints without output (embeddings, `count_tokens`) estimate none.
 //!
 //! What a request used beyond its estimate is charged when it is reconciled, so an estimate that
 //! falls short lets requests already in flight pass a limit by that much, never more.
+
+// Token counts come from clients and upstreams: every sum saturates.
+#![warn(clippy::arithmetic_side_effects)]
 
 use aisix_config::{Cost, Usd};
 
@@ -33,13 +36,21 @@ pub struct Tokens {
 
 impl Tokens {
     /// The estimate for a request body of `body_len` bytes. `max_output` is the request's
-    /// `max_completion_tokens` or `max_tokens`; `produces_output` is false for embeddings.
-    pub fn estimate(body_len: usize, max_output: Option<u64>, produces_output: bool) -> Self {
+    /// `max_completion_tokens` or `max_tokens`, per choice; `choices` its `n`;
+    /// `produces_output` is false for embeddings and `count_tokens`.
+    pub fn estimate(
+        body_len: usize,
+        max_output: Option<u64>,
+        choices: u32,
+        produces_output: bool,
+    ) -> Self {
         let body_len = u64::try_from(body_len).unwrap_or(u64::MAX);
         Self {
             input: body_len.div_ceil(BODY_BYTES_PER_TOKEN),
             output: if produces_output {
-                max_output.unwrap_or(DEFAULT_OUTPUT_TOKENS)
+                max_output
+                    .unwrap_or(DEFAULT_OUTPUT_TOKENS)
+                    .saturating_mul(u64::from(choices.max(1)))
             } else {
                 0
             },
@@ -52,9 +63,9 @@ impl Tokens {
 
     /// What these tokens cost at `cost`'s prices, rounded up to the nano-dollar.
     pub fn cost(self, cost: &Cost) -> Usd {
-        let nanos = (u128::from(self.input) * u128::from(cost.input_per_1k.nanos())
-            + u128::from(self.output) * u128::from(cost.output_per_1k.nanos()))
-        .div_ceil(1000);
+        let input = u128::from(self.input).saturating_mul(u128::from(cost.input_per_1k.nanos()));
+        let output = u128::from(self.output).saturating_mul(u128::from(cost.output_per_1k.nanos()));
+        let nanos = input.saturating_add(output).div_ceil(1000);
         Usd::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 }
@@ -65,21 +76,49 @@ mod tests {
 
     #[test]
     fn prompt_estimate_is_a_quarter_of_the_body_rounded_up() {
-        assert_eq!(Tokens::estimate(0, None, false).input, 0);
-        assert_eq!(Tokens::estimate(1, None, false).input, 1);
-        assert_eq!(Tokens::estimate(400, None, false).input, 100);
-        assert_eq!(Tokens::estimate(401, None, false).input, 101);
+        assert_eq!(Tokens::estimate(0, None, 1, false).input, 0);
+        assert_eq!(Tokens::estimate(1, None, 1, false).input, 1);
+        assert_eq!(Tokens::estimate(400, None, 1, false).input, 100);
+        assert_eq!(Tokens::estimate(401, None, 1, false).input, 101);
     }
 
     #[test]
     fn output_estimate_is_max_tokens_or_the_default() {
-        assert_eq!(Tokens::estimate(40, Some(50), true).output, 50);
+        assert_eq!(Tokens::estimate(40, Some(50), 1, true).output, 50);
         assert_eq!(
-            Tokens::estimate(40, None, true).output,
+            Tokens::estimate(40, None, 1, true).output,
             DEFAULT_OUTPUT_TOKENS
         );
-        assert_eq!(Tokens::estimate(40, Some(50), false).output, 0);
-        assert_eq!(Tokens::estimate(40, Some(50), true).total(), 60);
+        assert_eq!(Tokens::estimate(40, Some(50), 1, false).output, 0);
+        assert_eq!(Tokens::estimate(40, Some(50), 1, true).total(), 60);
+    }
+
+    #[test]
+    fn output_estimate_covers_every_choice() {
+        assert_eq!(Tokens::estimate(40, Some(1000), 100, true).output, 100_000);
+        assert_eq!(
+            Tokens::estimate(40, None, 3, true).output,
+            3 * DEFAULT_OUTPUT_TOKENS
+        );
+        assert_eq!(
+            Tokens::estimate(40, Some(u64::MAX), u32::MAX, true).output,
+            u64::MAX,
+            "saturates"
+        );
+    }
+
+    #[test]
+    fn the_cost_of_huge_counts_at_huge_prices_is_the_most_a_price_holds() {
+        let cost = Cost {
+            input_per_1k: Usd::from_nanos(u64::MAX),
+            output_per_1k: Usd::from_nanos(u64::MAX),
+        };
+        let huge = Tokens {
+            input: u64::MAX,
+            output: u64::MAX,
+        };
+        assert_eq!(huge.cost(&cost), Usd::from_nanos(u64::MAX));
+        assert_eq!(huge.total(), u64::MAX);
     }
 
     #[test]

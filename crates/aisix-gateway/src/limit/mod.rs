@@ -84,6 +84,8 @@ struct Inner {
     redis: Option<redis::RedisBackend>,
     /// Whether requests are refused while Redis cannot be reached.
     deny_without_redis: bool,
+    /// Whether requests that count against a budget are refused while Redis cannot be reached.
+    deny_budget_without_redis: bool,
 }
 
 impl fmt::Debug for Limiter {
@@ -111,11 +113,16 @@ impl Limiter {
     /// connects (and reconnects) in the background and settles reservations; requests never
     /// wait for it to connect.
     pub fn new(config: &RateLimitConfig, clock: Arc<dyn Clock>) -> Result<Self, LimiterInitError> {
-        let (redis, deny_without_redis) = match &config.backend {
-            RateLimitBackend::Memory => (None, false),
+        let (redis, deny_without_redis, deny_budget_without_redis) = match &config.backend {
+            RateLimitBackend::Memory => (None, false, false),
             RateLimitBackend::Redis(redis) => (
-                Some(redis::RedisBackend::start(redis, config.concurrency_ttl)?),
+                Some(redis::RedisBackend::start(
+                    redis,
+                    config.concurrency_ttl,
+                    clock.clone(),
+                )?),
                 redis.on_error == OnRedisError::Deny,
+                redis.budget_on_error == OnRedisError::Deny,
             ),
         };
         Ok(Self {
@@ -124,6 +131,7 @@ impl Limiter {
                 counters: Mutex::new(HashMap::new()),
                 redis,
                 deny_without_redis,
+                deny_budget_without_redis,
             }),
         })
     }
@@ -136,6 +144,7 @@ impl Limiter {
                 counters: Mutex::new(HashMap::new()),
                 redis: None,
                 deny_without_redis: false,
+                deny_budget_without_redis: false,
             }),
         }
     }
@@ -220,6 +229,11 @@ impl Limiter {
             Some(redis) => match redis.reserve(subjects, &checks, now).await {
                 Some((lease, evaluated)) => (Store::Redis { lease }, evaluated),
                 None if self.inner.deny_without_redis => return Err(Refused::Unavailable),
+                None if self.inner.deny_budget_without_redis
+                    && checks.iter().any(|c| matches!(c.what, What::Budget(_))) =>
+                {
+                    return Err(Refused::Unavailable);
+                }
                 None => (Store::Memory, memory::reserve(subjects, &checks)),
             },
         };
@@ -456,6 +470,39 @@ impl Reservation {
         self.settled = true;
         let (now, adjustments) = self.adjustments(Some(used));
         self.apply(now, &adjustments);
+        self.write_back(now, used);
+    }
+
+    /// A reservation counted here because Redis was away (`on_error: allow`): its spend is also
+    /// queued for Redis, which gets it once it is back, so a budget shared by the replicas does
+    /// not lose what was spent during the outage.
+    fn write_back(&self, now: u64, used: Charge) {
+        if self.store != Store::Memory || used.spend == Usd::ZERO {
+            return;
+        }
+        let Some(redis) = self
+            .subjects
+            .first()
+            .and_then(|s| s.limiter.inner.redis.as_ref())
+        else {
+            return;
+        };
+        let spend: Vec<Adjust> = self
+            .checks
+            .iter()
+            .enumerate()
+            .filter_map(|(check, c)| match c.what {
+                What::Budget(period) => Some(Adjust::Add {
+                    check,
+                    amount: micros(used.spend),
+                    span: period_span(period, now),
+                }),
+                _ => None,
+            })
+            .collect();
+        if !spend.is_empty() {
+            redis.settle(&self.subjects, &self.checks, &spend, 0, now);
+        }
     }
 
     /// The adjustments settling with `used` makes (only the releases without it), and when.

@@ -19,14 +19,23 @@
 //! millisecond: until then the reservation stays counted, which can only refuse early, never
 //! admit too much. Settlements queued while Redis is away are sent once it is back (up to
 //! [`SETTLE_QUEUE`] requests; beyond that they are dropped and counted as errors, leaving their
-//! reservations charged). A reservation whose reply was lost to a timeout may have been counted
-//! in Redis: it stays counted until its window ends (a budget: its period), and its concurrency
-//! slot until `ratelimit.concurrency_ttl_secs`.
+//! reservations charged). A reservation whose reply is lost (a timeout, an error, or the
+//! request cancelled while the script was in flight) is undone the same way: its script sets
+//! a marker key when it counts, and the undo takes the counts and the concurrency lease back
+//! only while that marker is there, so it is harmless whether or not the script ran. Spend counted in this process while Redis was away is queued the same
+//! way (`Reservation::write_back`), so a shared budget gets it once Redis is back; with
+//! `budget_on_error: deny` such requests are refused instead.
+//!
+//! A concurrency slot is a lease that expires `ratelimit.concurrency_ttl_secs` after it was
+//! last renewed: the background thread renews the leases of every request still in flight
+//! three times per lifetime, so a long stream keeps its slot, and a replica that dies loses
+//! its slots one lifetime later.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -52,16 +61,20 @@ const KEY_GRACE_MS: u64 = 1_000;
 const WARN_EVERY_MS: u64 = 10_000;
 
 /// Checks every counter, then counts all of them or none.
-/// KEYS: one per check. ARGV[1]: now (Unix ms); ARGV[2]: this reservation's concurrency lease;
-/// then four per key: `w` (a window or budget counter) or `c` (a concurrency set), the amount,
-/// the limit, the key's time to live in ms.
+/// KEYS: one per check, then this reservation's marker. ARGV[1]: now (Unix ms); ARGV[2]: this
+/// reservation's concurrency lease; then four per check key: `w` (a window or budget counter)
+/// or `c` (a concurrency set), the amount, the limit, the key's time to live in ms.
 /// Returns `{refused, count1, count2, ...}`: `refused` is the 1-based index of the first check
 /// that refused (0 if none), each count is after the reservation (or as found, if refused).
+/// A reservation that counts also sets its marker, for as long as its longest-lived key: an
+/// undo (see `SETTLE`) takes a reservation back only while its marker is there, so undoing one
+/// whose reply was lost is harmless whether or not it was applied, and never applied twice.
 const RESERVE: &str = r"
 local now = tonumber(ARGV[1])
+local checks = #KEYS - 1
 local counts = {}
 local refused = 0
-for i = 1, #KEYS do
+for i = 1, checks do
   local base = 2 + (i - 1) * 4
   local count
   if ARGV[base + 1] == 'c' then
@@ -77,9 +90,11 @@ for i = 1, #KEYS do
   end
 end
 if refused == 0 then
-  for i = 1, #KEYS do
+  local longest = 1
+  for i = 1, checks do
     local base = 2 + (i - 1) * 4
     local ttl = tonumber(ARGV[base + 4])
+    if ttl > longest then longest = ttl end
     if ARGV[base + 1] == 'c' then
       redis.call('ZADD', KEYS[i], now + ttl, ARGV[2])
     elseif tonumber(ARGV[base + 2]) > 0 then
@@ -88,6 +103,7 @@ if refused == 0 then
     redis.call('PEXPIRE', KEYS[i], ttl)
     counts[i] = counts[i] + tonumber(ARGV[base + 2])
   end
+  redis.call('SET', KEYS[#KEYS], '1', 'PX', longest)
 end
 table.insert(counts, 1, refused)
 return counts
@@ -95,12 +111,19 @@ return counts
 
 /// Applies settlements. KEYS: one per adjustment. ARGV: three per key: `s` (take back this
 /// much, if the counter still exists), `a` (add this much, the key expiring in the given ms if
-/// it is new) or `r` (remove this lease from a concurrency set), the amount or lease, the ms.
+/// it is new), `r` (remove this lease from a concurrency set), or `u` (the key is a
+/// reservation's marker: delete it, and if it was not there skip the next `value` entries,
+/// which undo that reservation), the amount or lease, the ms.
 const SETTLE: &str = r"
-for i = 1, #KEYS do
+local i = 1
+while i <= #KEYS do
   local base = (i - 1) * 3
   local op, value = ARGV[base + 1], ARGV[base + 2]
-  if op == 'r' then
+  if op == 'u' then
+    if redis.call('DEL', KEYS[i]) == 0 then
+      i = i + tonumber(value)
+    end
+  elseif op == 'r' then
     redis.call('ZREM', KEYS[i], value)
   elseif op == 's' then
     local count = redis.call('GET', KEYS[i])
@@ -115,6 +138,7 @@ for i = 1, #KEYS do
       redis.call('PEXPIRE', KEYS[i], ARGV[base + 3])
     end
   end
+  i = i + 1
 end
 return #KEYS
 ";
@@ -137,6 +161,24 @@ struct SettleEntry {
     ttl_ms: u64,
 }
 
+/// The undo of a reservation whose reply has not been read: queued as it drops unless the
+/// reply came (and `entries` was emptied). Runs off the request path, on the background
+/// thread, once Redis answers again.
+struct Undo<'a> {
+    backend: &'a RedisBackend,
+    /// The marker's `u` entry, then one `s` or `r` entry per check.
+    entries: Vec<SettleEntry>,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.entries.is_empty() {
+            self.backend
+                .queue(Queued::Settle(std::mem::take(&mut self.entries)));
+        }
+    }
+}
+
 pub(super) struct RedisBackend {
     state: Arc<State>,
     settlements: Option<mpsc::Sender<Queued>>,
@@ -156,8 +198,15 @@ struct State {
     timeout: Duration,
     on_error: OnRedisError,
     concurrency_ttl_ms: u64,
+    /// The limiter's clock: lease expiries are on it.
+    clock: Arc<dyn Clock>,
     /// Names this process in concurrency leases.
     node: u64,
+    // shared: the leases of every request in flight on any worker that holds a Redis
+    // concurrency slot, renewed by the background thread so that a slot outlives
+    // `concurrency_ttl` while its request runs. Locked once when such a reservation is made and
+    // once when it settles, beside a Redis round trip; never by other requests.
+    live: Mutex<HashMap<String, Vec<String>>>,
     leases: AtomicU64,
     warnings: Warnings,
     reserve: Script,
@@ -178,6 +227,7 @@ impl RedisBackend {
     pub(super) fn start(
         config: &RedisConfig,
         concurrency_ttl: Duration,
+        clock: Arc<dyn Clock>,
     ) -> Result<Self, LimiterInitError> {
         let client = redis::Client::open(config.url.expose())
             .map_err(|_| LimiterInitError::RedisUrl("not a Redis URL the client accepts".into()))?;
@@ -189,6 +239,8 @@ impl RedisBackend {
             timeout: config.timeout,
             on_error: config.on_error,
             concurrency_ttl_ms: u64::try_from(concurrency_ttl.as_millis()).unwrap_or(u64::MAX),
+            clock,
+            live: Mutex::new(HashMap::new()),
             // Seeded from the OS once per process; leases need only be unique among replicas.
             node: std::collections::hash_map::RandomState::new().hash_one(std::process::id()),
             leases: AtomicU64::new(0),
@@ -224,20 +276,46 @@ impl RedisBackend {
             return None;
         };
         let lease = state.leases.fetch_add(1, Ordering::Relaxed);
+        let member = state.lease_member(lease);
         let mut call = state.reserve.prepare_invoke();
-        call.arg(now).arg(state.lease_member(lease));
+        call.arg(now).arg(&member);
+        // Until its reply is read, the reservation may be counted in Redis without anyone
+        // holding it: a lost reply (timeout, error) or a cancelled request undoes it.
+        let mut undo = Undo {
+            backend: self,
+            entries: Vec::with_capacity(checks.len() + 1),
+        };
+        let marker = format!("{}:res:{member}", subjects[0].redis_prefix);
+        undo.entries.push(SettleEntry {
+            key: marker.clone(),
+            op: "u",
+            value: checks.len().to_string(),
+            ttl_ms: 0,
+        });
         for check in checks {
             let subject = subjects[check.subject];
             let (op, ttl) = match check.what {
                 What::Concurrency => ("c", state.concurrency_ttl_ms),
                 _ => ("w", check.span.end.saturating_sub(now) + KEY_GRACE_MS),
             };
-            call.key(key(subject, check.what, check.span.epoch))
+            let key = key(subject, check.what, check.span.epoch);
+            call.key(&key)
                 .arg(op)
                 .arg(check.amount)
                 .arg(check.limit)
                 .arg(ttl);
+            let (op, value) = match check.what {
+                What::Concurrency => ("r", member.clone()),
+                _ => ("s", check.amount.to_string()),
+            };
+            undo.entries.push(SettleEntry {
+                key,
+                op,
+                value,
+                ttl_ms: 0,
+            });
         }
+        call.key(marker);
         let mut connection = (*conn).clone();
         let reply = tokio::time::timeout(
             state.timeout,
@@ -256,7 +334,13 @@ impl RedisBackend {
             }
         };
         match parse_reserved(&values, checks.len()) {
-            Some(evaluated) => Some((lease, evaluated)),
+            Some(evaluated) => {
+                undo.entries.clear();
+                if evaluated.refused.is_none() {
+                    state.hold(member, &lease_keys(checks, subjects));
+                }
+                Some((lease, evaluated))
+            }
             None => {
                 state.unavailable(
                     None,
@@ -276,6 +360,12 @@ impl RedisBackend {
         lease: u64,
         now: u64,
     ) {
+        if adjustments
+            .iter()
+            .any(|a| matches!(a, Adjust::Release { .. }))
+        {
+            self.state.release(&self.state.lease_member(lease));
+        }
         let entries = adjustments
             .iter()
             .map(|adjustment| {
@@ -304,10 +394,15 @@ impl RedisBackend {
                 }
             })
             .collect();
+        self.queue(Queued::Settle(entries));
+    }
+
+    /// Hands `queued` to the background thread; never waits.
+    fn queue(&self, queued: Queued) {
         let queued = self
             .settlements
             .as_ref()
-            .is_some_and(|queue| queue.try_send(Queued::Settle(entries)).is_ok());
+            .is_some_and(|queue| queue.try_send(queued).is_ok());
         if !queued {
             self.state.unavailable(None, "the settlement queue is full");
         }
@@ -346,6 +441,65 @@ impl Drop for RedisBackend {
 impl State {
     fn lease_member(&self, lease: u64) -> String {
         format!("{:016x}:{lease}", self.node)
+    }
+
+    /// Keeps `member`'s slots in `keys` renewed until [`State::release`].
+    fn hold(&self, member: String, keys: &[String]) {
+        if keys.is_empty() {
+            return;
+        }
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(member, keys.to_vec());
+    }
+
+    fn release(&self, member: &str) {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(member);
+    }
+
+    /// Moves the expiry of every live lease `concurrency_ttl` past now, in one pipeline. A
+    /// lease already gone (expired, or its set lost) is not brought back (`XX`).
+    async fn renew(&self) {
+        let leases: Vec<(String, Vec<String>)> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(member, keys)| (member.clone(), keys.clone()))
+            .collect();
+        if leases.is_empty() {
+            return;
+        }
+        let Some(conn) = self.conn.load_full() else {
+            return;
+        };
+        let now = self.clock.unix_millis();
+        let until = now.saturating_add(self.concurrency_ttl_ms);
+        let mut pipe = redis::pipe();
+        for (member, keys) in &leases {
+            for key in keys {
+                pipe.cmd("ZADD")
+                    .arg(key)
+                    .arg("XX")
+                    .arg(until)
+                    .arg(member)
+                    .ignore()
+                    .cmd("PEXPIRE")
+                    .arg(key)
+                    .arg(self.concurrency_ttl_ms)
+                    .ignore();
+            }
+        }
+        let mut connection = (*conn).clone();
+        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut connection)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => self.unavailable(Some(&conn), &error),
+            Err(_) => self.unavailable(Some(&conn), "timed out"),
+        }
     }
 
     /// A request or settlement could not use Redis: count it, warn now and then, and drop the
@@ -389,13 +543,19 @@ impl State {
     async fn background(&self, mut queue: mpsc::Receiver<Queued>) {
         let mut tick = tokio::time::interval(RECONNECT_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Three renewals per lease lifetime: one lost or late renewal does not let it lapse.
+        let mut renewal = tokio::time::interval(Duration::from_millis(
+            (self.concurrency_ttl_ms / 3).max(100),
+        ));
+        renewal.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // Taken from the queue, not yet sent: kept across a lost connection.
         let mut unsent: Vec<SettleEntry> = Vec::new();
         let mut flushes: Vec<oneshot::Sender<()>> = Vec::new();
         loop {
             if self.conn.load().is_none() {
-                if queue.is_closed() && queue.is_empty() {
-                    if !unsent.is_empty() {
+                // Shut down while Redis is away: what is still queued cannot be sent.
+                if queue.is_closed() {
+                    if !unsent.is_empty() || !queue.is_empty() {
                         self.unavailable(None, "shutting down while not connected");
                     }
                     return;
@@ -430,6 +590,7 @@ impl State {
                     }
                 }
                 () = self.dropped.notified() => {}
+                _ = renewal.tick() => self.renew().await,
             }
         }
     }
@@ -483,6 +644,15 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// The concurrency sets a reservation's checks hold a lease in.
+fn lease_keys(checks: &[Check], subjects: &[&Arc<Subject>]) -> Vec<String> {
+    checks
+        .iter()
+        .filter(|c| c.what == What::Concurrency)
+        .map(|c| key(subjects[c.subject], c.what, c.span.epoch))
+        .collect()
 }
 
 /// `aisix:rl:{scope:name}:rpm:28508434`, `…:budget:month:24290`, `…:concurrency`.

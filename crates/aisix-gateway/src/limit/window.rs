@@ -164,11 +164,18 @@ fn month_span(at: u64) -> Span {
 }
 
 /// A count and the span it belongs to, in one atomic word: the top `TAG_BITS` bits hold the
-/// span's epoch (modulo 2^TAG_BITS), the rest the count. A word tagged with another span reads
+/// span's epoch (modulo 2^TAG_BITS), the rest the count. A word tagged with an older span reads
 /// as 0, so a new window starts empty without a reset racing the first requests in it.
 ///
+/// The word only moves forward. A writer whose clock still reads an earlier span than the word
+/// holds (a worker that read the clock just before another one opened the next window, or a
+/// wall clock stepped back) counts into the word's span instead of replacing it: a count is
+/// never lost at a boundary, and the stale writer errs on the side of refusing. "Earlier" is
+/// at most [`PackedCounter::MAX_BEHIND`] spans; a word further away is taken for an older span.
+///
 /// Counts saturate at [`PackedCounter::MAX`]. The tag can alias only for a counter left
-/// untouched for exactly a multiple of 2^TAG_BITS spans (194 days of one-second windows).
+/// untouched for within `MAX_BEHIND` spans of a multiple of 2^TAG_BITS spans (194 days of
+/// one-second windows); it then counts into the aliased span until that span's time passes.
 // shared: one per limited entry and limit, written by every worker that serves the entry.
 #[derive(Debug, Default)]
 pub struct PackedCounter<const TAG_BITS: u32>(AtomicU64);
@@ -180,54 +187,63 @@ pub type PeriodCounter = PackedCounter<16>;
 
 impl<const TAG_BITS: u32> PackedCounter<TAG_BITS> {
     const COUNT_BITS: u32 = 64 - TAG_BITS;
+    const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
     pub const MAX: u64 = (1 << Self::COUNT_BITS) - 1;
+    /// How many spans a writer's clock may lag the word and still count into it.
+    pub const MAX_BEHIND: u64 = 64;
 
     fn tag(epoch: u64) -> u64 {
-        epoch & ((1 << TAG_BITS) - 1)
+        epoch & Self::TAG_MASK
     }
 
-    fn count_in(word: u64, epoch: u64) -> u64 {
-        if word >> Self::COUNT_BITS == Self::tag(epoch) {
-            word & Self::MAX
+    /// The span a write for `epoch` lands in (as a tag) and its count so far: the word's own
+    /// when it holds `epoch` or a span at most `MAX_BEHIND` ahead of it, else a new one at 0.
+    fn resolve(word: u64, epoch: u64) -> (u64, u64) {
+        let held = word >> Self::COUNT_BITS;
+        let ahead = held.wrapping_sub(Self::tag(epoch)) & Self::TAG_MASK;
+        if ahead <= Self::MAX_BEHIND {
+            (held, word & Self::MAX)
         } else {
-            0
+            (Self::tag(epoch), 0)
         }
     }
 
-    fn word(epoch: u64, count: u64) -> u64 {
-        (Self::tag(epoch) << Self::COUNT_BITS) | count.min(Self::MAX)
+    fn word(tag: u64, count: u64) -> u64 {
+        (tag << Self::COUNT_BITS) | count.min(Self::MAX)
     }
 
-    /// The count of span `epoch`.
+    /// The count a request in span `epoch` is measured against.
     pub fn get(&self, epoch: u64) -> u64 {
-        Self::count_in(self.0.load(Ordering::Relaxed), epoch)
+        Self::resolve(self.0.load(Ordering::Relaxed), epoch).1
     }
 
-    /// Adds `amount` to span `epoch` unless the count has reached `limit` or would pass it.
-    /// `Ok` with the new count, or `Err` with the count that refused.
+    /// Adds `amount` to span `epoch` (or the later span the word already holds) unless the
+    /// count has reached `limit` or would pass it. `Ok` with the new count, or `Err` with the
+    /// count that refused.
     pub fn try_add(&self, epoch: u64, amount: u64, limit: u64) -> Result<u64, u64> {
-        let mut refused = 0;
+        let mut counted = 0;
         self.0
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
-                let count = Self::count_in(word, epoch);
+                let (tag, count) = Self::resolve(word, epoch);
+                counted = count;
                 if count >= limit || count.saturating_add(amount) > limit {
-                    refused = count;
                     None
                 } else {
-                    Some(Self::word(epoch, count + amount))
+                    Some(Self::word(tag, count.saturating_add(amount)))
                 }
             })
-            .map(|word| Self::count_in(word, epoch) + amount)
-            .map_err(|_| refused)
+            .map(|_| counted.saturating_add(amount))
+            .map_err(|_| counted)
     }
 
-    /// Adds `amount` to span `epoch` without a limit (usage beyond a reservation).
+    /// Adds `amount` to span `epoch` (or the later span the word already holds) without a
+    /// limit (usage beyond a reservation).
     pub fn add(&self, epoch: u64, amount: u64) {
         let _ = self
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
-                let count = Self::count_in(word, epoch);
-                Some(Self::word(epoch, count.saturating_add(amount)))
+                let (tag, count) = Self::resolve(word, epoch);
+                Some(Self::word(tag, count.saturating_add(amount)))
             });
     }
 
@@ -236,8 +252,9 @@ impl<const TAG_BITS: u32> PackedCounter<TAG_BITS> {
         let _ = self
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |word| {
-                (word >> Self::COUNT_BITS == Self::tag(epoch))
-                    .then(|| Self::word(epoch, (word & Self::MAX).saturating_sub(amount)))
+                (word >> Self::COUNT_BITS == Self::tag(epoch)).then(|| {
+                    Self::word(Self::tag(epoch), (word & Self::MAX).saturating_sub(amount))
+                })
             });
     }
 }
@@ -338,7 +355,67 @@ mod tests {
         assert_eq!(counter.try_add(7, 10, 10), Ok(10));
         assert_eq!(counter.get(8), 0);
         assert_eq!(counter.try_add(8, 3, 10), Ok(3));
-        assert_eq!(counter.get(7), 0, "the old window is gone");
+        assert_eq!(counter.get(9), 0, "a later window starts from zero too");
+    }
+
+    #[test]
+    fn a_writer_behind_the_word_counts_into_its_later_span() {
+        let counter = WindowCounter::default();
+        assert_eq!(counter.try_add(1_008, 3, 10), Ok(3));
+        // A worker whose clock still reads window 1_007 must not put the word back.
+        assert_eq!(counter.try_add(1_007, 2, 10), Ok(5));
+        counter.add(1_007, 1);
+        assert_eq!(counter.get(1_008), 6, "window 1_008 kept every count");
+        assert_eq!(
+            counter.get(1_007),
+            6,
+            "the stale reader is measured against the later window"
+        );
+        assert_eq!(counter.try_add(1_007, 5, 10), Err(6));
+        // A clock stepped back far past the bound starts a window of its own.
+        let far = 1_008 - WindowCounter::MAX_BEHIND - 1;
+        assert_eq!(counter.get(far), 0);
+    }
+
+    #[test]
+    fn the_word_never_goes_back_across_the_tag_wrap() {
+        let counter = WindowCounter::default();
+        let last = (1 << 24) - 1;
+        counter.try_add(last + 1, 4, 10).unwrap();
+        assert_eq!(
+            counter.try_add(last, 1, 10),
+            Ok(5),
+            "the wrap is one step ahead"
+        );
+    }
+
+    #[test]
+    fn no_count_is_lost_when_workers_straddle_a_boundary() {
+        // Half the writers still read window 1 while the other half are in window 2: every
+        // admission lands in window 2 and none passes its limit.
+        let counter = std::sync::Arc::new(WindowCounter::default());
+        let admitted: u64 = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..8u64)
+                .map(|t| {
+                    let counter = counter.clone();
+                    scope.spawn(move || {
+                        (0..1_000u64)
+                            .filter(|i| {
+                                let epoch = if (t + i) % 2 == 0 { 1 } else { 2 };
+                                counter.try_add(epoch, 1, 2_500).is_ok()
+                            })
+                            .count() as u64
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        // Window 1 may have admitted some before window 2 first appeared; window 2 never more
+        // than its limit, and nothing admitted after it opened is missing from its count.
+        let in_two = counter.get(2);
+        assert!(in_two <= 2_500, "window 2 counted {in_two}");
+        assert!(admitted <= 2 * 2_500);
+        assert_eq!(counter.get(1), in_two, "window 1 reads as the later window");
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 ErrorKind::InvalidRequest,
                 format!(
                     "The model '{}' is served by an Anthropic provider, which has no {} endpoint.",
-                    route.name,
+                    call.shown_name(),
                     other.upstream_path()
                 ),
             ));
@@ -63,15 +63,21 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             provider.anthropic_version.clone(),
         );
     }
+    // A whole answer translated is held: its room is found before the provider bills it.
+    let reserved = if !relayed && !inbound.stream {
+        Some(call.reserve().await?)
+    } else {
+        None
+    };
     let head = call.send(uri, body, &extra, error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
-            Translated::relay(call.rename.then(|| route.name_json.clone()))
+            Translated::relay(call.rename.then(|| call.shown_json().clone()))
         } else {
             Translated::to_openai(
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
-                call.rename.then_some(&*route.name),
+                call.rename.then(|| call.shown_name()),
             )
         };
         return Ok(head.stream(StreamMap::Translated(Box::new(map))));
@@ -82,7 +88,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         let usage = messages.then_some(Dialect::Anthropic);
         return Ok(call.relay(head, call.rename && messages, usage));
     }
-    call.translate(head, |body| {
+    call.translate(head, reserved, |body| {
         let answer = response::to_openai(body, exchange::unix_now())?;
         Ok((answer.body, Some(answer.usage.to_usage())))
     })

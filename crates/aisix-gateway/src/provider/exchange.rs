@@ -99,6 +99,27 @@ pub(crate) struct Head {
     pub waited: Duration,
 }
 
+/// Bytes of a translated answer's JSON besides its output tokens' (ids, usage, stop reason).
+const ANSWER_OVERHEAD: u64 = 16 * 1024;
+
+/// Bytes per output token reserved for a translated answer: text runs about 4 per token, and
+/// a token of escaped or multi-byte characters several times that.
+const BYTES_PER_TOKEN: u64 = 32;
+
+/// The bytes of a whole answer a request asking for at most `max_output_tokens` may expect
+/// (4096 when it names no bound, the translator's default).
+fn expected_answer(max_output_tokens: Option<u64>) -> u64 {
+    let tokens = max_output_tokens.unwrap_or(crate::wire::anthropic::request::DEFAULT_MAX_TOKENS);
+    ANSWER_OVERHEAD.saturating_add(tokens.saturating_mul(BYTES_PER_TOKEN))
+}
+
+/// Room reserved for a whole answer before its call ([`Call::reserve`]).
+pub(crate) struct Reserved {
+    held: Held,
+    /// The most bytes the answer may have.
+    bound: usize,
+}
+
 /// An error status, its body read (bounded).
 struct Rejection {
     status: StatusCode,
@@ -114,6 +135,19 @@ impl Call<'_> {
     /// The direct model's provider.
     pub(crate) fn provider(&self) -> &Provider {
         &self.route.provider
+    }
+
+    /// The name the answer to a group's request gives as its `model`: the direct model's,
+    /// or the group's when the key may not call that direct model itself.
+    pub(crate) fn shown_name(&self) -> &str {
+        self.hidden_by
+            .map_or(&*self.route.name, |group| &*group.name)
+    }
+
+    /// [`Call::shown_name`] as a JSON string literal.
+    pub(crate) fn shown_json(&self) -> &Bytes {
+        self.hidden_by
+            .map_or(&self.route.name_json, |group| &group.name_json)
     }
 
     /// The URI of the direct model's `endpoint`.
@@ -149,35 +183,67 @@ impl Call<'_> {
                     self.inbound.dialect,
                 );
             }
-            return Err(error);
+            return Err(provider.masks.error(error));
         }
         Ok(head)
     }
 
-    /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`, charged to the
-    /// worker's budget) and `translate`s it into the client's dialect: its JSON body, named
-    /// for the direct model when the client named a group, and its usage.
+    /// Reserves room in the request's memory budget for the whole answer this call will hold
+    /// (to translate it), before anything is sent: a refusal (503 `gateway_overloaded`, after
+    /// waiting for room within the request's body deadline) then comes before the provider has
+    /// produced and billed anything. What is reserved is what the request may expect
+    /// ([`expected_answer`]), never more than `upstream.max_response_bytes`.
+    pub(crate) async fn reserve(&self) -> Result<Reserved, GatewayError> {
+        let body = self.inbound.body.len() as u64;
+        let expected = expected_answer(self.inbound.inspected.max_output_tokens);
+        let (held, bound) = self
+            .budget
+            .reserve(body, self.max_response_bytes, expected, self.room_by)
+            .await?;
+        Ok(Reserved { held, bound })
+    }
+
+    /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`) in the room
+    /// `reserved` before the call, taking more as a longer answer arrives (waiting for it within
+    /// the request's deadline: an answer already produced is never refused for room), and
+    /// `translate`s it into the client's dialect: its JSON body, named for the direct model
+    /// when the client named a group, and its usage. What the answer did not use of its room
+    /// is given back.
     pub(crate) async fn translate(
         &self,
         head: Head,
+        reserved: Option<Reserved>,
         translate: impl FnOnce(&[u8]) -> Result<(Bytes, Option<Usage>), Malformed>,
     ) -> Result<Answer, GatewayError> {
         let provider = self.provider();
         let status = head.response.status();
-        let (body, held) = read_body(
+        let Reserved { mut held, bound } = match reserved {
+            Some(reserved) => reserved,
+            // A stream answered whole: nothing reserved, its room taken as it arrives.
+            None => {
+                let body = self.inbound.body.len() as u64;
+                let (held, bound) = self
+                    .budget
+                    .reserve(body, self.max_response_bytes, 0, Instant::now())
+                    .await?;
+                Reserved { held, bound }
+            }
+        };
+        let body = read_body(
             head.response.into_body(),
             head.lease,
-            self.max_response_bytes,
-            Some(self.budget),
+            bound,
             self.deadlines.end,
             &provider.name,
+            Some((self.budget, &mut held)),
         )
         .await?;
+        held.keep(body.len() as u64);
         let (body, usage) = translate(&body).map_err(|m| malformed(provider, &m.0))?;
-        // A group's answer names the direct model, as the relayed ones do.
+        // A group's answer names the direct model (or the group), as the relayed ones do.
         let body = match self
             .rename
-            .then(|| chunk::with_model(&body, &self.route.name_json))
+            .then(|| chunk::with_model(&body, self.shown_json()))
         {
             Some(Some(renamed)) => Bytes::from(renamed),
             _ => body,
@@ -193,7 +259,7 @@ impl Call<'_> {
     }
 
     /// Relays the whole answer of `head`, already in the client's dialect, as it arrives:
-    /// named for the direct model when `rename`, its usage read in the `usage` dialect.
+    /// named as [`Call::shown_name`] says when `rename`, its usage read in the `usage` dialect.
     pub(crate) fn relay(&self, head: Head, rename: bool, usage: Option<Dialect>) -> Answer {
         let content_type = head
             .response
@@ -207,7 +273,7 @@ impl Call<'_> {
                 content_type,
                 body: head.response.into_body(),
                 lease: head.lease,
-                rename: rename.then(|| self.route.name_json.clone()),
+                rename: rename.then(|| self.shown_json().clone()),
                 usage,
                 end: self.deadlines.end,
                 in_flight: None,
@@ -256,21 +322,21 @@ async fn send(
     }
 }
 
-/// Reads a whole body of at most `limit` bytes by `deadline`, each piece charged to `budget`
-/// (when given) as it arrives; hands the connection back when it was read to the end. A
-/// longer body is `upstream_response_too_large`, one the budget has no room for
-/// `gateway_overloaded`, and either way its connection is closed (never pooled with the rest
-/// unread). The charge comes back with the body, held until it is dropped.
+/// Reads a whole body of at most `limit` bytes by `deadline`, each piece covered in `room`
+/// (when given) as it arrives, waiting for room if need be; hands the connection back when
+/// it was read to the end. A longer body is `upstream_response_too_large`, one still waiting
+/// for room at the deadline `upstream_timeout`, and either way its connection is closed
+/// (never pooled with the rest unread).
 async fn read_body(
     body: Incoming,
     lease: Option<Lease>,
     limit: usize,
-    budget: Option<&Budget>,
     deadline: Instant,
     provider: &str,
-) -> Result<(Bytes, Held), GatewayError> {
+    mut room: Option<(&Budget, &mut Held)>,
+) -> Result<Bytes, GatewayError> {
     let read = async move {
-        let (mut body, mut pieces, mut held) = (body, Outbox::default(), Held::default());
+        let (mut body, mut pieces) = (body, Outbox::default());
         let mut len = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|error| {
@@ -293,12 +359,18 @@ async fn read_body(
                     ),
                 ));
             }
-            if let Some(budget) = budget {
-                budget.try_cover(&mut held, len as u64)?;
+            if let Some((budget, held)) = room.as_mut() {
+                budget
+                    .cover(held, len as u64, deadline)
+                    .await
+                    .map_err(|_| {
+                        tracing::warn!(provider, "held answer waited for room past its deadline");
+                        timeout(provider)
+                    })?;
             }
             pieces.push(data);
         }
-        Ok((pieces.take(), held))
+        Ok(pieces.take())
     };
     match tokio::time::timeout_at(deadline, read).await {
         Ok(Ok(read)) => {
@@ -316,13 +388,13 @@ async fn read_body(
 async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
     let status = head.response.status();
     let retry_after = head.response.headers().get(RETRY_AFTER).cloned();
-    let (body, _) = read_body(
+    let body = read_body(
         head.response.into_body(),
         head.lease,
         MAX_ERROR_BODY,
-        None,
         deadline,
         provider,
+        None,
     )
     .await
     .unwrap_or_default();
@@ -373,7 +445,8 @@ impl Rejection {
 
 /// An upstream answer that could not be translated.
 fn malformed(provider: &Provider, why: &str) -> GatewayError {
-    tracing::warn!(provider = %provider.name, why, "upstream answer could not be translated");
+    let why = provider.masks.text(why);
+    tracing::warn!(provider = %provider.name, %why, "upstream answer could not be translated");
     GatewayError::new(
         ErrorKind::UpstreamMalformed,
         "The upstream provider's answer could not be translated.",
@@ -422,39 +495,19 @@ mod tests {
     }
 
     /// [`read_body`] on a [`four_kib_chunked`] answer.
-    async fn read_four_kib(
-        limit: usize,
-        budget: Option<&Budget>,
-    ) -> Result<(Bytes, Held), GatewayError> {
+    async fn read_four_kib(limit: usize) -> Result<Bytes, GatewayError> {
         let response = raw_response(four_kib_chunked(), false).await;
         let deadline = Instant::now() + Duration::from_secs(60);
-        read_body(response.into_body(), None, limit, budget, deadline, "p").await
+        read_body(response.into_body(), None, limit, deadline, "p", None).await
     }
 
     #[tokio::test]
     async fn a_held_answer_past_the_limit_is_refused_as_too_large() {
-        let error = read_four_kib(3000, None).await.unwrap_err();
+        let error = read_four_kib(3000).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamResponseTooLarge);
         assert_eq!(error.status(), StatusCode::BAD_GATEWAY);
         assert_eq!(error.code(), "upstream_response_too_large");
-        let (body, _) = read_four_kib(4096, None).await.unwrap();
+        let body = read_four_kib(4096).await.unwrap();
         assert_eq!(body.len(), 4096);
-    }
-
-    #[tokio::test]
-    async fn a_held_answer_is_charged_to_the_budget_as_it_arrives_and_refused_without_room() {
-        let budget = Budget::new(6 * 1024);
-        let (body, held) = read_four_kib(1 << 20, Some(&budget)).await.unwrap();
-        assert_eq!(body.len(), 4096);
-
-        // With 4 KiB of the 6 still held, the next 4 KiB answer finds no room on the way.
-        let error = read_four_kib(1 << 20, Some(&budget)).await.unwrap_err();
-        assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert_eq!(error.code(), "gateway_overloaded");
-        assert!(error.retry_after.is_some());
-
-        // Given back with the first answer, the room is there again.
-        drop(held);
-        assert!(read_four_kib(1 << 20, Some(&budget)).await.is_ok());
     }
 }

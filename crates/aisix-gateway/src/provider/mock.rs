@@ -52,7 +52,7 @@ pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     }
     let inbound = call.inbound;
     let model = if call.rename {
-        &*call.route.name
+        call.shown_name()
     } else {
         &call.route.upstream_model
     };

@@ -36,7 +36,7 @@ use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::inbound::Inbound;
-use crate::snapshot::DirectRoute;
+use crate::snapshot::{DirectRoute, GroupRoute};
 use crate::unary::Unary;
 use crate::upstream::{Lease, Pool};
 use crate::wire::Dialect;
@@ -50,12 +50,18 @@ pub(crate) struct Call<'a> {
     pub inbound: &'a Inbound,
     pub deadlines: &'a Deadlines,
     pub request_id: &'a HeaderValue,
-    /// Answers name the direct model in `model` (the client named a group).
+    /// Answers name the direct model in `model` (the client named a group), or the group
+    /// when `hidden_by` is set: see [`Call::shown_name`].
     pub rename: bool,
+    /// The group whose name the answer carries instead of the direct model's: the client's
+    /// key may not call this direct model itself, so its name is not shown.
+    pub hidden_by: Option<&'a GroupRoute>,
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
-    /// The worker's memory budget, charged for a whole answer held to translate.
+    /// The request's memory budget, where a whole answer held to translate reserves room.
     pub budget: &'a Budget,
+    /// When the request stops waiting for room in `budget` (its body deadline).
+    pub room_by: tokio::time::Instant,
 }
 
 /// A direct model's answer, in the client's dialect.
@@ -268,7 +274,7 @@ impl Carried {
                         total_tokens: pieces,
                     })
                 }),
-                pieces: before.pieces + pieces,
+                pieces: before.pieces.saturating_add(pieces),
             },
         }
     }
@@ -282,9 +288,44 @@ impl Carried {
             Usage {
                 prompt_tokens: prompt,
                 completion_tokens: self.pieces,
-                total_tokens: prompt + self.pieces,
+                total_tokens: prompt.saturating_add(self.pieces),
             }
         });
         before.plus(next)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_continuation_with_huge_counts_saturates_instead_of_overflowing() {
+        let huge = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+        };
+        let cut_without_usage = Carried {
+            usage: None,
+            pieces: u64::MAX,
+        };
+        let summed = cut_without_usage.plus(huge);
+        assert_eq!(summed.completion_tokens, u64::MAX);
+        assert_eq!(summed.total_tokens, u64::MAX);
+        let before = Carried::after(Some(cut_without_usage), None, u64::MAX);
+        assert_eq!(before.pieces, u64::MAX);
+        assert_eq!(
+            Carried::after(
+                Some(Carried {
+                    usage: Some(huge),
+                    pieces: 1,
+                }),
+                None,
+                u64::MAX,
+            )
+            .usage,
+            Some(huge)
+        );
     }
 }

@@ -50,16 +50,22 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             inbound.stream && provider.stream_usage,
         ),
     };
+    // A whole answer translated is held: its room is found before the provider bills it.
+    let reserved = if translated && !inbound.stream {
+        Some(call.reserve().await?)
+    } else {
+        None
+    };
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if translated {
             StreamMap::Translated(Box::new(Translated::to_anthropic(
-                call.rename.then_some(&*route.name),
+                call.rename.then(|| call.shown_name()),
             )))
         } else {
             StreamMap::OpenAi(Passthrough::new(
                 !inbound.client_wants_usage(),
-                call.rename.then(|| route.name_json.clone()),
+                call.rename.then(|| call.shown_json().clone()),
                 inbound.inspected.choices,
             ))
         };
@@ -68,8 +74,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if !translated {
         return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
     }
-    call.translate(head, |body| match inbound.endpoint {
-        Endpoint::CountTokens => Ok((response::count_tokens_from_openai(body)?, None)),
+    call.translate(head, reserved, |body| match inbound.endpoint {
+        // The chat call that counted the prompt was billed for it: its usage is the charge.
+        Endpoint::CountTokens => Ok((
+            response::count_tokens_from_openai(body)?,
+            crate::wire::usage::from_response(body),
+        )),
         _ => {
             let answer = response::to_anthropic(body)?;
             Ok((answer.body, Some(answer.usage.to_usage())))

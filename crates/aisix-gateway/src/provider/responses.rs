@@ -63,7 +63,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         provider: Arc::clone(&route.provider.name),
     });
     if head.is_stream(inbound.stream) {
-        let rename = call.rename.then(|| route.name_json.clone());
+        let rename = call.rename.then(|| call.shown_json().clone());
         let mut map = Relay::new(rename, Arc::clone(&route.provider));
         map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
@@ -119,7 +119,7 @@ fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayErro
         id: new_id("resp_"),
         created_at: exchange::unix_now(),
         model: if call.rename {
-            route.name.to_string()
+            call.shown_name().to_owned()
         } else {
             route.upstream_model.clone()
         },
@@ -139,6 +139,12 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let include_usage = inbound.stream && call.provider().stream_usage;
     let Prepared { chat, echo, keep } = prepare(call, include_usage)?;
     let uri = call.uri(Endpoint::ChatCompletions)?;
+    // A whole answer translated is held: its room is found before the provider bills it.
+    let reserved = if inbound.stream {
+        None
+    } else {
+        Some(call.reserve().await?)
+    };
     let head = call
         .send(uri, chat, &HeaderMap::new(), super::openai::error_body)
         .await?;
@@ -150,7 +156,10 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
             )))),
         );
     }
-    answered(call, head, echo, keep, |body| Ok(Cow::Borrowed(body))).await
+    answered(call, head, reserved, echo, keep, |body| {
+        Ok(Cow::Borrowed(body))
+    })
+    .await
 }
 
 /// The client's Responses request for an `anthropic` target: translated to chat completions,
@@ -166,6 +175,11 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
     let uri = call.uri(Endpoint::Messages)?;
     let mut extra = HeaderMap::new();
     extra.insert("anthropic-version", provider.anthropic_version.clone());
+    let reserved = if inbound.stream {
+        None
+    } else {
+        Some(call.reserve().await?)
+    };
     let head = call
         .send(uri, messages.body, &extra, super::anthropic::error_body)
         .await?;
@@ -178,7 +192,7 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
             )))),
         );
     }
-    answered(call, head, echo, keep, |body| {
+    answered(call, head, reserved, echo, keep, |body| {
         let chat = anthropic_response::to_openai(body, exchange::unix_now())?;
         Ok(Cow::Owned(chat.body.to_vec()))
     })
@@ -259,13 +273,14 @@ fn echo_id(response: &[u8]) -> String {
 async fn answered(
     call: &Call<'_>,
     head: exchange::Head,
+    reserved: Option<exchange::Reserved>,
     echo: Echo,
     keep: Option<(Keeper, Bytes)>,
     to_chat: impl FnOnce(&[u8]) -> Result<Cow<'_, [u8]>, Malformed>,
 ) -> Result<Answer, GatewayError> {
     let id = echo.id.clone();
     let answer = call
-        .translate(head, |body| {
+        .translate(head, reserved, |body| {
             let chat = to_chat(body)?;
             let answer = answer::from_chat(&chat, &echo)?;
             Ok((answer.body, answer.usage))

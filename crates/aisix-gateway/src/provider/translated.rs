@@ -164,7 +164,7 @@ impl Translated {
                 if sse::fields(event).name != Some(b"content_block_delta") {
                     return;
                 }
-                self.pieces += 1;
+                self.pieces = self.pieces.saturating_add(1);
                 if let Some(text) = self.text.as_mut()
                     && let Some(more) = delta_text(event)
                 {
@@ -173,13 +173,13 @@ impl Translated {
             }
             Way::ToAnthropic(_) => {
                 if self.text.is_none() {
-                    self.pieces += u64::from(self.started());
+                    self.pieces = self.pieces.saturating_add(u64::from(self.started()));
                     return;
                 }
                 let Some(facts) = sse::data_payload(event).and_then(chunk::read) else {
                     return;
                 };
-                self.pieces += u64::from(facts.content);
+                self.pieces = self.pieces.saturating_add(u64::from(facts.content));
                 if let (Some(text), Some(more)) = (self.text.as_mut(), facts.text) {
                     text.push_str(&more);
                 }
@@ -282,7 +282,9 @@ impl Translated {
         let own = self.token_usage().map(|u| {
             let mut usage = u.to_usage();
             if !matches!(self.way, Way::ToAnthropic(_)) && usage.completion_tokens < self.pieces {
-                usage.total_tokens += self.pieces - usage.completion_tokens;
+                usage.total_tokens = usage
+                    .total_tokens
+                    .saturating_add(self.pieces - usage.completion_tokens);
                 usage.completion_tokens = self.pieces;
             }
             usage

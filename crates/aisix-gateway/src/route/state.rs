@@ -140,6 +140,9 @@ impl TargetState {
     /// `long_wait`.
     pub(crate) fn failed(&self, now: u64, retry_after: Option<Duration>, long_wait: Duration) {
         let settings = self.settings;
+        if !settings.enabled {
+            return;
+        }
         let ttl = duration_ms(settings.cooldown);
         let asked = retry_after
             .map(|wait| duration_ms(wait.min(settings.retry_after_max)))
@@ -320,6 +323,7 @@ impl States {
     ) -> Self {
         let mut targets = HashMap::with_capacity(resources.models.len());
         for model in &resources.models {
+            let settings = settings.with(&model.cooldown);
             let key = resources.provider_keys.get(model.provider_key_index);
             let hash = target_hash(model, key, settings);
             let state = previous
@@ -405,6 +409,7 @@ mod tests {
 
     fn settings() -> Resilience {
         Resilience {
+            enabled: true,
             cooldown_failures: 3,
             cooldown_window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),
@@ -461,6 +466,22 @@ mod tests {
         let state = TargetState::new("m", settings());
         state.failed(1_000, Some(Duration::from_secs(2)), LONG_WAIT);
         assert_eq!(state.admit(1_001), Admission::Open);
+    }
+
+    #[test]
+    fn a_model_with_cooldown_disabled_never_cools_down() {
+        let state = TargetState::new(
+            "m",
+            Resilience {
+                enabled: false,
+                ..settings()
+            },
+        );
+        for at in 1..=10 {
+            state.failed(at, None, LONG_WAIT);
+        }
+        state.failed(11, Some(Duration::from_secs(3600)), LONG_WAIT);
+        assert_eq!(state.admit(12), Admission::Open);
     }
 
     #[test]

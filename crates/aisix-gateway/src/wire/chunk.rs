@@ -73,9 +73,11 @@ pub fn read(data: &[u8]) -> Option<ChunkFacts> {
 /// Whether some `"finish_reason"` in `data` has a value other than `null`: only then is a
 /// chunk worth parsing for the choices it finishes.
 pub fn may_finish(data: &[u8]) -> bool {
-    memmem::find_iter(data, b"\"finish_reason\"").any(|at| {
-        let rest = data[at + 15..].trim_ascii_start();
-        rest.strip_prefix(b":")
+    const KEY: &[u8] = b"\"finish_reason\"";
+    memmem::find_iter(data, KEY).any(|at| {
+        data.get(at.saturating_add(KEY.len())..)
+            .map(<[u8]>::trim_ascii_start)
+            .and_then(|rest| rest.strip_prefix(b":"))
             .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
     })
 }
@@ -99,7 +101,7 @@ pub fn is_error(data: &[u8]) -> bool {
 /// (`\"model\"`) and never matches.
 pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
     let at = memmem::find(json, MODEL_KEY)?;
-    match string_value_after_key(json, at + MODEL_KEY.len()) {
+    match string_value_after_key(json, at.saturating_add(MODEL_KEY.len())) {
         Value::String(start, end) => Some((start, end)),
         Value::Other | Value::Incomplete => None,
     }
@@ -122,27 +124,30 @@ pub enum Value {
 /// Reads what follows a key that ends at `at` in `json`: a string value's span, something
 /// else, or not enough bytes to tell. Each byte is looked at once.
 pub fn string_value_after_key(json: &[u8], at: usize) -> Value {
-    let rest = &json[at..];
+    let rest = json.get(at..).unwrap_or_default();
     let Some(colon) = rest.iter().position(|b| !b.is_ascii_whitespace()) else {
         return Value::Incomplete;
     };
-    if rest[colon] != b':' {
+    if rest.get(colon) != Some(&b':') {
         return Value::Other;
     }
-    let after = at + colon + 1;
-    let Some(ws) = json[after..].iter().position(|b| !b.is_ascii_whitespace()) else {
+    let after = at.saturating_add(colon).saturating_add(1);
+    let Some(ws) = json
+        .get(after..)
+        .and_then(|rest| rest.iter().position(|b| !b.is_ascii_whitespace()))
+    else {
         return Value::Incomplete;
     };
-    let value_start = after + ws;
-    if json[value_start] != b'"' {
+    let value_start = after.saturating_add(ws);
+    if json.get(value_start) != Some(&b'"') {
         return Value::Other;
     }
-    let mut i = value_start + 1;
-    while i < json.len() {
-        match json[i] {
-            b'\\' => i += 2,
-            b'"' => return Value::String(value_start, i + 1),
-            _ => i += 1,
+    let mut i = value_start.saturating_add(1);
+    while let Some(byte) = json.get(i) {
+        match byte {
+            b'\\' => i = i.saturating_add(2),
+            b'"' => return Value::String(value_start, i.saturating_add(1)),
+            _ => i = i.saturating_add(1),
         }
     }
     Value::Incomplete
@@ -152,13 +157,13 @@ pub fn string_value_after_key(json: &[u8], at: usize) -> Value {
 /// has no model or already says `model`.
 pub fn with_model(json: &[u8], model: &[u8]) -> Option<Vec<u8>> {
     let (start, end) = model_span(json)?;
-    if &json[start..end] == model {
+    if json.get(start..end)? == model {
         return None;
     }
-    let mut out = Vec::with_capacity(json.len() + model.len());
-    out.extend_from_slice(&json[..start]);
+    let mut out = Vec::with_capacity(json.len().saturating_add(model.len()));
+    out.extend_from_slice(json.get(..start)?);
     out.extend_from_slice(model);
-    out.extend_from_slice(&json[end..]);
+    out.extend_from_slice(json.get(end..)?);
     Some(out)
 }
 

@@ -71,7 +71,7 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
     }
     let mut end = max;
     while !text.is_char_boundary(end) {
-        end -= 1;
+        end = end.saturating_sub(1);
     }
     Cow::Owned(format!("{}{CUT_MARK}", &text[..end]))
 }

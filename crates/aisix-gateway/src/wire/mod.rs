@@ -2,6 +2,13 @@
 //! re-serializing them, splitting SSE streams into events, reading token usage and what stream
 //! chunks say, and the translation between OpenAI chat completions and Anthropic's Messages API.
 
+// Every byte and number here comes from a client or an upstream: no index that can fall off a
+// slice, no sum that can overflow (a debug build panics on one).
+#![cfg_attr(
+    not(test),
+    warn(clippy::arithmetic_side_effects, clippy::indexing_slicing)
+)]
+
 pub mod anthropic;
 pub mod chat;
 pub mod chunk;

@@ -71,7 +71,7 @@ struct StreamOptionsProbe {
 /// Validates the body as a JSON object and finds the fields the gateway acts on.
 pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
     let object_start = match body.iter().position(|b| !b.is_ascii_whitespace()) {
-        Some(i) if body[i] == b'{' => i + 1,
+        Some(i) if body.get(i) == Some(&b'{') => i.saturating_add(1),
         _ => {
             return Err(BodyError::InvalidJson(
                 "the request body must be a JSON object".into(),
@@ -143,8 +143,8 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
 
 /// The byte range of `part`, a slice borrowed from `whole`.
 fn span_of(whole: &[u8], part: &str) -> (usize, usize) {
-    let start = part.as_ptr() as usize - whole.as_ptr() as usize;
-    (start, start + part.len())
+    let start = (part.as_ptr() as usize).saturating_sub(whole.as_ptr() as usize);
+    (start, start.saturating_add(part.len()))
 }
 
 impl Inspected {
@@ -166,7 +166,8 @@ impl Inspected {
         include_usage: bool,
     ) -> Bytes {
         let (model_start, model_end) = self.model_span;
-        let upstream_model = upstream_model.filter(|m| body[model_start..model_end] != **m);
+        let upstream_model =
+            upstream_model.filter(|m| body.get(model_start..model_end) != Some(*m));
         let same_model = upstream_model.is_none();
         let usage_edit: Option<(usize, usize, Cow<'static, [u8]>)> = match &self.stream_options {
             _ if !include_usage => None,
@@ -176,7 +177,7 @@ impl Inspected {
                 Some((
                     start,
                     end,
-                    Cow::Owned(with_include_usage(&body[start..end])),
+                    Cow::Owned(with_include_usage(body.get(start..end).unwrap_or_default())),
                 ))
             }
             None => Some((
@@ -199,14 +200,14 @@ impl Inspected {
         edits.sort_by_key(|&(start, _, _)| start);
 
         let extra: usize = edits.iter().map(|(_, _, b)| b.len()).sum();
-        let mut out = BytesMut::with_capacity(body.len() + extra);
+        let mut out = BytesMut::with_capacity(body.len().saturating_add(extra));
         let mut at = 0;
         for (start, end, bytes) in edits {
-            out.extend_from_slice(&body[at..start]);
+            out.extend_from_slice(body.get(at..start).unwrap_or_default());
             out.extend_from_slice(bytes);
             at = end;
         }
-        out.extend_from_slice(&body[at..]);
+        out.extend_from_slice(body.get(at..).unwrap_or_default());
         out.freeze()
     }
 }

@@ -49,8 +49,8 @@ impl Renamer {
                 }
                 None => {
                     // A key cut by this piece's end may complete with the next one.
-                    let keep = (MODEL_KEY.len() - 1).min(self.held.len());
-                    let sendable = self.held.len() - keep;
+                    let keep = MODEL_KEY.len().saturating_sub(1).min(self.held.len());
+                    let sendable = self.held.len().saturating_sub(keep);
                     return self.held.split_to(sendable).freeze();
                 }
             }
@@ -70,10 +70,15 @@ impl Renamer {
         match chunk::string_value_after_key(&self.held, MODEL_KEY.len()) {
             Value::String(start, end) => {
                 self.done = true;
-                let mut out = BytesMut::with_capacity(self.held.len() + self.model.len());
-                out.extend_from_slice(&self.held[..start]);
+                let (Some(before), Some(after)) = (self.held.get(..start), self.held.get(end..))
+                else {
+                    return self.finish();
+                };
+                let mut out =
+                    BytesMut::with_capacity(self.held.len().saturating_add(self.model.len()));
+                out.extend_from_slice(before);
                 out.extend_from_slice(&self.model);
-                out.extend_from_slice(&self.held[end..]);
+                out.extend_from_slice(after);
                 self.held.clear();
                 out.freeze()
             }
@@ -91,7 +96,7 @@ pub fn join(a: Bytes, b: Bytes) -> Bytes {
     if b.is_empty() {
         return a;
     }
-    let mut out = BytesMut::with_capacity(a.len() + b.len());
+    let mut out = BytesMut::with_capacity(a.len().saturating_add(b.len()));
     out.extend_from_slice(&a);
     out.extend_from_slice(&b);
     out.freeze()

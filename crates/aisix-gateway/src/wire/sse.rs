@@ -41,20 +41,19 @@ impl Splitter {
     /// (all of which are then scanned).
     pub fn next_end(&mut self, bytes: &[u8]) -> Option<usize> {
         let mut at = 0;
-        while at < bytes.len() {
+        while let Some(&byte) = bytes.get(at) {
             if self.state == LineState::InLine {
-                let found = memchr::memchr2(b'\n', b'\r', &bytes[at..])?;
-                at += found;
-                self.state = if bytes[at] == b'\r' {
+                let found = memchr::memchr2(b'\n', b'\r', bytes.get(at..)?)?;
+                at = at.saturating_add(found);
+                self.state = if bytes.get(at) == Some(&b'\r') {
                     LineState::AfterCr
                 } else {
                     LineState::LineStart
                 };
-                at += 1;
+                at = at.saturating_add(1);
                 continue;
             }
-            let byte = bytes[at];
-            at += 1;
+            at = at.saturating_add(1);
             match (self.state, byte) {
                 (LineState::AfterCr, b'\n') => self.state = LineState::LineStart,
                 (_, b'\n') => {
@@ -65,7 +64,7 @@ impl Splitter {
                     // The LF of a CRLF belongs to this event when it is already here; when it
                     // is not, the state remembers to skip it.
                     if bytes.get(at) == Some(&b'\n') {
-                        at += 1;
+                        at = at.saturating_add(1);
                         self.state = LineState::LineStart;
                     } else {
                         self.state = LineState::AfterCr;
@@ -195,22 +194,20 @@ fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
         let Some(end) = memchr::memchr2(b'\n', b'\r', rest) else {
             return Some(std::mem::take(&mut rest));
         };
-        let line = &rest[..end];
-        let skip = if rest[end] == b'\r' && rest.get(end + 1) == Some(&b'\n') {
-            2
-        } else {
-            1
-        };
-        rest = &rest[end + skip..];
+        let (line, after) = rest.split_at_checked(end)?;
+        let skip = if after.starts_with(b"\r\n") { 2 } else { 1 };
+        rest = after.get(skip..).unwrap_or_default();
         Some(line)
     })
 }
 
 /// Whether `"usage"` appears followed by `:` and an object (not `null`).
 fn has_usage_object(data: &[u8]) -> bool {
-    memmem::find_iter(data, b"\"usage\"").any(|at| {
-        let rest = data[at + 7..].trim_ascii_start();
-        rest.strip_prefix(b":")
+    const KEY: &[u8] = b"\"usage\"";
+    memmem::find_iter(data, KEY).any(|at| {
+        data.get(at.saturating_add(KEY.len())..)
+            .map(<[u8]>::trim_ascii_start)
+            .and_then(|rest| rest.strip_prefix(b":"))
             .is_some_and(|v| v.trim_ascii_start().first() == Some(&b'{'))
     })
 }
@@ -232,16 +229,17 @@ pub fn fields(event: &[u8]) -> Fields<'_> {
     let mut fields = Fields::default();
     for line in event.split(|&b| b == b'\n') {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        if line.is_empty() || line[0] == b':' {
+        if matches!(line.first(), None | Some(b':')) {
             continue;
         }
-        let (field, value) = match memchr::memchr(b':', line) {
-            Some(colon) => {
-                let value = &line[colon + 1..];
-                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
-        };
+        let (field, value) =
+            match memchr::memchr(b':', line).and_then(|at| line.split_at_checked(at)) {
+                Some((field, colon_value)) => {
+                    let value = colon_value.strip_prefix(b":").unwrap_or(colon_value);
+                    (field, value.strip_prefix(b" ").unwrap_or(value))
+                }
+                None => (line, &b""[..]),
+            };
         match field {
             b"event" => fields.name = Some(value),
             b"data" => {

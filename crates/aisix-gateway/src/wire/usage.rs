@@ -20,12 +20,15 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Both usages together (a stream and its continuation).
+    /// Both usages together (a stream and its continuation). Counts come from upstreams, so
+    /// they saturate rather than overflow.
     pub fn plus(self, other: Usage) -> Usage {
         Usage {
-            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
-            completion_tokens: self.completion_tokens + other.completion_tokens,
-            total_tokens: self.total_tokens + other.total_tokens,
+            prompt_tokens: self.prompt_tokens.saturating_add(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_add(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_add(other.total_tokens),
         }
     }
 }
@@ -54,20 +57,24 @@ pub fn from_response(body: &[u8]) -> Option<Usage> {
 /// object is not looked at). A `"usage"` inside a string value is escaped and never matches.
 pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
     let (start, _) = last_usage_span(body)?;
-    T::deserialize(&mut serde_json::Deserializer::from_slice(&body[start..])).ok()
+    T::deserialize(&mut serde_json::Deserializer::from_slice(
+        body.get(start..)?,
+    ))
+    .ok()
 }
 /// The byte range of the last `"usage"` object value in `json`.
 fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
-    let at = memchr::memmem::rfind(json, b"\"usage\"")? + 7;
-    let rest = json[at..].trim_ascii_start().strip_prefix(b":")?;
+    const KEY: &[u8] = b"\"usage\"";
+    let at = memchr::memmem::rfind(json, KEY)?.saturating_add(KEY.len());
+    let rest = json.get(at..)?.trim_ascii_start().strip_prefix(b":")?;
     let value = rest.trim_ascii_start();
     if value.first() != Some(&b'{') {
         return None;
     }
-    let start = json.len() - value.len();
+    let start = json.len().saturating_sub(value.len());
     let raw: &serde_json::value::RawValue =
         serde::Deserialize::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()?;
-    Some((start, start + raw.get().len()))
+    Some((start, start.saturating_add(raw.get().len())))
 }
 
 /// The usage of a whole answer that is relayed rather than held: its first and last
@@ -103,19 +110,22 @@ impl UsageWindow {
         if self.dialect.is_none() {
             return;
         }
-        self.total += piece.len();
-        if self.head.len() < WINDOW {
-            let room = WINDOW - self.head.len();
-            self.head.extend_from_slice(&piece[..room.min(piece.len())]);
-        }
-        if piece.len() >= WINDOW {
+        self.total = self.total.saturating_add(piece.len());
+        let room = WINDOW.saturating_sub(self.head.len());
+        self.head
+            .extend_from_slice(piece.get(..room.min(piece.len())).unwrap_or_default());
+        if let Some(last) = piece
+            .len()
+            .checked_sub(WINDOW)
+            .and_then(|from| piece.get(from..))
+        {
             self.tail.clear();
-            self.tail.extend_from_slice(&piece[piece.len() - WINDOW..]);
+            self.tail.extend_from_slice(last);
             return;
         }
-        if self.tail.len() + piece.len() > 2 * WINDOW {
-            let keep = WINDOW - piece.len();
-            self.tail.drain(..self.tail.len() - keep);
+        if self.tail.len().saturating_add(piece.len()) > 2 * WINDOW {
+            let keep = WINDOW.saturating_sub(piece.len());
+            self.tail.drain(..self.tail.len().saturating_sub(keep));
         }
         self.tail.extend_from_slice(piece);
     }
@@ -168,16 +178,45 @@ pub fn with_usage(json: &[u8], usage: Usage) -> Option<Vec<u8>> {
         "{{\"prompt_tokens\":{},\"completion_tokens\":{},\"total_tokens\":{}}}",
         usage.prompt_tokens, usage.completion_tokens, usage.total_tokens
     );
-    let mut out = Vec::with_capacity(json.len() + object.len());
-    out.extend_from_slice(&json[..start]);
+    let mut out = Vec::with_capacity(json.len().saturating_add(object.len()));
+    out.extend_from_slice(json.get(..start)?);
     out.extend_from_slice(object.as_bytes());
-    out.extend_from_slice(&json[end..]);
+    out.extend_from_slice(json.get(end..)?);
     Some(out)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn usages_from_upstreams_add_up_saturating_instead_of_overflowing() {
+        let huge = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX - 1,
+            total_tokens: u64::MAX,
+        };
+        let small = Usage {
+            prompt_tokens: 3,
+            completion_tokens: 4,
+            total_tokens: 7,
+        };
+        let max = Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: u64::MAX,
+            total_tokens: u64::MAX,
+        };
+        assert_eq!(huge.plus(small), max);
+        assert_eq!(small.plus(huge), max);
+        assert_eq!(
+            small.plus(small),
+            Usage {
+                prompt_tokens: 6,
+                completion_tokens: 8,
+                total_tokens: 14,
+            }
+        );
+    }
 
     #[test]
     fn usage_is_read_from_a_chat_completion() {

@@ -57,8 +57,10 @@ pub fn event_type<'a>(fields: &'a sse::Fields<'a>) -> Option<&'a [u8]> {
     }
     let data = fields.data.as_deref()?;
     let at = memchr::memmem::find(data, b"\"type\"")?;
-    match crate::wire::chunk::string_value_after_key(data, at + 6) {
-        crate::wire::chunk::Value::String(start, end) => Some(&data[start + 1..end - 1]),
+    match crate::wire::chunk::string_value_after_key(data, at.saturating_add(6)) {
+        crate::wire::chunk::Value::String(start, end) => {
+            data.get(start.saturating_add(1)..end.saturating_sub(1))
+        }
         _ => None,
     }
 }

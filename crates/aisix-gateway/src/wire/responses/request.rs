@@ -269,9 +269,10 @@ fn user_part(part: &Value, param: &'static str) -> Result<Value, RequestError> {
                     "an input_image needs an 'image_url' here (a file_id is OpenAI's own).",
                 ));
             };
-            let mut image = json!({"url": url});
+            let mut image = Map::new();
+            image.insert("url".into(), url.clone());
             if let Some(detail) = part.get("detail").filter(|d| d.is_string()) {
-                image["detail"] = detail.clone();
+                image.insert("detail".into(), detail.clone());
             }
             Ok(json!({"type": "image_url", "image_url": image}))
         }

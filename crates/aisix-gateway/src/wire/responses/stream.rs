@@ -185,7 +185,7 @@ impl FromChat {
                 call.arguments.push_str(&arguments);
                 let data =
                     json!({"item_id": call.id, "output_index": call.index, "delta": arguments});
-                self.pieces += 1;
+                self.pieces = self.pieces.saturating_add(1);
                 self.emit(out, "response.function_call_arguments.delta", data);
             }
         }
@@ -256,7 +256,7 @@ impl FromChat {
         };
         message.text.push_str(text);
         let data = json!({"item_id": message.id, "output_index": message.index, "content_index": 0, "delta": text, "logprobs": []});
-        self.pieces += 1;
+        self.pieces = self.pieces.saturating_add(1);
         self.emit(out, "response.output_text.delta", data);
     }
 
@@ -264,13 +264,10 @@ impl FromChat {
         let Some(message) = self.message.take() else {
             return;
         };
-        let at = json!({"item_id": message.id, "output_index": message.index, "content_index": 0});
-        let mut done = at.clone();
-        done["text"] = json!(message.text);
-        done["logprobs"] = json!([]);
+        let done = json!({"item_id": message.id, "output_index": message.index, "content_index": 0, "text": message.text, "logprobs": []});
         self.emit(out, "response.output_text.done", done);
-        let mut part = at;
-        part["part"] = json!({"type": "output_text", "text": message.text, "annotations": []});
+        let part = json!({"type": "output_text", "text": message.text, "annotations": []});
+        let part = json!({"item_id": message.id, "output_index": message.index, "content_index": 0, "part": part});
         self.emit(out, "response.content_part.done", part);
         let item = message_item(&message.id, &message.text, message.refusal.as_deref());
         self.emit(
@@ -312,9 +309,11 @@ impl FromChat {
 
     /// Writes one event named `name`, numbered.
     fn emit(&mut self, out: &mut BytesMut, name: &str, mut data: Value) {
-        data["type"] = json!(name);
-        data["sequence_number"] = json!(self.sequence);
-        self.sequence += 1;
+        if let Value::Object(fields) = &mut data {
+            fields.insert("type".into(), json!(name));
+            fields.insert("sequence_number".into(), json!(self.sequence));
+        }
+        self.sequence = self.sequence.saturating_add(1);
         out.extend_from_slice(b"event: ");
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b"\ndata: ");

@@ -45,7 +45,7 @@ impl ResponsesUsage {
             prompt_tokens: self.input_tokens,
             completion_tokens: self.output_tokens,
             total_tokens: if self.total_tokens == 0 {
-                self.input_tokens + self.output_tokens
+                self.input_tokens.saturating_add(self.output_tokens)
             } else {
                 self.total_tokens
             },
@@ -65,7 +65,7 @@ impl ResponsesUsage {
             output_tokens_details: OutputDetails {
                 reasoning_tokens: reasoning,
             },
-            total_tokens: usage.prompt_tokens + usage.completion_tokens,
+            total_tokens: usage.prompt_tokens.saturating_add(usage.completion_tokens),
         }
     }
 }

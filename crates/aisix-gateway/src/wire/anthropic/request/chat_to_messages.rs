@@ -40,7 +40,7 @@ pub fn chat_to_messages(
     for (i, message) in request.messages.into_iter().enumerate() {
         match message {
             ChatMessage::System { content } | ChatMessage::Developer { content } => {
-                system_parts += 1;
+                system_parts = system_parts.saturating_add(1);
                 match content {
                     TextOr::Text(text) => {
                         single_system = (system_parts == 1).then(|| text.clone());

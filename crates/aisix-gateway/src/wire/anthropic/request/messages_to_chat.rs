@@ -14,7 +14,7 @@ use super::{RequestError, invalid};
 
 /// The typed half of [`to_openai`](super::to_openai); `model` is left as the client sent it.
 pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, RequestError> {
-    let mut messages = Vec::with_capacity(request.messages.len() + 1);
+    let mut messages = Vec::with_capacity(request.messages.len().saturating_add(1));
     match request.system {
         Some(TextOr::Text(text)) => messages.push(ChatMessage::System {
             content: TextOr::Text(text),

@@ -37,7 +37,7 @@ impl Blocks {
                 if let Ok(start) = serde_json::from_slice::<BlockEvent<'_>>(&data) {
                     let text = start.content_block.is_some_and(|b| b.kind == "text");
                     self.open = Some((start.index, text));
-                    self.next = self.next.max(start.index + 1);
+                    self.next = self.next.max(start.index.saturating_add(1));
                 }
             }
             b"content_block_stop" => self.open = None,
@@ -97,10 +97,10 @@ impl Splice {
                 }
                 self.close_open(out);
                 let to = self.at.next;
-                self.at.next += 1;
+                self.at.next = to.saturating_add(1);
                 self.at.open = Some((to, text));
                 self.renumbered.push((index, to));
-                value["index"] = to.into();
+                set(&mut value, "index", to.into());
                 write_event(out, "content_block_start", &value);
             }
             (b"content_block_delta" | b"content_block_stop", Some(index)) => {
@@ -112,18 +112,19 @@ impl Splice {
                 if name == b"content_block_stop" {
                     self.at.open = None;
                 }
-                value["index"] = to.into();
+                set(&mut value, "index", to.into());
                 write_event(out, &String::from_utf8_lossy(name), &value);
             }
             (b"message_delta", _) => {
                 self.close_open(out);
                 if let Some(usage) = usage {
-                    value["usage"] = serde_json::json!({
+                    let usage = serde_json::json!({
                         "input_tokens": usage.prompt_tokens,
                         "output_tokens": usage.completion_tokens,
                         "cache_creation_input_tokens": 0,
                         "cache_read_input_tokens": 0,
                     });
+                    set(&mut value, "usage", usage);
                 }
                 write_event(out, "message_delta", &value);
             }
@@ -159,6 +160,13 @@ struct BlockEvent<'a> {
 struct BlockType<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
+}
+
+/// Sets `key` on an event's JSON object (an event that is not an object is left as it is).
+fn set(value: &mut Value, key: &str, to: Value) {
+    if let Some(object) = value.as_object_mut() {
+        object.insert(key.to_owned(), to);
+    }
 }
 
 /// The text a `content_block_delta` adds (`text_delta`), for a continuation to go on from.

@@ -103,7 +103,7 @@ impl ToAnthropic {
     fn open_block(&mut self, out: &mut BytesMut, open: Open, block: BlockOut<'_>) {
         self.close_block(out);
         let index = self.next_block;
-        self.next_block += 1;
+        self.next_block = index.saturating_add(1);
         write_event(
             out,
             "content_block_start",
@@ -142,7 +142,7 @@ impl ToAnthropic {
             Open::Text { block } => block,
             _ => {
                 self.open_block(out, Open::Text { block: 0 }, BlockOut::Text { text: "" });
-                self.next_block - 1
+                self.next_block.saturating_sub(1)
             }
         };
         write_delta(out, block, DeltaBody::TextDelta { text });
@@ -188,7 +188,7 @@ impl ToAnthropic {
                         input: Empty {},
                     },
                 );
-                self.next_block - 1
+                self.next_block.saturating_sub(1)
             }
         };
         let arguments = call.function.and_then(|f| f.arguments);

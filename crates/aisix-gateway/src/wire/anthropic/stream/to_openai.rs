@@ -156,7 +156,7 @@ impl ToOpenAi {
                         }
                     }
                     BlockKind::Tool { call, .. } => {
-                        self.calls += 1;
+                        self.calls = self.calls.saturating_add(1);
                         let call = ToolCallOut {
                             index: call,
                             id: Some(block.id.as_deref().unwrap_or_default()),
