@@ -33,7 +33,7 @@ use tokio::time::{Instant, Sleep};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::{Edit, StreamMap};
-use crate::route::state::InFlight;
+use crate::route::state::{Ticket, Verdict};
 use crate::snapshot::Provider;
 use crate::upstream::Lease;
 use crate::wire::Dialect;
@@ -90,8 +90,9 @@ pub(crate) struct Events {
     sent_at: Instant,
     ttft: Option<Duration>,
     usage: Option<Usage>,
-    /// Counts the call in its direct model's load while the stream lives.
-    _in_flight: Option<InFlight>,
+    /// Counts the call in its direct model's load while the stream lives, and reports its end
+    /// (its first token's latency, its completion or its failure) to the model's state.
+    ticket: Option<Ticket>,
     /// The provider called, whose key is masked in an error it reports mid-stream.
     provider: Option<Arc<Provider>>,
 }
@@ -233,7 +234,7 @@ impl Events {
         settings: StreamSettings,
         deadlines: Deadlines,
         sent_at: Instant,
-        in_flight: Option<InFlight>,
+        ticket: Option<Ticket>,
     ) -> Self {
         let now = Instant::now();
         let mut events = Self {
@@ -255,7 +256,7 @@ impl Events {
             sent_at,
             ttft: None,
             usage: None,
-            _in_flight: in_flight,
+            ticket,
             provider: None,
         };
         let wake = events.next_wake(false);
@@ -442,7 +443,11 @@ impl Events {
             (scanned, complete)
         };
         if !was_started && self.map.started() {
-            self.ttft = Some(self.sent_at.elapsed());
+            let ttft = self.sent_at.elapsed();
+            self.ttft = Some(ttft);
+            if let Some(ticket) = &self.ticket {
+                ticket.first_token(ttft);
+            }
         }
         if scanned.usage.is_some() {
             self.usage = scanned.usage;
@@ -465,6 +470,9 @@ impl Events {
 
     /// Ends the stream with `error`; its connection is not reused.
     fn fail(&mut self, error: GatewayError) {
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle_error(&error);
+        }
         self.lease = None;
         self.upstream = None;
         self.finished = true;
@@ -476,6 +484,9 @@ impl Events {
     /// has had its lease dropped before).
     fn finish(&mut self) {
         self.finished = true;
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle(Verdict::Answered);
+        }
         match (self.lease.take(), self.upstream.take()) {
             (Some(lease), Some(upstream)) => lease.release_after(upstream),
             (Some(lease), None) => lease.release(),

@@ -22,6 +22,7 @@ pub(crate) mod anthropic;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
+pub(crate) mod refusal;
 pub(crate) mod translated;
 
 use std::time::Duration;
@@ -81,8 +82,6 @@ pub(crate) enum Answer {
         body: Incoming,
         lease: Option<Lease>,
         map: StreamMap,
-        /// From sending until the response head arrived.
-        waited: Duration,
     },
 }
 
