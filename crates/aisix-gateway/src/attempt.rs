@@ -264,16 +264,17 @@ impl Attempts {
         if meaning.side != Side::Upstream {
             return Move::Stop;
         }
+        // Nothing is tried after the request's own deadline, whatever the failure.
+        let end = self.ctx.clock.ms_at(self.deadline_end(target));
+        if now >= end {
+            return Move::Stop;
+        }
         let key_refused = error.refusal.is_some_and(Refusal::of_the_key);
         if !meaning.retryable && !key_refused {
             let listed = error
                 .upstream_status()
                 .is_some_and(|s| policy.fallback_on_statuses.contains(&s));
             return if listed { Move::Next } else { Move::Stop };
-        }
-        let end = self.ctx.clock.ms_at(self.deadline_end(target));
-        if now >= end {
-            return Move::Stop;
         }
         // A refused key fails again on every retry: on to the next model's key.
         let never_answered = error.kind == ErrorKind::UpstreamTimeout || key_refused;

@@ -140,7 +140,9 @@ impl Call<'_> {
         let request = request(provider, uri, body, stream, self.request_id, extra)?;
         let head = send(self.pool, provider, request, self.deadlines).await?;
         if !head.response.status().is_success() {
-            let rejection = rejection(head, self.deadlines.end, &provider.name).await;
+            // An error's body comes with its head: it is read by the first-byte deadline, so
+            // a slow one cannot hold the request past the time a fallback still has.
+            let rejection = rejection(head, self.deadlines.first_byte, &provider.name).await;
             let mut error = rejection.error();
             error.refusal = refusal::classify(rejection.status.as_u16(), &rejection.body);
             if let Some(refusal) = error.refusal.filter(|r| r.of_the_key()) {
