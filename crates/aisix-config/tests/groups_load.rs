@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use aisix_config::{ConfigErrors, Resources, Strategy, WhenAllUnavailable, parse_resources};
+use aisix_config::{
+    ConfigErrors, FallbackError, Resources, Strategy, WhenAllUnavailable, parse_resources,
+};
 
 fn parse(yaml: &str) -> Result<Resources, ConfigErrors> {
     parse_resources(yaml, Path::new("resources.yaml"), &|_| None)
@@ -150,5 +152,33 @@ fn groups_and_direct_models_share_one_namespace() {
     assert_eq!(
         errors("  - {display_name: primary, routing: {targets: [{model: backup}]}}\n"),
         ["models[2].display_name: duplicate name \"primary\" (first at models[0])"]
+    );
+}
+
+#[test]
+fn fallback_on_errors_names_error_kinds_and_refuses_unknown_ones() {
+    let resources = parse(&with_models(
+        "  - {display_name: chat, routing: {targets: [{model: backup}], fallback_on_errors: [context_length_exceeded, content_filter]}}\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        resources.groups[0].routing.fallback_on_errors,
+        [
+            FallbackError::ContextLengthExceeded,
+            FallbackError::ContentFilter
+        ]
+    );
+    let defaults = parse(&with_models(
+        "  - {display_name: chat, routing: {targets: [{model: backup}]}}\n",
+    ))
+    .unwrap();
+    assert!(defaults.groups[0].routing.fallback_on_errors.is_empty());
+    assert_eq!(
+        errors(
+            "  - {display_name: chat, routing: {targets: [{model: backup}], fallback_on_errors: [too_long]}}\n"
+        ),
+        [
+            "models[2].routing.fallback_on_errors[0]: unknown value \"too_long\" (expected one of: context_length_exceeded, content_filter)"
+        ]
     );
 }

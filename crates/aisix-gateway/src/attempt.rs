@@ -18,7 +18,9 @@
 //!   exhausted quota: `insufficient_quota`, `billing_error`), which also cools down for
 //!   `upstream.key_cooldown_ms`. A `Retry-After` longer than [`retry::LONG_WAIT`] is not waited for either.
 //! - Any other 4xx is returned as it is, or falls over when its status is in
-//!   `fallback_on_statuses`. Nothing is tried after the request's own deadline.
+//!   `fallback_on_statuses` or its kind, read from the body in any dialect, is in
+//!   `fallback_on_errors` (`context_length_exceeded`, `content_filter`). Nothing is tried
+//!   after the request's own deadline.
 //! - A stream is held until its first token while another attempt could still follow, so one
 //!   that fails before it falls over too; after it, the relay streams (and, with
 //!   `continue_on_cut`, asks [`Attempts::continuation`] for the rest of an answer cut short).
@@ -273,7 +275,10 @@ impl Attempts {
         if !meaning.retryable && !key_refused {
             let listed = error
                 .upstream_status()
-                .is_some_and(|s| policy.fallback_on_statuses.contains(&s));
+                .is_some_and(|s| policy.fallback_on_statuses.contains(&s))
+                || error
+                    .refusal
+                    .is_some_and(|r| policy.fallback_on_errors.contains(&r));
             return if listed { Move::Next } else { Move::Stop };
         }
         // A refused key fails again on every retry: on to the next model's key.

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Cost, DEFAULT_ANTHROPIC_VERSION, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
-    Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
+    Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup, ModelPattern, ProviderKey,
+    ProviderKind, Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use aisix_obs::metrics::labels::RateLimitScope;
 use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
+use crate::provider::refusal::Refusal;
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -112,6 +113,8 @@ pub struct Policy {
     pub retry_on_429: bool,
     /// Upstream statuses that move on to the next direct model instead of being returned.
     pub fallback_on_statuses: Vec<u16>,
+    /// Kinds of upstream refusal that move on to the next direct model.
+    pub fallback_on_errors: Vec<Refusal>,
     pub when_all_unavailable: WhenAllUnavailable,
     pub continue_on_cut: bool,
     /// Cooling direct models are skipped (groups); a direct model is always called.
@@ -125,6 +128,7 @@ impl Policy {
         max_fallbacks: 0,
         retry_on_429: false,
         fallback_on_statuses: Vec::new(),
+        fallback_on_errors: Vec::new(),
         when_all_unavailable: WhenAllUnavailable::TryAnyway,
         continue_on_cut: false,
         skip_cooling: false,
@@ -425,6 +429,14 @@ impl GroupRoute {
                 max_fallbacks: routing.max_fallbacks.unwrap_or(u32::MAX),
                 retry_on_429: routing.retry_on_429,
                 fallback_on_statuses: routing.fallback_on_statuses.clone(),
+                fallback_on_errors: routing
+                    .fallback_on_errors
+                    .iter()
+                    .map(|kind| match kind {
+                        FallbackError::ContextLengthExceeded => Refusal::ContextLengthExceeded,
+                        FallbackError::ContentFilter => Refusal::ContentFilter,
+                    })
+                    .collect(),
                 when_all_unavailable: routing.when_all_unavailable,
                 continue_on_cut: routing.continue_on_cut,
                 skip_cooling: true,
