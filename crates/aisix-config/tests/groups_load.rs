@@ -7,7 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use aisix_config::{
-    ConfigErrors, FallbackError, Resources, Strategy, WhenAllUnavailable, parse_resources,
+    ConfigErrors, Continuation, FallbackError, Resources, Strategy, WhenAllUnavailable,
+    parse_resources,
 };
 
 fn parse(yaml: &str) -> Result<Resources, ConfigErrors> {
@@ -179,6 +180,43 @@ fn fallback_on_errors_names_error_kinds_and_refuses_unknown_ones() {
         ),
         [
             "models[2].routing.fallback_on_errors[0]: unknown value \"too_long\" (expected one of: context_length_exceeded, content_filter)"
+        ]
+    );
+}
+
+#[test]
+fn continuation_defaults_by_provider_kind_and_refuses_unknown_methods() {
+    let yaml = r#"_format_version: "1"
+provider_keys:
+  - {display_name: oa, provider: openai, api_base: "http://a.example/v1"}
+  - {display_name: an, provider: anthropic, api_base: "http://b.example"}
+models:
+  - {display_name: gpt, provider: openai, model_name: g, provider_key: oa}
+  - {display_name: claude, provider: anthropic, model_name: c, provider_key: an}
+  - {display_name: vllm, provider: openai, model_name: v, provider_key: oa, continuation: continue_final_message}
+  - {display_name: deepseek, provider: openai, model_name: d, provider_key: oa, continuation: prefix}
+"#;
+    let resources = parse(yaml).unwrap();
+    let methods: Vec<Continuation> = resources.models.iter().map(|m| m.continuation).collect();
+    assert_eq!(
+        methods,
+        [
+            Continuation::None,
+            Continuation::Prefill,
+            Continuation::ContinueFinalMessage,
+            Continuation::Prefix
+        ]
+    );
+    let bad = yaml.replace("continuation: prefix", "continuation: resume");
+    let errors: Vec<String> = parse(&bad)
+        .unwrap_err()
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "models[3].continuation: unknown value \"resume\" (expected one of: prefill, continue_final_message, prefix, none)"
         ]
     );
 }

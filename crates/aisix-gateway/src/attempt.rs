@@ -445,13 +445,14 @@ impl Attempts {
         error
     }
 
-    /// Asks the plan's next direct models, in turn, to continue a stream cut after its first
-    /// token (`cause`): the client's request plus an assistant message holding `text`, the
-    /// text already sent. The first whose continuation reaches its own first token takes over
-    /// (its usage added to `carried`, its events going on from the client's blocks `at`). One
-    /// that refuses the request (a 4xx, as for a trailing
-    /// assistant message it does not take) ends the stream with its error; it is never
-    /// restarted from the beginning.
+    /// Asks the plan's next direct models that truly continue (their `continuation` is not
+    /// `none`), in turn, to continue a stream cut after its first token (`cause`): the
+    /// client's request plus an assistant message holding `text`, the text already sent, in
+    /// the form each one's method asks for. The first whose continuation reaches its own
+    /// first token takes over (its usage added to `carried`, its events going on from the
+    /// client's blocks `at`). One that refuses or fails is passed over; it is never restarted
+    /// from the beginning. When none takes over, the stream ends with the cut itself, named
+    /// with the tokens sent before it.
     pub(crate) async fn continuation(
         mut self: Box<Self>,
         mut record: Record,
@@ -460,15 +461,19 @@ impl Attempts {
         at: Blocks,
         cause: GatewayError,
     ) -> Continued {
-        let Some(inbound) = self.inbound.continuation(&text) else {
-            return Continued::Failed(cause, record);
-        };
-        let mut last = cause;
+        let tokens = record.produced.unwrap_or(0);
         let mut cooling = None;
+        let mut tried = 0u32;
         while let Some((target, probe)) = self.next_target(false, &mut cooling) {
+            let Some(inbound) = self.inbound.continuation(&text, target.continuation) else {
+                // It cannot continue this request: passed over, not counted as a fallback.
+                self.called -= 1;
+                continue;
+            };
             if Instant::now() >= self.deadline_end(&target) {
                 break;
             }
+            tried += 1;
             let prepare = |map: &mut StreamMap| {
                 map.continuing(carried, at);
                 map.keep_text(&text);
@@ -486,19 +491,18 @@ impl Attempts {
                     };
                 }
                 Ok(Served::Complete { .. } | Served::Unary(_)) => {
-                    last = GatewayError::new(
-                        ErrorKind::UpstreamMalformed,
-                        "The upstream answered a stream request with a whole answer.",
-                    );
+                    tracing::info!(target = %target.name, "a continuation was answered whole; passed over");
                 }
                 Err(error) => {
-                    if !error.retryable() {
-                        return Continued::Failed(error, record);
-                    }
-                    last = error;
+                    tracing::info!(target = %target.name, code = error.code(), "a continuation failed; passed over");
                 }
             }
         }
-        Continued::Failed(last, record)
+        let why = if tried == 0 {
+            "no other target of the group continues an answer"
+        } else {
+            "every target asked to continue it refused or failed"
+        };
+        Continued::Failed(crate::relay::cut_named(&cause, tokens, why), record)
     }
 }

@@ -73,6 +73,18 @@ fn continuable(error: &GatewayError) -> bool {
     )
 }
 
+/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
+/// was not continued: the cut, not a later refusal, is what the client is told.
+pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
+    GatewayError::new(
+        cause.kind,
+        format!(
+            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
+            cause.message.trim_end_matches('.')
+        ),
+    )
+}
+
 impl State {
     /// Moves on from a failed stream: to its continuation when the plan has one, else to its
     /// error event (after what was read before the failure).
@@ -88,7 +100,15 @@ impl State {
             record.usage = Some(usage);
         }
         record.produced = Some(events.map().produced());
-        if let (Some(rest), true) = (rest, continuable(&error))
+        let mut error = error;
+        if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
+            // The text alone would rebuild a corrupted call: the cut is the client's answer.
+            error = cut_named(
+                &error,
+                record.produced.unwrap_or(0),
+                "inside a tool call, which is never continued",
+            );
+        } else if let (Some(rest), true) = (rest, continuable(&error))
             && let Some(text) = events.map().text().map(str::to_owned)
         {
             tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup, ModelPattern, ProviderKey,
-    ProviderKind, Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
+    Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup,
+    ModelPattern, ProviderKey, ProviderKind, Resilience, Resources, Strategy, TimeoutOverrides,
+    WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -72,6 +73,8 @@ pub struct DirectRoute {
     pub timeouts: TimeoutOverrides,
     /// Its prices, for the spend its answers settle.
     pub cost: Option<Cost>,
+    /// How it continues an answer cut short on another model, if it truly does.
+    pub continuation: Continuation,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -311,6 +314,7 @@ impl Snapshot {
                 upstream_model_json,
                 timeouts: model.timeouts,
                 cost: model.cost,
+                continuation: model.continuation,
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,

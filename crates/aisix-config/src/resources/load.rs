@@ -16,7 +16,7 @@ use super::reader::{
     Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
 };
 use super::rfc3339;
-use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+use super::types::{ApiKey, Continuation, Model, ProviderKey, ProviderKind, Resources, Secret};
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::timeouts::TimeoutOverrides;
 
@@ -519,6 +519,7 @@ struct ModelDraft {
     timeouts: Option<TimeoutOverrides>,
     rate_limit: Option<Option<RateLimit>>,
     cost: Option<Option<Cost>>,
+    continuation: Option<Option<Continuation>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -588,6 +589,9 @@ fn read_model(
     let cost = fields
         .optional(report, "cost")
         .map(|(v, p)| read_cost(report, v, &p));
+    let continuation = fields
+        .optional(report, "continuation")
+        .map(|(v, p)| continuation(report, v, &p));
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -598,7 +602,24 @@ fn read_model(
         timeouts,
         rate_limit,
         cost,
+        continuation,
     }
+}
+
+fn continuation(report: &mut Report, value: &Value, path: &str) -> Option<Continuation> {
+    let name = string(report, value, path)?;
+    let found = Continuation::ALL.into_iter().find(|c| c.as_str() == name);
+    if found.is_none() {
+        let names: Vec<_> = Continuation::ALL.iter().map(|c| c.as_str()).collect();
+        report.error(
+            path,
+            format!(
+                "unknown value {name:?} (expected one of: {})",
+                names.join(", ")
+            ),
+        );
+    }
+    found
 }
 
 /// Checks each model's `provider_key` against the provider keys and builds the model; `None`
@@ -656,6 +677,8 @@ fn resolve_provider_keys(
                 timeouts: model.timeouts?,
                 rate_limit: given(model.rate_limit)?.unwrap_or_default(),
                 cost: given(model.cost)?,
+                continuation: given(model.continuation)?
+                    .or(model.provider.map(Continuation::default_for))?,
             })
         })
         .collect()
