@@ -224,3 +224,37 @@ both_modes! {
         assert_eq!(rig.backup.request_count(), 0, "a tool call is never continued");
     }
 }
+
+both_modes! {
+    async fn a_hold_past_its_bound_commits_the_stream_instead_of_buffering_on(mode: Mode) {
+        let rig = Rig::start(mode, &group("", ""), &[("AISIX_UPSTREAM__MAX_SSE_EVENT_BYTES", "1024")]);
+        // Forty role chunks and no token: more than the hold may keep.
+        let preamble: Vec<Frame> = (0..40).map(|_| Frame::chat_role(UP)).collect();
+        rig.primary.enqueue(Mock::sse(preamble).hang());
+        let reply = rig.chat("chat", true, "big-preamble", json!({})).await;
+        assert_eq!(reply.header("x-aisix-served-by"), Some("primary"), "committed, not held");
+        let stream = streamed(&reply.text());
+        assert_eq!(stream.error.as_deref(), Some("upstream_timeout"), "{}", reply.text());
+        assert_eq!(rig.backup.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn keep_alives_go_out_while_a_continuation_is_sought(mode: Mode) {
+        let groups = "  - display_name: vllm\n    routing:\n      targets: [{model: primary}, {model: backup-vllm}]\n      continue_on_cut: true\n";
+        let rig = Rig::start(mode, groups, &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1")]);
+        rig.primary.enqueue(
+            Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hello, "), Frame::chat_delta(UP, "wor")])
+                .disconnect(),
+        );
+        // The continuing server takes a while to start.
+        rig.backup.enqueue(Mock::chat_stream("up-backup", &["ld", "!"], 11).delay_head(Duration::from_millis(2500)));
+        let text = rig.chat("vllm", true, "slow-continuation", json!({})).await.text();
+        let stream = streamed(&text);
+        assert_eq!(stream.text, "Hello, world!", "{text}");
+        assert!(stream.done, "{text}");
+        let (before, after) = text.split_once("wor\"").unwrap();
+        assert!(!before.contains(": keep-alive"), "{text}");
+        assert!(after.split("ld\"").next().unwrap().contains(": keep-alive\n\n"), "{text}");
+    }
+}

@@ -402,7 +402,10 @@ impl Attempts {
                 ));
                 events.called(&target.provider);
                 if hold {
-                    events.hold().await.map(|()| Served::Stream(events))
+                    events
+                        .hold(&self.ctx.budget)
+                        .await
+                        .map(|()| Served::Stream(events))
                 } else {
                     Ok(Served::Stream(events))
                 }

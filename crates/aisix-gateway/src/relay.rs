@@ -6,26 +6,36 @@
 //! With `routing.continue_on_cut`, a stream that fails after its first token is not ended:
 //! the next direct model of the group is asked to continue it (the attempt loop's
 //! [`Attempts::continuation`]), and its events are spliced into the same client stream, its
-//! usage added. Dropping the body (the client left) drops the upstream response, which closes
-//! that upstream connection, and drops a continuation in progress.
+//! usage added. While the continuation is sought, keep-alive comments go out every
+//! `downstream.sse_keepalive_interval_secs`, so that proxies in front of the client do not
+//! drop a connection that is quiet. Dropping the body (the client left) drops the upstream
+//! response, which closes that upstream connection, and drops a continuation in progress.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
+use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
 use crate::attempt::{Attempts, Continued};
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
 use crate::stream::{Events, Next};
+use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
 
 pub struct SseRelay {
     state: State,
+    /// How often a keep-alive comment goes out while a continuation is sought.
+    keepalive: Option<Duration>,
+    /// When the next one is due, while continuing.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 enum State {
@@ -51,11 +61,13 @@ impl SseRelay {
         // Until the stream ends, the request counts as abandoned if the body is dropped.
         record.streaming();
         Self {
+            keepalive: events.keepalive(),
             state: State::Relaying {
                 events,
                 record,
                 rest,
             },
+            timer: None,
         }
     }
 }
@@ -173,12 +185,27 @@ impl Body for SseRelay {
                     }
                 },
                 State::Continuing(continuing) => match continuing.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => {
+                        let Some(every) = this.keepalive else {
+                            return Poll::Pending;
+                        };
+                        let timer = this
+                            .timer
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+                        if timer.as_mut().poll(cx).is_pending() {
+                            return Poll::Pending;
+                        }
+                        timer.as_mut().reset(Instant::now() + every);
+                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                            sse::KEEPALIVE,
+                        )))));
+                    }
                     Poll::Ready(Continued::Resumed {
                         events,
                         record,
                         rest,
                     }) => {
+                        this.timer = None;
                         this.state = State::Relaying {
                             events,
                             record,

@@ -7,7 +7,10 @@
 //!   copied.
 //! - Held ([`Events::hold`]), nothing is sent: the stream is read until its first token, so a
 //!   stream that fails before it can be replaced by another attempt. What was read stays in
-//!   the outbox and goes out first once relayed: the hold costs no copy and no task.
+//!   the outbox and goes out first once relayed: the hold costs no copy and no task. What it
+//!   holds is charged to the worker's memory budget and bounded by
+//!   `upstream.max_sse_event_bytes`: past that, or when the budget has no room, the stream is
+//!   committed (relayed from there on, no longer replaceable).
 //! - Relayed ([`Events::poll_relay`]), every complete event the upstream has ready goes out in
 //!   one frame: frames hyper already holds are drained before anything is written, and the end
 //!   of the stream goes out with the last data.
@@ -30,6 +33,7 @@ use http_body::Body;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::{Edit, StreamMap};
@@ -123,6 +127,10 @@ impl Outbox {
 
     fn is_empty(&self) -> bool {
         self.first.is_none() && self.more.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
     }
 
     pub(crate) fn take(&mut self) -> Bytes {
@@ -273,6 +281,11 @@ impl Events {
         &self.map
     }
 
+    /// How often a keep-alive comment goes out while the client waits.
+    pub(crate) fn keepalive(&self) -> Option<Duration> {
+        self.settings.keepalive
+    }
+
     /// Time from sending the call to its first token.
     pub(crate) fn ttft(&self) -> Option<Duration> {
         self.ttft
@@ -289,17 +302,32 @@ impl Events {
     }
 
     /// Reads until the first token (or the stream's complete end), sending nothing: `Err` if
-    /// the stream fails first.
-    pub(crate) async fn hold(&mut self) -> Result<(), GatewayError> {
-        poll_fn(|cx| self.poll_held(cx)).await
+    /// the stream fails first. What it holds is charged to `budget` until it returns; past
+    /// the cap (`upstream.max_sse_event_bytes`) or the budget's room it returns early, the
+    /// stream committed.
+    pub(crate) async fn hold(&mut self, budget: &Budget) -> Result<(), GatewayError> {
+        let mut held = Held::default();
+        poll_fn(|cx| self.poll_held(cx, budget, &mut held)).await
     }
 
-    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), GatewayError>> {
+    fn poll_held(
+        &mut self,
+        cx: &mut Context<'_>,
+        budget: &Budget,
+        held: &mut Held,
+    ) -> Poll<Result<(), GatewayError>> {
         loop {
             if let Some(error) = self.failure.take() {
                 return Poll::Ready(Err(error));
             }
             if self.finished || self.done || self.map.started() {
+                return Poll::Ready(Ok(()));
+            }
+            let holding = self.out.len() + self.partial.len();
+            if holding > self.settings.max_event_bytes
+                || budget.try_cover(held, holding as u64).is_err()
+            {
+                tracing::debug!(holding, "the hold is full: the stream is committed");
                 return Poll::Ready(Ok(()));
             }
             match self.poll_upstream(cx) {
@@ -710,7 +738,7 @@ mod tests {
         events.extend(burst(1));
         events.push("data: [DONE]\n\n".to_owned());
         let mut held = events_of(chunked(&events), false, 1 << 20).await;
-        held.hold().await.unwrap();
+        held.hold(&Budget::new(1 << 20)).await.unwrap();
         assert!(held.map().started() && held.ttft().is_some());
         let (frames, failure, _) = frames(held).await;
         assert!(failure.is_none());
@@ -720,7 +748,7 @@ mod tests {
         raw.extend_from_slice(b"0\r\n\r\n");
         let mut cut = events_of(raw, true, 1 << 20).await;
         assert_eq!(
-            cut.hold().await.map_err(|e| e.kind),
+            cut.hold(&Budget::new(1 << 20)).await.map_err(|e| e.kind),
             Err(ErrorKind::StreamCut)
         );
         let mut malformed = events_of(
@@ -730,7 +758,10 @@ mod tests {
         )
         .await;
         assert_eq!(
-            malformed.hold().await.map_err(|e| e.kind),
+            malformed
+                .hold(&Budget::new(1 << 20))
+                .await
+                .map_err(|e| e.kind),
             Err(ErrorKind::UpstreamMalformed)
         );
     }
@@ -740,7 +771,24 @@ mod tests {
         let role =
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let mut events = events_of(chunked(&[role]), false, 1 << 20).await;
-        let error = events.hold().await.unwrap_err();
+        let error = events.hold(&Budget::new(1 << 20)).await.unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamTimeout);
+    }
+
+    #[tokio::test]
+    async fn a_hold_past_its_cap_or_the_budget_commits_the_stream_unstarted() {
+        // A preamble of comments and role chunks, no token yet, and the upstream still open.
+        let role =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
+        let preamble: Vec<String> = (0..40).map(|_| role.clone()).collect();
+        let mut events = events_of(chunked(&preamble), false, 1024).await;
+        events.hold(&Budget::new(1 << 20)).await.unwrap();
+        assert!(!events.map().started(), "committed before its first token");
+        assert!(events.out.len() > 1024);
+
+        let mut events = events_of(chunked(&preamble), false, 1 << 20).await;
+        // A budget of one KiB covers less than the preamble.
+        events.hold(&Budget::new(1024)).await.unwrap();
+        assert!(!events.map().started());
     }
 }
