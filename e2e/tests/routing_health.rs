@@ -11,7 +11,7 @@ use std::time::Duration;
 use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::mock::{Frame, Reply as Mock};
-use aisix_e2e::prom::sample;
+use aisix_e2e::prom::{promtool_check, sample};
 use aisix_e2e::routing::{KEY, Rig, streamed};
 use http_body_util::BodyExt;
 use serde_json::json;
@@ -88,12 +88,19 @@ both_modes! {
             assert_eq!((next.status.as_u16(), served_by(&next)), (200, "backup"), "{fault}");
             assert_eq!(rig.primary.request_count(), before + 1, "{fault}: a cooling target is skipped");
             assert_eq!(cooldowns(&rig).await, (i + 1) as f64, "{fault}");
+            let page = rig.scrape().await;
+            assert_eq!(sample(&page, "aisix_target_state", &[("target", "primary")]), 1.0, "{page}");
+            assert_eq!(sample(&page, "aisix_target_state", &[("target", "backup")]), 0.0, "{page}");
             cooldown_over().await;
         }
         // After its last cooldown, the probe answers and the target is back.
         let reply = rig.chat("chat", true, "recovered", json!({})).await;
         assert_eq!(served_by(&reply), "primary");
-        assert_eq!(sample(&rig.scrape().await, "aisix_targets_cooling", &[]), 0.0);
+        let page = rig.scrape().await;
+        assert_eq!(sample(&page, "aisix_targets_cooling", &[]), 0.0);
+        assert_eq!(sample(&page, "aisix_target_state", &[("target", "primary")]), 0.0, "{page}");
+        assert!(page.contains("aisix_target_state{target=\"backup-vllm\"} 0"), "every model from the start: {page}");
+        promtool_check(&page).unwrap();
     }
 }
 

@@ -39,6 +39,11 @@ const EWMA_WEIGHT: f64 = 0.3;
 /// measured ones by it instead of first at zero.
 pub(crate) const UNMEASURED_LATENCY: Duration = Duration::from_secs(1);
 
+/// `aisix_target_state` values.
+const AVAILABLE: u8 = 0;
+const COOLING: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
 /// Milliseconds on one clock for every worker: the time since the epoch the clock was made at.
 /// Built on tokio's clock, so tests that pause time move it too.
 #[derive(Debug, Clone, Copy)]
@@ -138,7 +143,10 @@ impl TargetState {
             .probe_at
             .compare_exchange(probe, stamp, Relaxed, Relaxed)
         {
-            Ok(_) => Admission::Probe(stamp),
+            Ok(_) => {
+                emit::target_state(&self.name, HALF_OPEN);
+                Admission::Probe(stamp)
+            }
             Err(_) => Admission::Cooling(now.saturating_add(lease)),
         }
     }
@@ -188,6 +196,7 @@ impl TargetState {
         if self.cooling_until.swap(0, Relaxed) != 0 {
             self.probe_at.store(0, Relaxed);
             self.failures.store(0, Relaxed);
+            emit::target_state(&self.name, AVAILABLE);
             if self.counted.swap(false, Relaxed) {
                 emit::targets_cooling(false);
             }
@@ -196,7 +205,14 @@ impl TargetState {
 
     /// A probe that says nothing of the model gives its place up to the next request.
     fn release_probe(&self, stamp: u64) {
-        let _ = self.probe_at.compare_exchange(stamp, 0, Relaxed, Relaxed);
+        if self
+            .probe_at
+            .compare_exchange(stamp, 0, Relaxed, Relaxed)
+            .is_ok()
+            && self.cooling_until.load(Relaxed) != 0
+        {
+            emit::target_state(&self.name, COOLING);
+        }
     }
 
     /// A call failed in a way that counts against the model; `retry_after` is what the
@@ -245,6 +261,7 @@ impl TargetState {
         self.probe_at.store(0, Relaxed);
         self.failures.store(0, Relaxed);
         emit::cooldown(&self.name);
+        emit::target_state(&self.name, COOLING);
         if !self.counted.swap(true, Relaxed) {
             emit::targets_cooling(true);
         }
@@ -558,7 +575,11 @@ impl States {
                 .and_then(|p| p.targets.get(&model.display_name))
                 .filter(|(old, _)| *old == hash)
                 .map_or_else(
-                    || Arc::new(TargetState::new(&model.display_name, settings)),
+                    || {
+                        // Set at load, on the control side, never on a request.
+                        emit::target_state(&model.display_name, AVAILABLE);
+                        Arc::new(TargetState::new(&model.display_name, settings))
+                    },
                     |(_, state)| state.clone(),
                 );
             targets.insert(model.display_name.clone(), (hash, state));

@@ -34,6 +34,7 @@ pub enum FamilyId {
     Cooldowns,
     TargetsCooling,
     ProviderKeyRefusals,
+    TargetState,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -259,6 +260,9 @@ families! {
             ["provider", "reason"]),
         "Upstream refusals of a provider key, by provider key (its display name) and reason (credentials or quota).";
 
+    pub TARGET_STATE = gauge(TargetState, "aisix_target_state", ["target"]),
+        "Each direct model's health: 0 available, 1 cooling down, 2 half-open (its probe is out).";
+
     /// Not exported: names the handle-cache entry that holds every handle of a finished request
     /// (see `cache::RequestHandles`), keyed by the request's labels.
     pub(crate) REQUEST_BUNDLE = counter(RequestBundle, "aisix_request_bundle", REQUEST_LABELS),
@@ -266,7 +270,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 24] = [
+pub static CATALOG: [FamilyInfo; 25] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -291,6 +295,7 @@ pub static CATALOG: [FamilyInfo; 24] = [
     COOLDOWNS.info(),
     TARGETS_COOLING.info(),
     PROVIDER_KEY_REFUSALS.info(),
+    TARGET_STATE.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.
