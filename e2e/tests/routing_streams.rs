@@ -258,3 +258,67 @@ both_modes! {
         assert!(after.split("ld\"").next().unwrap().contains(": keep-alive\n\n"), "{text}");
     }
 }
+
+/// Reads an SSE body as a client behind a proxy with a `read_timeout` would: it gives up when
+/// nothing arrives for that long.
+async fn read_with_timeout(rig: &Rig, id: &str, read_timeout: Duration) -> String {
+    let body = json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Say hello"}]});
+    let request = aisix_e2e::client::chat_request(aisix_e2e::routing::KEY, id, &body.to_string());
+    let response = aisix_e2e::client::send_streaming(rig.gateway.addr(), request).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    loop {
+        match tokio::time::timeout(read_timeout, http_body_util::BodyExt::frame(&mut body)).await {
+            Err(_) => panic!("nothing for {read_timeout:?}: the client gave up after {text:?}"),
+            Ok(None) => return text,
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    text.push_str(std::str::from_utf8(&data).unwrap());
+                }
+            }
+        }
+    }
+}
+
+both_modes! {
+    async fn a_client_with_a_short_read_timeout_survives_a_long_held_first_token(mode: Mode) {
+        let rig = Rig::start(
+            mode,
+            &group("", ""),
+            &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1"), ("AISIX_UPSTREAM__FIRST_TOKEN_TIMEOUT_MS", "10000")],
+        );
+        // The first token comes after four seconds; the client gives up after two and a half
+        // without a byte.
+        rig.primary.enqueue(Mock::sse([
+            Frame::chat_role(UP),
+            Frame::chat_delta(UP, "late").after(Duration::from_secs(4)),
+            Frame::chat_finish(UP, "stop"),
+        ]));
+        let text = read_with_timeout(&rig, "held-long", Duration::from_millis(2500)).await;
+        let stream = streamed(&text);
+        assert_eq!(stream.text, "late", "{text}");
+        assert!(stream.done && text.contains(": keep-alive\n\n"), "{text}");
+        assert_eq!(rig.backup.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn a_stream_held_past_a_keep_alive_still_falls_over_before_its_first_token(mode: Mode) {
+        let rig = Rig::start(
+            mode,
+            &group("", ""),
+            &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1"), ("AISIX_UPSTREAM__FIRST_TOKEN_TIMEOUT_MS", "2500")],
+        );
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP)]).hang());
+        let text = read_with_timeout(&rig, "held-then-fallen-over", Duration::from_secs(2)).await;
+        let stream = streamed(&text);
+        assert!(text.starts_with(": keep-alive\n\n"), "{text}");
+        assert_eq!(stream.text, "Hello from the mock provider.", "{text}");
+        assert_eq!(stream.models, ["backup"]);
+        assert!(stream.done, "{text}");
+        let line = rig.gateway.access_line("held-then-fallen-over");
+        assert_eq!(line["attempts"][0]["error"], "upstream_timeout", "{line}");
+        assert_eq!(line["model"], "backup");
+    }
+}

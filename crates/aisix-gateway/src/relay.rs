@@ -11,6 +11,7 @@
 //! drop a connection that is quiet. Dropping the body (the client left) drops the upstream
 //! response, which closes that upstream connection, and drops a continuation in progress.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -22,13 +23,18 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Continued};
+use crate::attempt::{Attempts, Continued, Served};
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
 use crate::stream::{Events, Next};
 use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
+
+/// The attempt loop of a stream held past a keep-alive interval, run inside the response body
+/// once its head has gone out: its answer (or error), the rest of the plan and the record.
+pub(crate) type Starting =
+    Pin<Box<dyn Future<Output = (Result<Served, GatewayError>, Attempts, Record)> + Send>>;
 
 pub struct SseRelay {
     state: State,
@@ -39,6 +45,8 @@ pub struct SseRelay {
 }
 
 enum State {
+    /// The attempt loop is still looking for a first token; keep-alives go out meanwhile.
+    Starting(Starting),
     Relaying {
         events: Box<Events>,
         record: Record,
@@ -52,6 +60,35 @@ enum State {
 }
 
 impl SseRelay {
+    /// The body of a stream whose head went out before any target reached its first token:
+    /// keep-alive comments every `every` until `starting` answers, then its events (or its
+    /// error as an error event).
+    pub(crate) fn starting(starting: Starting, every: Duration) -> Self {
+        Self {
+            state: State::Starting(starting),
+            keepalive: Some(every),
+            timer: None,
+        }
+    }
+
+    /// Keep-alive comment frames while `this` waits; `Pending` between them.
+    fn keep_alive(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let Some(every) = self.keepalive else {
+            return Poll::Pending;
+        };
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        timer.as_mut().reset(Instant::now() + every);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(sse::KEEPALIVE)))))
+    }
+
     /// Relays `events` for the request of `record`; `rest` is the plan a continuation may use.
     pub(crate) fn new(
         events: Box<Events>,
@@ -184,22 +221,39 @@ impl Body for SseRelay {
                         }
                     }
                 },
-                State::Continuing(continuing) => match continuing.as_mut().poll(cx) {
-                    Poll::Pending => {
-                        let Some(every) = this.keepalive else {
-                            return Poll::Pending;
+                State::Starting(starting) => match starting.as_mut().poll(cx) {
+                    Poll::Pending => return this.keep_alive(cx),
+                    Poll::Ready((answer, attempts, mut record)) => {
+                        this.timer = None;
+                        record.mark_head();
+                        this.state = match answer {
+                            Ok(Served::Stream(events)) => {
+                                let rest =
+                                    attempts.continues_cut_streams().then(|| Box::new(attempts));
+                                State::Relaying {
+                                    events,
+                                    record,
+                                    rest,
+                                }
+                            }
+                            Ok(Served::Complete { .. } | Served::Unary(_)) => {
+                                let error = GatewayError::new(
+                                    ErrorKind::UpstreamMalformed,
+                                    "The upstream answered a stream request with a whole answer.",
+                                );
+                                record.failed(&error);
+                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                            }
+                            Err(error) => {
+                                tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                                record.failed(&error);
+                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                            }
                         };
-                        let timer = this
-                            .timer
-                            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
-                        if timer.as_mut().poll(cx).is_pending() {
-                            return Poll::Pending;
-                        }
-                        timer.as_mut().reset(Instant::now() + every);
-                        return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
-                            sse::KEEPALIVE,
-                        )))));
                     }
+                },
+                State::Continuing(continuing) => match continuing.as_mut().poll(cx) {
+                    Poll::Pending => return this.keep_alive(cx),
                     Poll::Ready(Continued::Resumed {
                         events,
                         record,
@@ -252,6 +306,7 @@ impl Drop for SseRelay {
 impl std::fmt::Debug for SseRelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.state {
+            State::Starting(_) => "starting",
             State::Relaying { .. } => "relaying",
             State::Continuing(_) => "continuing",
             State::Closing(..) => "closing",
