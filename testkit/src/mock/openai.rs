@@ -5,6 +5,11 @@
 //! answer is one tool call (`call_mock_{seq}`) whose arguments give each property of the
 //! tool's schema a value of its type, with `finish_reason: tool_calls`.
 //!
+//! A request whose last message is the assistant's gets a new turn, the same answer as any
+//! other, as OpenAI's chat models give: they do not continue a trailing assistant message.
+//! A test that needs a server that continues one (vLLM with `continue_final_message`,
+//! DeepSeek with `prefix`) scripts that server's answer.
+//!
 //! Usage rule: `prompt_tokens` is the number of whitespace-separated words in the prompt text
 //! (message contents, `prompt` or `input`; one per token id for pre-tokenized input), at least 1;
 //! `completion_tokens` is the number of pieces of [`REPLY_PIECES`].

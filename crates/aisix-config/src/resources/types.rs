@@ -132,6 +132,52 @@ pub struct Model {
     pub retries: Option<u32>,
     /// `cooldown`: this model's own cooldown settings over the `upstream.*` ones.
     pub cooldown: CooldownOverrides,
+    /// `continuation`: how it goes on from an answer another model's stream was cut in; the
+    /// provider kind's default when not given.
+    pub continuation: Continuation,
+}
+
+/// `models[].continuation`: how a direct model continues a partial assistant answer, if it
+/// truly does (a group's `continue_on_cut` uses it; models that cannot are skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Continuation {
+    /// A trailing assistant message is continued (Anthropic's prefill); `anthropic`'s default.
+    Prefill,
+    /// vLLM's `continue_final_message: true` with `add_generation_prompt: false`.
+    ContinueFinalMessage,
+    /// DeepSeek's `prefix: true` on the trailing assistant message.
+    Prefix,
+    /// It answers a trailing assistant message with a new turn (OpenAI, Azure OpenAI): it is
+    /// never asked to continue; `openai`'s and `azure_openai`'s default.
+    None,
+}
+
+impl Continuation {
+    pub const ALL: [Continuation; 4] = [
+        Continuation::Prefill,
+        Continuation::ContinueFinalMessage,
+        Continuation::Prefix,
+        Continuation::None,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::ContinueFinalMessage => "continue_final_message",
+            Continuation::Prefix => "prefix",
+            Continuation::None => "none",
+        }
+    }
+
+    /// What a model of `kind` does when its entry does not say.
+    pub fn default_for(kind: ProviderKind) -> Self {
+        match kind {
+            ProviderKind::Anthropic => Continuation::Prefill,
+            ProviderKind::OpenAi | ProviderKind::AzureOpenAi | ProviderKind::Mock => {
+                Continuation::None
+            }
+        }
+    }
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.

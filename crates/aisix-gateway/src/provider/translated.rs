@@ -33,6 +33,8 @@ pub(crate) struct Translated {
     rename: Option<Bytes>,
     /// The text sent so far, kept when the stream may have to be continued.
     text: Option<String>,
+    /// A tool call has begun since the text was kept.
+    tool_call: bool,
     /// Content events read: the output of a stream cut before it reported its own.
     pieces: u64,
     /// Where an Anthropic client's stream stands, followed while the text is kept.
@@ -90,6 +92,7 @@ impl Translated {
             usage: None,
             rename: None,
             text: None,
+            tool_call: false,
             pieces: 0,
             blocks: Blocks::default(),
             before: None,
@@ -159,6 +162,9 @@ impl Translated {
 
     /// Counts the content an upstream event carries and keeps its text, when asked to.
     fn read_content(&mut self, event: &[u8]) {
+        if self.text.is_some() && super::carries_tool_call(event) {
+            self.tool_call = true;
+        }
         match self.way {
             Way::Relay(_) | Way::ToOpenAi(_) => {
                 if sse::fields(event).name != Some(b"content_block_delta") {
@@ -268,6 +274,10 @@ impl Translated {
 
     pub(super) fn text(&self) -> Option<&str> {
         self.text.as_deref()
+    }
+
+    pub(super) fn in_tool_call(&self) -> bool {
+        self.tool_call
     }
 
     /// Where an Anthropic client's stream stands.
