@@ -147,6 +147,7 @@ impl Inner {
             Ok(Endpoint::Health) => {
                 let mut response = match request.uri().path() {
                     "/livez" => health::livez(),
+                    "/" => health::root(),
                     _ => health::readyz(self.ctx.readiness.is_ready()),
                 };
                 Head {
