@@ -111,3 +111,87 @@ both_modes! {
         let _ = (&rig.anthropic, &rig.openai);
     }
 }
+
+/// A first turn the way Claude Code sends it for a model name it does not know: a `system`
+/// turn inside `messages`.
+fn claude_code_turn(model: &str) -> Value {
+    json!({"model": model, "max_tokens": 32000, "system": [{"type": "text", "text": "You are Claude Code."}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "hello there"}]},
+            {"role": "system", "content": "Answer in one line."},
+            {"role": "user", "content": "go on"}]})
+}
+
+both_modes! {
+    async fn system_turns_inside_messages_reach_either_provider_where_it_wants_them(mode: Mode) {
+        let rig = start(mode);
+        let mut count = claude_code_turn("claude-custom");
+        count.as_object_mut().unwrap().remove("max_tokens");
+
+        // Anthropic refuses a `system` turn: the relay hoists it into the system prompt.
+        let reply = rig.messages("/v1/messages", &claude_code_turn("claude-custom")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["type"], "message");
+        let sent = rig.anthropic.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["model"], "claude-upstream");
+        assert_eq!(sent["system"], json!([{"type": "text", "text": "You are Claude Code."},
+            {"type": "text", "text": "Answer in one line."}]));
+        assert_eq!(sent["messages"].as_array().unwrap().len(), 2);
+        let counted = rig.messages("/v1/messages/count_tokens", &count).await;
+        assert_eq!(counted.status, 200, "{}", counted.text());
+        assert!(counted.json()["input_tokens"].as_u64().unwrap() > 0);
+
+        // Chat completions take it in place.
+        let reply = rig.messages("/v1/messages", &claude_code_turn("claude-via-openai")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["content"][0]["type"], "text");
+        let sent = rig.openai.last_request().unwrap().body_json().unwrap();
+        let roles: Vec<&str> = sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+        assert_eq!(roles, ["system", "user", "system", "user"]);
+        assert_eq!(sent["messages"][2]["content"], "Answer in one line.");
+        count["model"] = json!("claude-via-openai");
+        let counted = rig.messages("/v1/messages/count_tokens", &count).await;
+        assert_eq!(counted.status, 200, "{}", counted.text());
+        assert!(counted.json()["input_tokens"].as_u64().unwrap() > 0);
+    }
+}
+
+both_modes! {
+    async fn tool_ids_that_sanitize_alike_stay_paired_through_anthropic(mode: Mode) {
+        let rig = start(mode);
+        let call = |id: &str, city: &str| json!({"id": id, "type": "function",
+            "function": {"name": "weather", "arguments": json!({"city": city}).to_string()}});
+        let tools = json!([{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+        let reply = rig.chat(&json!({"model": "claude-custom", "tools": tools, "messages": [
+            {"role": "user", "content": "Weather in Paris and Rome?"},
+            {"role": "assistant", "content": null, "tool_calls": [call("call.1", "Paris"), call("call_1", "Rome")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "Rome: 20C"},
+            {"role": "tool", "tool_call_id": "call.1", "content": "Paris: 18C"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let sent = rig.anthropic.last_request().unwrap().body_json().unwrap();
+        let uses = sent["messages"][1]["content"].as_array().unwrap();
+        let results = sent["messages"][2]["content"].as_array().unwrap();
+        let id_of = |city: &str| uses.iter().find(|u| u["input"]["city"] == city).unwrap()["id"].clone();
+        let result_for = |id: &Value| results.iter().find(|r| &r["tool_use_id"] == id).unwrap()["content"].clone();
+        assert_ne!(id_of("Paris"), id_of("Rome"));
+        assert_eq!(result_for(&id_of("Paris")), "Paris: 18C");
+        assert_eq!(result_for(&id_of("Rome")), "Rome: 20C");
+
+        // The other way: an Anthropic client's ids reach an OpenAI upstream as it sent them,
+        // and the ids the upstream makes come back to it unchanged.
+        let anthropic_tools = json!([{"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+        let question = json!({"role": "user", "content": "Weather in Paris?"});
+        let first = rig.messages("/v1/messages", &json!({"model": "claude-via-openai", "max_tokens": 100,
+            "tools": anthropic_tools, "tool_choice": {"type": "any"}, "messages": [question]})).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        let tool_use = first.json()["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap().clone();
+        let second = rig.messages("/v1/messages", &json!({"model": "claude-via-openai", "max_tokens": 100,
+            "tools": anthropic_tools, "messages": [question, {"role": "assistant", "content": [tool_use.clone()]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use["id"], "content": "18C"}]}]})).await;
+        assert_eq!(second.status, 200, "{}", second.text());
+        let sent = rig.openai.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["messages"][1]["tool_calls"][0]["id"], tool_use["id"]);
+        assert_eq!(sent["messages"][2]["tool_call_id"], tool_use["id"]);
+    }
+}

@@ -27,11 +27,16 @@ pub struct MessagesRequest {
     pub metadata: Option<Metadata>,
 }
 
+/// A turn's role. Anthropic's API knows only `user` and `assistant`; clients such as Claude
+/// Code also put `system` (and `developer`) turns in `messages`, which the gateway places where
+/// the upstream expects them (README, "Roles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
     Assistant,
+    System,
+    Developer,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

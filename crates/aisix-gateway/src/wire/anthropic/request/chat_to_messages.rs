@@ -1,6 +1,7 @@
 //! An OpenAI chat request as an Anthropic Messages request, typed: system messages hoisted,
 //! turns merged so that they alternate, tool results gathered into user turns, content parts
-//! as blocks, tools and `tool_choice` in Anthropic's shape, and `max_tokens` always set.
+//! as blocks, tools and `tool_choice` in Anthropic's shape, tool ids mapped so that Anthropic
+//! accepts them ([`ToolIds`]), and `max_tokens` always set.
 
 use serde_json::Value;
 
@@ -9,15 +10,18 @@ use crate::wire::chat::{
 };
 use crate::wire::content::TextOr;
 
+use super::super::tool_ids::ToolIds;
 use super::super::types::{
     Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, Tool, ToolChoice, ToolUse,
 };
 use super::{RequestError, invalid};
 
 /// The typed half of [`to_anthropic`](super::to_anthropic); `model` is left as the client sent it.
+/// Tool call ids go upstream as `ids` maps them.
 pub fn chat_to_messages(
     request: ChatRequest,
     default_max_tokens: u64,
+    ids: &ToolIds,
 ) -> Result<MessagesRequest, RequestError> {
     if request.n.is_some_and(|n| n > 1) {
         return Err(invalid(
@@ -98,7 +102,7 @@ pub fn chat_to_messages(
                 }
                 for (j, call) in tool_calls.into_iter().flatten().enumerate() {
                     blocks.push(Block::ToolUse(ToolUse {
-                        id: tool_id(&call.id),
+                        id: ids.upstream(&call.id).into_owned(),
                         input: arguments(&call.function.arguments).ok_or_else(|| {
                             invalid(format!(
                                 "messages[{i}].tool_calls[{j}].function.arguments: not a JSON object"
@@ -121,7 +125,7 @@ pub fn chat_to_messages(
                     TextOr::Parts(parts) => TextOr::Parts(user_blocks(parts, i)?),
                 };
                 let result = Block::ToolResult {
-                    tool_use_id: tool_id(&tool_call_id),
+                    tool_use_id: ids.upstream(&tool_call_id).into_owned(),
                     content: Some(content),
                     is_error: None,
                 };
@@ -271,21 +275,19 @@ fn document_source(file: &FileData) -> Result<Source, &'static str> {
     }
 }
 
-/// Anthropic accepts tool ids of `[A-Za-z0-9_-]+`; other characters become `_` (the same id
-/// maps the same way in the call and in its result).
-fn tool_id(id: &str) -> String {
-    if id.is_empty() {
-        return "_".to_owned();
-    }
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+/// Every tool call id of `request`'s messages, calls and results alike.
+pub fn tool_call_ids(request: &ChatRequest) -> impl Iterator<Item = &str> + Clone {
+    request.messages.iter().flat_map(|message| {
+        let (calls, result) = match message {
+            ChatMessage::Assistant {
+                tool_calls: Some(calls),
+                ..
+            } => (calls.as_slice(), None),
+            ChatMessage::Tool { tool_call_id, .. } => (&[][..], Some(tool_call_id.as_str())),
+            _ => (&[][..], None),
+        };
+        calls.iter().map(|c| c.id.as_str()).chain(result)
+    })
 }
 
 /// A call's `arguments` text as the object Anthropic wants; empty means no arguments.

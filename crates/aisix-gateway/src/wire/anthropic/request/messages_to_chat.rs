@@ -1,5 +1,6 @@
 //! An Anthropic Messages request as an OpenAI chat request, typed: the system prompt as the
-//! first message, tool results as `tool` messages right after the calls they answer, blocks
+//! first message, `system` and `developer` turns inside `messages` as those messages in place
+//! (after the tool results of a call they interrupt), tool results as `tool` messages right after the calls they answer, blocks
 //! as content parts, `tool_use` as `tool_calls`, and streams asking for usage.
 
 use crate::wire::chat::{
@@ -33,8 +34,15 @@ pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, Request
         match message.role {
             Role::User => user_messages(message.content, i, &mut messages)?,
             Role::Assistant => messages.push(assistant_message(message.content, i)?),
+            Role::System => messages.push(ChatMessage::System {
+                content: instruction(message.content, i)?,
+            }),
+            Role::Developer => messages.push(ChatMessage::Developer {
+                content: instruction(message.content, i)?,
+            }),
         }
     }
+    after_tool_results(&mut messages);
 
     let has_tools = request.tools.as_ref().is_some_and(|t| !t.is_empty());
     let tools = match request.tools {
@@ -153,6 +161,56 @@ fn user_messages(
         });
     }
     Ok(())
+}
+
+/// A `system` or `developer` turn's content: text only.
+fn instruction(content: TextOr<Block>, i: usize) -> Result<TextOr<ContentPart>, RequestError> {
+    match content {
+        TextOr::Text(text) => Ok(TextOr::Text(text)),
+        TextOr::Parts(blocks) => blocks
+            .into_iter()
+            .enumerate()
+            .map(|(j, block)| match block {
+                Block::Text { text } => Ok(ContentPart::Text { text }),
+                _ => Err(invalid(format!(
+                    "messages[{i}].content[{j}]: a system message may hold only text"
+                ))),
+            })
+            .collect::<Result<_, _>>()
+            .map(TextOr::Parts),
+    }
+}
+
+/// OpenAI wants a call's `tool` messages right after the assistant message that made it: an
+/// instruction turn between the two moves after the tool messages.
+fn after_tool_results(messages: &mut [ChatMessage]) {
+    let is_instruction = |m: &ChatMessage| {
+        matches!(
+            m,
+            ChatMessage::System { .. } | ChatMessage::Developer { .. }
+        )
+    };
+    let mut i = 0;
+    while i < messages.len() {
+        let calls = matches!(&messages[i], ChatMessage::Assistant { tool_calls: Some(c), .. } if !c.is_empty());
+        i += 1;
+        if !calls {
+            continue;
+        }
+        let start = i;
+        let mut tools = start;
+        while tools < messages.len() && is_instruction(&messages[tools]) {
+            tools += 1;
+        }
+        let mut end = tools;
+        while end < messages.len() && matches!(messages[end], ChatMessage::Tool { .. }) {
+            end += 1;
+        }
+        if tools > start && end > tools {
+            messages[start..end].rotate_left(tools - start);
+        }
+        i = end;
+    }
 }
 
 fn openai_part(block: Block, i: usize, j: usize) -> Result<ContentPart, RequestError> {

@@ -13,9 +13,10 @@ use bytes::Bytes;
 use crate::wire::chat::ChatRequest;
 use crate::wire::json::{self, ParseError};
 
+use super::tool_ids::ToolIds;
 use super::types::MessagesRequest;
 
-pub use chat_to_messages::chat_to_messages;
+pub use chat_to_messages::{chat_to_messages, tool_call_ids};
 pub use messages_to_chat::messages_to_chat;
 
 /// `max_tokens` sent to Anthropic when an OpenAI client gave none (Anthropic requires one).
@@ -58,6 +59,8 @@ pub struct Translated {
     pub stream: bool,
     /// The OpenAI client asked for the usage-only final chunk (`stream_options.include_usage`).
     pub include_usage: bool,
+    /// The tool call ids changed on the way (to Anthropic), to map back to the client's.
+    pub tool_ids: ToolIds,
 }
 
 /// An OpenAI chat completions body as an Anthropic Messages body for `upstream_model`.
@@ -73,12 +76,14 @@ pub fn to_anthropic(
             .stream_options
             .as_ref()
             .is_some_and(|o| o.include_usage);
-    let mut messages = chat_to_messages(request, default_max_tokens)?;
+    let tool_ids = ToolIds::new(tool_call_ids(&request));
+    let mut messages = chat_to_messages(request, default_max_tokens, &tool_ids)?;
     messages.model = upstream_model.to_owned();
     Ok(Translated {
         body: to_bytes(&messages)?,
         stream,
         include_usage,
+        tool_ids,
     })
 }
 
@@ -96,6 +101,7 @@ pub fn to_openai(body: &[u8], upstream_model: &str) -> Result<Translated, Reques
         body: to_bytes(&chat)?,
         stream,
         include_usage: stream,
+        tool_ids: ToolIds::default(),
     })
 }
 
@@ -158,6 +164,29 @@ mod tests {
         let single = anthropic(json!({"model": "m", "messages": [
             {"role": "system", "content": "only"}, {"role": "user", "content": "hi"}]}));
         assert_eq!(single["system"], "only");
+    }
+
+    #[test]
+    fn ids_that_sanitize_alike_stay_apart_and_map_back() {
+        let call = |id: &str| json!({"id": id, "type": "function", "function": {"name": "f", "arguments": "{}"}});
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "content": null, "tool_calls": [call("call.1"), call("call_1")]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "second"},
+            {"role": "tool", "tool_call_id": "call.1", "content": "first"},
+        ]});
+        let out = to_anthropic(body.to_string().as_bytes(), "claude-x", 9).unwrap();
+        let sent: Value = serde_json::from_slice(&out.body).unwrap();
+        let uses = &sent["messages"][1]["content"];
+        let results = &sent["messages"][2]["content"];
+        assert_eq!(uses[0]["id"], "call_1-2");
+        assert_eq!(uses[1]["id"], "call_1");
+        assert_eq!(results[0]["tool_use_id"], "call_1");
+        assert_eq!(results[0]["content"], "second");
+        assert_eq!(results[1]["tool_use_id"], "call_1-2");
+        assert_eq!(results[1]["content"], "first");
+        assert_eq!(out.tool_ids.client("call_1-2"), "call.1");
+        assert_eq!(out.tool_ids.client("call_1"), "call_1");
     }
 
     #[test]
@@ -252,6 +281,51 @@ mod tests {
             json!({"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
             {"type": "text", "text": "what is it?"}]})
+        );
+    }
+
+    #[test]
+    fn system_and_developer_turns_stay_in_place_for_chat() {
+        let body = json!({"model": "m", "max_tokens": 5, "system": "top", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": "mid"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "f", "input": {}}]},
+            {"role": "developer", "content": [{"type": "text", "text": "dev"}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]},
+        ]});
+        let roles = |out: &Value| -> Vec<String> {
+            out["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["role"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let out = openai(body.clone());
+        // The developer turn moves after the tool message that answers the call it interrupts.
+        assert_eq!(
+            roles(&out),
+            ["system", "user", "system", "assistant", "tool", "developer"]
+        );
+        assert_eq!(
+            out["messages"][2],
+            json!({"role": "system", "content": "mid"})
+        );
+        assert_eq!(
+            out["messages"][5],
+            json!({"role": "developer", "content": [{"type": "text", "text": "dev"}]})
+        );
+        let count = count_tokens_to_openai(body.to_string().as_bytes(), "g").unwrap();
+        let count: Value = serde_json::from_slice(&count).unwrap();
+        assert_eq!(roles(&count), roles(&out));
+
+        let image = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://x"}}]}]});
+        assert!(
+            to_openai(image.to_string().as_bytes(), "g")
+                .unwrap_err()
+                .message()
+                .starts_with("messages[0].content[0]")
         );
     }
 
