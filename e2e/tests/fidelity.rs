@@ -195,3 +195,36 @@ both_modes! {
         assert_eq!(sent["messages"][2]["tool_call_id"], tool_use["id"]);
     }
 }
+
+both_modes! {
+    async fn a_reasoning_model_gets_its_output_cap_in_max_completion_tokens(mode: Mode) {
+        let rig = start(mode);
+        // The OpenAI mock refuses `max_tokens` for the o-series, as OpenAI does.
+        let mut turn = claude_code_turn("o3-mini");
+        turn["thinking"] = json!({"type": "enabled", "budget_tokens": 2000});
+        let reply = rig.messages("/v1/messages", &turn).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let sent = rig.openai.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["max_completion_tokens"], 32000);
+        assert_eq!(sent.get("max_tokens"), None);
+        assert_eq!(sent["reasoning_effort"], "low");
+        turn.as_object_mut().unwrap().remove("max_tokens");
+        let counted = rig.messages("/v1/messages/count_tokens", &turn).await;
+        assert_eq!(counted.status, 200, "{}", counted.text());
+
+        // A model that does not reason keeps `max_tokens`, and no effort.
+        let reply = rig.messages("/v1/messages", &claude_code_turn("claude-via-openai")).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let sent = rig.openai.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["max_tokens"], 32000);
+        assert_eq!(sent.get("reasoning_effort"), None);
+
+        // An OpenAI client's effort reaches Anthropic as a thinking budget.
+        let reply = rig.chat(&json!({"model": "claude-custom", "reasoning_effort": "low",
+            "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let sent = rig.anthropic.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["thinking"], json!({"type": "enabled", "budget_tokens": 2048}));
+        assert!(sent["max_tokens"].as_u64().unwrap() > 2048);
+    }
+}

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Cost, DEFAULT_ANTHROPIC_VERSION, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
-    Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
+    Cost, DEFAULT_ANTHROPIC_VERSION, KeyHash, ModelGroup, ModelPattern, OutputTokensField,
+    ProviderKey, ProviderKind, Resilience, Resources, Strategy, TimeoutOverrides,
+    WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -71,6 +72,8 @@ pub struct DirectRoute {
     pub timeouts: TimeoutOverrides,
     /// Its prices, for the spend its answers settle.
     pub cost: Option<Cost>,
+    /// Where a request translated to chat completions puts its output cap.
+    pub output_tokens_field: OutputTokensField,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -307,6 +310,7 @@ impl Snapshot {
                 upstream_model_json,
                 timeouts: model.timeouts,
                 cost: model.cost,
+                output_tokens_field: model.output_tokens_field(),
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,

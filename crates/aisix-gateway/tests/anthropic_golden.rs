@@ -139,12 +139,21 @@ fn openai_requests_translate_to_anthropic_as_the_golden_files_say() {
 fn anthropic_requests_translate_to_openai_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("request/to_openai", "json") {
+        // A case named `o3_…` goes to a reasoning model, whose family wants
+        // `max_completion_tokens` and takes `reasoning_effort`.
+        let model = if name.starts_with("o3_") {
+            "o3"
+        } else {
+            OPENAI_MODEL
+        };
+        let field = request::OutputTokensField::for_model(model);
         let out =
-            request::to_openai(&input, OPENAI_MODEL).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            request::to_openai(&input, model, field).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.expect(&path, "out.json", out.body.to_vec(), true);
     }
     for (name, path, input) in cases("request/count_tokens", "json") {
-        let out = request::count_tokens_to_openai(&input, OPENAI_MODEL)
+        let field = request::OutputTokensField::for_model(OPENAI_MODEL);
+        let out = request::count_tokens_to_openai(&input, OPENAI_MODEL, field)
             .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.expect(&path, "out.json", out.to_vec(), true);
     }

@@ -16,7 +16,9 @@ use super::reader::{
     Fields, Report, Slot, bool, index_path, list, non_empty_string, positive_integer, string,
 };
 use super::rfc3339;
-use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+use super::types::{
+    ApiKey, Model, OutputTokensField, ProviderKey, ProviderKind, Resources, Secret,
+};
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::timeouts::TimeoutOverrides;
 
@@ -519,6 +521,7 @@ struct ModelDraft {
     timeouts: Option<TimeoutOverrides>,
     rate_limit: Option<Option<RateLimit>>,
     cost: Option<Option<Cost>>,
+    output_tokens_field: Option<Option<OutputTokensField>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -588,6 +591,19 @@ fn read_model(
     let cost = fields
         .optional(report, "cost")
         .map(|(v, p)| read_cost(report, v, &p));
+    let output_tokens_field = fields
+        .optional(report, "output_tokens_field")
+        .map(|(v, p)| {
+            let name = string(report, v, &p)?;
+            let field = OutputTokensField::from_name(name);
+            if field.is_none() {
+                report.error(
+                    &p,
+                    format!("expected max_tokens or max_completion_tokens, not {name:?}"),
+                );
+            }
+            field
+        });
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -598,6 +614,7 @@ fn read_model(
         timeouts,
         rate_limit,
         cost,
+        output_tokens_field,
     }
 }
 
@@ -656,6 +673,7 @@ fn resolve_provider_keys(
                 timeouts: model.timeouts?,
                 rate_limit: given(model.rate_limit)?.unwrap_or_default(),
                 cost: given(model.cost)?,
+                output_tokens_field: given(model.output_tokens_field)?,
             })
         })
         .collect()

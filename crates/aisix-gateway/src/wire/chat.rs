@@ -27,6 +27,16 @@ pub struct ChatRequest {
     pub user: Option<String>,
     pub n: Option<u64>,
     pub response_format: Option<ResponseFormat>,
+    /// How hard a reasoning model thinks: `minimal`, `low`, `medium`, `high`.
+    pub reasoning_effort: Option<String>,
+    /// The same as `reasoning.effort`, the Responses API's shape some servers take in chat.
+    pub reasoning: Option<ReasoningOptions>,
+}
+
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct ReasoningOptions {
+    pub effort: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

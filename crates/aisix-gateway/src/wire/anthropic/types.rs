@@ -25,6 +25,17 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<Tool>>,
     pub tool_choice: Option<ToolChoice>,
     pub metadata: Option<Metadata>,
+    pub thinking: Option<ThinkingConfig>,
+}
+
+/// `thinking`: extended thinking, `{"type": "enabled", "budget_tokens": n}` or
+/// `{"type": "disabled"}`.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ThinkingConfig {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub budget_tokens: Option<u64>,
 }
 
 /// A turn's role. Anthropic's API knows only `user` and `assistant`; clients such as Claude

@@ -10,9 +10,11 @@ use crate::wire::chat::{
 };
 use crate::wire::content::TextOr;
 
+use super::super::mapping::{MIN_THINKING_BUDGET, budget_for_effort};
 use super::super::tool_ids::ToolIds;
 use super::super::types::{
-    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, Tool, ToolChoice, ToolUse,
+    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, ThinkingConfig, Tool,
+    ToolChoice, ToolUse,
 };
 use super::{RequestError, invalid};
 
@@ -153,15 +155,38 @@ pub fn chat_to_messages(
         None => None,
     };
 
+    // OpenAI's cap counts reasoning and answer together, as Anthropic's `max_tokens` counts
+    // thinking and answer: a budget that does not fit under the client's cap shrinks to fit.
+    let effort = request
+        .reasoning_effort
+        .as_deref()
+        .or(request.reasoning.as_ref().and_then(|r| r.effort.as_deref()));
+    let budget = match effort {
+        None => None,
+        Some(effort) => budget_for_effort(effort).ok_or_else(|| {
+            invalid(format!(
+                "reasoning_effort: `{effort}` is not one of none, minimal, low, medium, high"
+            ))
+        })?,
+    };
+    let cap = request.max_completion_tokens.or(request.max_tokens);
+    let (max_tokens, thinking) = match (budget, cap) {
+        (None, cap) => (cap.unwrap_or(default_max_tokens), None),
+        (Some(budget), None) => (budget + default_max_tokens, Some(budget)),
+        (Some(budget), Some(cap)) => {
+            let budget = budget.min(cap.saturating_sub(1));
+            (cap, (budget >= MIN_THINKING_BUDGET).then_some(budget))
+        }
+    };
+
     Ok(MessagesRequest {
         model: request.model,
         messages,
-        max_tokens: Some(
-            request
-                .max_completion_tokens
-                .or(request.max_tokens)
-                .unwrap_or(default_max_tokens),
-        ),
+        max_tokens: Some(max_tokens),
+        thinking: thinking.map(|budget| ThinkingConfig {
+            kind: "enabled".to_owned(),
+            budget_tokens: Some(budget),
+        }),
         system: match (single_system, system.is_empty()) {
             (_, true) => None,
             (Some(text), false) if system.len() == 1 => Some(TextOr::Text(text)),

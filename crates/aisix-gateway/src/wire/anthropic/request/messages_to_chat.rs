@@ -9,12 +9,17 @@ use crate::wire::chat::{
 };
 use crate::wire::content::TextOr;
 
-use super::super::mapping::tool_call;
-use super::super::types::{Block, MessagesRequest, Role, Source, Tool, ToolChoice};
-use super::{RequestError, invalid};
+use super::super::mapping::{effort_for_budget, tool_call};
+use super::super::types::{Block, MessagesRequest, Role, Source, ThinkingConfig, Tool, ToolChoice};
+use super::{OutputTokensField, RequestError, invalid};
 
 /// The typed half of [`to_openai`](super::to_openai); `model` is left as the client sent it.
-pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, RequestError> {
+/// The output cap goes in `field`; a thinking budget becomes `reasoning_effort` when the
+/// model reasons ([`OutputTokensField::reasons`]), and is dropped otherwise.
+pub fn messages_to_chat(
+    request: MessagesRequest,
+    field: OutputTokensField,
+) -> Result<ChatRequest, RequestError> {
     let mut messages = Vec::with_capacity(request.messages.len() + 1);
     match request.system {
         Some(TextOr::Text(text)) => messages.push(ChatMessage::System {
@@ -62,11 +67,24 @@ pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, Request
     };
     let stream = request.stream == Some(true);
 
+    let reasoning_effort = match &request.thinking {
+        Some(ThinkingConfig {
+            kind,
+            budget_tokens: Some(budget),
+        }) if kind == "enabled" && field.reasons() => Some(effort_for_budget(*budget).to_owned()),
+        _ => None,
+    };
+    let (max_tokens, max_completion_tokens) = match field {
+        OutputTokensField::MaxTokens => (request.max_tokens, None),
+        OutputTokensField::MaxCompletionTokens => (None, request.max_tokens),
+    };
     Ok(ChatRequest {
         model: request.model,
         messages,
-        max_tokens: request.max_tokens,
-        max_completion_tokens: None,
+        max_tokens,
+        max_completion_tokens,
+        reasoning_effort,
+        reasoning: None,
         temperature: request.temperature,
         top_p: request.top_p,
         stop: request

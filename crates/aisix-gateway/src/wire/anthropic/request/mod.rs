@@ -16,6 +16,8 @@ use crate::wire::json::{self, ParseError};
 use super::tool_ids::ToolIds;
 use super::types::MessagesRequest;
 
+/// Where a chat request puts its output cap: the model's choice, configured per model.
+pub use aisix_config::OutputTokensField;
 pub use chat_to_messages::{chat_to_messages, tool_call_ids};
 pub use messages_to_chat::messages_to_chat;
 
@@ -89,13 +91,18 @@ pub fn to_anthropic(
 
 /// An Anthropic Messages body as an OpenAI chat completions body for `upstream_model`. A
 /// stream asks for usage (`stream_options.include_usage`), which Anthropic's stream always has.
-pub fn to_openai(body: &[u8], upstream_model: &str) -> Result<Translated, RequestError> {
+/// The output cap goes in `field`.
+pub fn to_openai(
+    body: &[u8],
+    upstream_model: &str,
+    field: OutputTokensField,
+) -> Result<Translated, RequestError> {
     let request: MessagesRequest = json::parse(body)?;
     if request.max_tokens.is_none() {
         return Err(invalid("max_tokens: Field required"));
     }
     let stream = request.stream == Some(true);
-    let mut chat = messages_to_chat(request)?;
+    let mut chat = messages_to_chat(request, field)?;
     chat.model = upstream_model.to_owned();
     Ok(Translated {
         body: to_bytes(&chat)?,
@@ -107,11 +114,19 @@ pub fn to_openai(body: &[u8], upstream_model: &str) -> Result<Translated, Reques
 
 /// An Anthropic count_tokens body as an OpenAI chat request whose answer's `prompt_tokens` is
 /// the count: the same conversation, one output token at most, not streamed.
-pub fn count_tokens_to_openai(body: &[u8], upstream_model: &str) -> Result<Bytes, RequestError> {
+pub fn count_tokens_to_openai(
+    body: &[u8],
+    upstream_model: &str,
+    field: OutputTokensField,
+) -> Result<Bytes, RequestError> {
     let request: MessagesRequest = json::parse(body)?;
-    let mut chat = messages_to_chat(request)?;
+    let mut chat = messages_to_chat(request, field)?;
     chat.model = upstream_model.to_owned();
-    chat.max_tokens = Some(1);
+    chat.reasoning_effort = None;
+    match field {
+        OutputTokensField::MaxTokens => chat.max_tokens = Some(1),
+        OutputTokensField::MaxCompletionTokens => chat.max_completion_tokens = Some(1),
+    }
     chat.stream = None;
     chat.stream_options = None;
     to_bytes(&chat)
@@ -135,7 +150,12 @@ mod tests {
     }
 
     fn openai(body: Value) -> Value {
-        let out = to_openai(body.to_string().as_bytes(), "gpt-x").unwrap();
+        let out = to_openai(
+            body.to_string().as_bytes(),
+            "gpt-x",
+            OutputTokensField::MaxTokens,
+        )
+        .unwrap();
         serde_json::from_slice(&out.body).unwrap()
     }
 
@@ -251,12 +271,21 @@ mod tests {
     fn anthropic_request_needs_max_tokens_and_count_tokens_does_not() {
         let body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
         assert_eq!(
-            to_openai(body.to_string().as_bytes(), "g")
-                .unwrap_err()
-                .message(),
+            to_openai(
+                body.to_string().as_bytes(),
+                "g",
+                OutputTokensField::MaxTokens
+            )
+            .unwrap_err()
+            .message(),
             "max_tokens: Field required"
         );
-        let count = count_tokens_to_openai(body.to_string().as_bytes(), "g").unwrap();
+        let count = count_tokens_to_openai(
+            body.to_string().as_bytes(),
+            "g",
+            OutputTokensField::MaxTokens,
+        )
+        .unwrap();
         let count: Value = serde_json::from_slice(&count).unwrap();
         assert_eq!(count["max_tokens"], 1);
         assert_eq!(count["model"], "g");
@@ -315,17 +344,97 @@ mod tests {
             out["messages"][5],
             json!({"role": "developer", "content": [{"type": "text", "text": "dev"}]})
         );
-        let count = count_tokens_to_openai(body.to_string().as_bytes(), "g").unwrap();
+        let count = count_tokens_to_openai(
+            body.to_string().as_bytes(),
+            "g",
+            OutputTokensField::MaxTokens,
+        )
+        .unwrap();
         let count: Value = serde_json::from_slice(&count).unwrap();
         assert_eq!(roles(&count), roles(&out));
 
         let image = json!({"model": "m", "max_tokens": 5, "messages": [{"role": "system", "content": [
             {"type": "image", "source": {"type": "url", "url": "https://x"}}]}]});
         assert!(
-            to_openai(image.to_string().as_bytes(), "g")
+            to_openai(
+                image.to_string().as_bytes(),
+                "g",
+                OutputTokensField::MaxTokens
+            )
+            .unwrap_err()
+            .message()
+            .starts_with("messages[0].content[0]")
+        );
+    }
+
+    #[test]
+    fn a_reasoning_model_gets_max_completion_tokens_and_an_effort_for_the_thinking_budget() {
+        let body = json!({"model": "m", "max_tokens": 32000, "thinking": {"type": "enabled", "budget_tokens": 8000},
+            "messages": [{"role": "user", "content": "hi"}]});
+        let bytes = body.to_string();
+        let field = OutputTokensField::MaxCompletionTokens;
+        let out: Value =
+            serde_json::from_slice(&to_openai(bytes.as_bytes(), "o3", field).unwrap().body)
+                .unwrap();
+        assert_eq!(out["max_completion_tokens"], 32000);
+        assert_eq!(out.get("max_tokens"), None);
+        assert_eq!(out["reasoning_effort"], "medium");
+        let count = count_tokens_to_openai(bytes.as_bytes(), "o3", field).unwrap();
+        let count: Value = serde_json::from_slice(&count).unwrap();
+        assert_eq!(count["max_completion_tokens"], 1);
+        assert_eq!(count.get("max_tokens"), None);
+        assert_eq!(count.get("reasoning_effort"), None);
+
+        let plain = openai(body);
+        assert_eq!(plain["max_tokens"], 32000);
+        assert_eq!(plain.get("max_completion_tokens"), None);
+        assert_eq!(
+            plain.get("reasoning_effort"),
+            None,
+            "a model that does not reason"
+        );
+    }
+
+    #[test]
+    fn reasoning_effort_becomes_a_thinking_budget_under_the_cap() {
+        let ask = |extra: Value| {
+            let mut body = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            anthropic(body)
+        };
+        let high = ask(json!({"reasoning_effort": "high"}));
+        assert_eq!(
+            high["thinking"],
+            json!({"type": "enabled", "budget_tokens": 24576})
+        );
+        assert_eq!(high["max_tokens"], 24576 + DEFAULT_MAX_TOKENS);
+        let capped = ask(json!({"reasoning": {"effort": "medium"}, "max_completion_tokens": 5000}));
+        assert_eq!(capped["thinking"]["budget_tokens"], 4999);
+        assert_eq!(capped["max_tokens"], 5000);
+        let tiny = ask(json!({"reasoning_effort": "low", "max_tokens": 500}));
+        assert_eq!(
+            tiny.get("thinking"),
+            None,
+            "no budget fits under 500 tokens"
+        );
+        assert_eq!(
+            ask(json!({"reasoning_effort": "none"})).get("thinking"),
+            None
+        );
+        let refused = to_anthropic(
+            json!({"model": "m", "reasoning_effort": "max", "messages": []})
+                .to_string()
+                .as_bytes(),
+            "c",
+            1,
+        );
+        assert!(
+            refused
                 .unwrap_err()
                 .message()
-                .starts_with("messages[0].content[0]")
+                .starts_with("reasoning_effort:")
         );
     }
 
@@ -334,10 +443,14 @@ mod tests {
         let body = json!({"model": "m", "max_tokens": 5, "messages": [],
             "tools": [{"type": "web_search_20250305", "name": "web_search"}]});
         assert!(
-            to_openai(body.to_string().as_bytes(), "g")
-                .unwrap_err()
-                .message()
-                .starts_with("tools[0].type")
+            to_openai(
+                body.to_string().as_bytes(),
+                "g",
+                OutputTokensField::MaxTokens
+            )
+            .unwrap_err()
+            .message()
+            .starts_with("tools[0].type")
         );
     }
 }
