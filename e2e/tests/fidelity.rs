@@ -228,3 +228,46 @@ both_modes! {
         assert!(sent["max_tokens"].as_u64().unwrap() > 2048);
     }
 }
+
+both_modes! {
+    async fn the_model_list_answers_in_the_clients_dialect_with_the_same_filtering(mode: Mode) {
+        let rig = start(mode);
+        let get = |path: &str, headers: Vec<(&'static str, String)>| {
+            let path = path.to_owned();
+            let addr = rig.gateway.addr();
+            async move {
+                let headers: Vec<(&str, &str)> = headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+                client::send(addr, request("GET", &path, &headers, None)).await
+            }
+        };
+        let anthropic = || vec![("x-api-key", CLIENT_KEY.to_owned()), ("anthropic-version", "2023-06-01".to_owned())];
+        let openai = || vec![("authorization", format!("Bearer {CLIENT_KEY}"))];
+
+        let list = get("/v1/models", anthropic()).await;
+        assert_eq!(list.status, 200, "{}", list.text());
+        let body = list.json();
+        let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+        assert_eq!(ids, ["claude-custom", "claude-via-openai", "o3-mini"]);
+        assert_eq!(body["data"][0], json!({"type": "model", "id": "claude-custom",
+            "display_name": "claude-custom", "created_at": "1970-01-01T00:00:00Z"}));
+        assert_eq!((&body["has_more"], &body["first_id"], &body["last_id"]),
+            (&json!(false), &json!("claude-custom"), &json!("o3-mini")));
+        let page = get("/v1/models?limit=1&after_id=claude-custom", anthropic()).await.json();
+        assert_eq!((&page["first_id"], &page["has_more"]), (&json!("claude-via-openai"), &json!(true)));
+        let one = get("/v1/models/o3-mini", anthropic()).await.json();
+        assert_eq!(one["type"], "model");
+        assert_eq!(one["display_name"], "o3-mini");
+        let missing = get("/v1/models/nothing", anthropic()).await;
+        assert_eq!(missing.status, 404);
+        assert_eq!(missing.json()["type"], "error");
+        assert_eq!(missing.json()["error"]["type"], "not_found_error");
+
+        let list = get("/v1/models", openai()).await.json();
+        assert_eq!(list["object"], "list");
+        assert_eq!(list["data"][0]["object"], "model");
+        assert_eq!(list.get("has_more"), None);
+        let missing = get("/v1/models/nothing", openai()).await.json();
+        assert_eq!(missing["error"]["code"], "model_not_found");
+        let _ = (&rig.anthropic, &rig.openai);
+    }
+}

@@ -38,6 +38,7 @@ use crate::snapshot::{ApiKeyEntry, Named, Snapshot, SnapshotCache};
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
+use crate::wire::Dialect;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
@@ -170,12 +171,19 @@ impl Inner {
                 self.common.sinks,
             ),
         };
+        // The model list answers in the dialect of the client asking, errors included.
+        let dialect = match resolved {
+            Ok(Endpoint::Models) => models::dialect(request.headers()),
+            _ => record.endpoint.dialect(),
+        };
         let served = match resolved {
-            Ok(Endpoint::Models) => self.models(&request, &mut record).map(Reply::Ready),
+            Ok(Endpoint::Models) => self
+                .models(&request, &mut record, dialect)
+                .map(Reply::Ready),
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
         };
-        let (mut response, mut head) = relay(served, record);
+        let (mut response, mut head) = relay(served, record, dialect);
         // A body that never arrived in full leaves the HTTP/1.1 connection mid-message: close
         // it (HTTP/2 resets just the stream when the unread body is dropped).
         head.close = response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2;
@@ -189,12 +197,13 @@ impl Inner {
         &self,
         request: &Request<Incoming>,
         record: &mut Record,
+        dialect: Dialect,
     ) -> Result<Response<GatewayBody>, GatewayError> {
         let snapshot = self.snapshot();
         let key = self.authenticate(&snapshot, request, record)?;
         match endpoint::model_id(request.uri().path()) {
-            Some(id) => models::get(&snapshot, key, id),
-            None => Ok(models::list(&snapshot, key)),
+            Some(id) => models::get(&snapshot, key, id, dialect),
+            None => models::list(&snapshot, key, dialect, request.uri().query()),
         }
     }
 
@@ -451,7 +460,11 @@ enum Reply {
 /// response, and hands the record on. A relayed body (a stream's, or a whole answer still
 /// upstream) takes the record and accounts for the request when it ends; any other response
 /// is accounted for now, its head complete.
-fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<GatewayBody>, Head) {
+fn relay(
+    result: Result<Reply, GatewayError>,
+    mut record: Record,
+    dialect: Dialect,
+) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
         request_id: record.request_id.clone(),
         overhead: None,
@@ -502,7 +515,7 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
         }
         Err(error) => {
             record.failed(&error);
-            error.to_response(record.endpoint.dialect())
+            error.to_response(dialect)
         }
     };
     record.status = response.status().as_u16();
