@@ -204,6 +204,13 @@ pub struct AssistantMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<String>,
+    /// Reasoning, as OpenAI-compatible servers give it (DeepSeek, vLLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Reasoning, as OpenRouter and Ollama give it (a string; any other shape is ignored);
+    /// read, never written.
+    #[serde(default, skip_serializing)]
+    pub reasoning: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -2,7 +2,8 @@
 //! assistant role, text deltas become content, each `tool_use` block becomes one tool call whose
 //! `input_json_delta`s are its argument pieces, `message_delta` gives the `finish_reason`, and
 //! `message_stop` ends with the usage chunk (when the client asked) and `data: [DONE]`.
-//! Thinking and server-tool blocks are left out. Events are told apart by their `event:` name,
+//! Thinking becomes `reasoning_content` deltas (its signature, which only Anthropic can check,
+//! is dropped); server-tool blocks are left out. Events are told apart by their `event:` name,
 //! as Anthropic's SDKs do; only the fields read are parsed, borrowing from the event.
 
 use std::borrow::Cow;
@@ -40,12 +41,13 @@ pub struct ToOpenAi {
 #[derive(Debug, Clone, Copy)]
 enum BlockKind {
     Text,
+    Thinking,
     /// A tool call: its OpenAI index, and whether any argument text has been sent.
     Tool {
         call: u32,
         arguments: bool,
     },
-    /// Thinking, server tools: left out.
+    /// Redacted thinking, server tools: left out.
     Skipped,
 }
 
@@ -75,7 +77,9 @@ impl ToOpenAi {
     }
 
     fn chunk(&mut self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
-        self.content |= delta.tool_calls.is_some() || delta.content.is_some_and(|c| !c.is_empty());
+        self.content |= delta.tool_calls.is_some()
+            || delta.content.is_some_and(|c| !c.is_empty())
+            || delta.reasoning_content.is_some_and(|c| !c.is_empty());
         let choice = ChoiceOut {
             index: 0,
             delta,
@@ -140,6 +144,7 @@ impl ToOpenAi {
                 let block = start.content_block;
                 let kind = match block.kind.as_ref() {
                     "text" => BlockKind::Text,
+                    "thinking" => BlockKind::Thinking,
                     "tool_use" => BlockKind::Tool {
                         call: self.calls,
                         arguments: false,
@@ -168,6 +173,11 @@ impl ToOpenAi {
                         };
                         self.chunk(out, DeltaOut::call(call), None);
                     }
+                    BlockKind::Thinking => {
+                        if let Some(thinking) = block.thinking.filter(|t| !t.is_empty()) {
+                            self.chunk(out, DeltaOut::reasoning(&thinking), None);
+                        }
+                    }
                     BlockKind::Skipped => {}
                 }
             }
@@ -187,6 +197,12 @@ impl ToOpenAi {
                             *arguments = true;
                             let call = *call;
                             self.chunk(out, DeltaOut::arguments(call, &json), None);
+                        }
+                    }
+                    (BlockKind::Thinking, "thinking_delta") => {
+                        let thinking = delta.delta.thinking.unwrap_or_default();
+                        if !thinking.is_empty() {
+                            self.chunk(out, DeltaOut::reasoning(&thinking), None);
                         }
                     }
                     (BlockKind::Text, "citations_delta")
@@ -322,6 +338,8 @@ struct StartBlock<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
 }
 
 /// `content_block_delta`'s data.
@@ -340,6 +358,8 @@ pub(super) struct DeltaIn<'a> {
     pub(super) text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     partial_json: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -440,6 +460,9 @@ struct DeltaOut<'a> {
     role: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// Reasoning, as OpenAI-compatible servers stream it (DeepSeek, vLLM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolCallOut<'a>; 1]>,
 }
@@ -448,6 +471,13 @@ impl<'a> DeltaOut<'a> {
     fn text(text: &'a str) -> DeltaOut<'a> {
         DeltaOut {
             content: Some(text),
+            ..DeltaOut::default()
+        }
+    }
+
+    fn reasoning(thinking: &'a str) -> DeltaOut<'a> {
+        DeltaOut {
+            reasoning_content: Some(thinking),
             ..DeltaOut::default()
         }
     }
@@ -500,6 +530,39 @@ mod tests {
             .map(|e| translator.event(e.as_bytes(), &mut out))
             .collect();
         (steps, String::from_utf8(out.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn thinking_is_the_first_output_and_becomes_reasoning_content() {
+        let mut t = ToOpenAi::new(false, 1);
+        let start = r#"event: message_start
+data: {"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":1,"output_tokens":1}}}
+
+"#;
+        let block = r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+
+"#;
+        let thought = r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}
+
+"#;
+        let signature = r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}
+
+"#;
+        let (_, out) = run(&mut t, &[start, block]);
+        assert!(!t.content_seen(), "{out}");
+        let (_, out) = run(&mut t, &[thought, signature]);
+        assert!(t.content_seen());
+        assert!(
+            out.contains(r#""delta":{"reasoning_content":"hmm"}"#),
+            "{out}"
+        );
+        assert!(
+            !out.contains("EqQB"),
+            "a signature only Anthropic can check: {out}"
+        );
     }
 
     #[test]
