@@ -8,7 +8,8 @@
 use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
-use aisix_e2e::mock::MockProvider;
+use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock, anthropic};
+use aisix_e2e::sdk;
 use serde_json::{Value, json};
 
 const CLIENT_KEY: &str = "sk-client-fidelity-e2e";
@@ -269,5 +270,67 @@ both_modes! {
         let missing = get("/v1/models/nothing", openai()).await.json();
         assert_eq!(missing["error"]["code"], "model_not_found");
         let _ = (&rig.anthropic, &rig.openai);
+    }
+}
+
+const THINKING: &str = "The user greets me.";
+const TEXT: &str = "Hello!";
+
+/// An OpenAI-compatible chunk whose only choice carries `delta`.
+fn chunk(delta: Value, finish: Value) -> Frame {
+    Frame::json(
+        json!({"id": "chatcmpl-r", "object": "chat.completion.chunk", "created": 1,
+        "model": "reasoner", "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]}),
+    )
+}
+
+both_modes! {
+    async fn both_sdks_read_reasoning_translated_from_the_other_dialect(mode: Mode) {
+        let rig = start(mode);
+        // The OpenAI-compatible upstream reasons in `reasoning_content`, whole and streamed.
+        rig.openai.enqueue(Mock::status(200).json(json!({"id": "chatcmpl-r", "object": "chat.completion",
+            "created": 1, "model": "reasoner", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": TEXT, "reasoning_content": THINKING}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 9, "total_tokens": 14,
+                "completion_tokens_details": {"reasoning_tokens": 6}}})));
+        rig.openai.enqueue(Mock::sse([
+            chunk(json!({"role": "assistant", "content": null, "reasoning_content": ""}), Value::Null),
+            chunk(json!({"reasoning_content": "The user "}), Value::Null),
+            chunk(json!({"reasoning_content": "greets me."}), Value::Null),
+            chunk(json!({"content": TEXT}), Value::Null),
+            chunk(json!({}), json!("stop")),
+            Frame::done(),
+        ]));
+        // The Anthropic upstream thinks in signed thinking blocks, whole and streamed.
+        let blocks = json!([{"type": "thinking", "thinking": THINKING, "signature": "EqQBsig"},
+            {"type": "text", "text": TEXT}]);
+        rig.anthropic.enqueue(Mock::status(200).json(anthropic::message_body("msg_t", "claude-upstream",
+            blocks, "end_turn", None, json!({"input_tokens": 5, "output_tokens": 9}))));
+        let mut frames = vec![anthropic::message_start("msg_t", "claude-upstream", json!({"input_tokens": 5, "output_tokens": 1}))];
+        frames.push(Frame::event("content_block_start", json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
+        for piece in ["The user ", "greets me."] {
+            frames.push(Frame::event("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": piece}})));
+        }
+        frames.push(Frame::event("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "signature_delta", "signature": "EqQBsig"}})));
+        frames.push(Frame::event("content_block_stop", json!({"type": "content_block_stop", "index": 0})));
+        frames.extend(anthropic::text_block(1, &[TEXT]));
+        frames.push(anthropic::message_delta("end_turn", None, 9));
+        frames.push(anthropic::message_stop());
+        rig.anthropic.enqueue(Mock::sse(frames));
+
+        let (status, printed) = sdk::run_python("test_fidelity_sdks.py", vec![
+            ("AISIX_FID_BASE_URL", rig.gateway.url("")),
+            ("AISIX_FID_API_KEY", CLIENT_KEY.to_owned()),
+            ("AISIX_FID_TO_OPENAI_MODEL", "claude-via-openai".to_owned()),
+            ("AISIX_FID_TO_ANTHROPIC_MODEL", "claude-custom".to_owned()),
+            ("AISIX_FID_THINKING", THINKING.to_owned()),
+            ("AISIX_FID_TEXT", TEXT.to_owned()),
+        ]).await;
+        sdk::assert_passed(status, &printed, || rig.gateway.logs());
+        assert!(printed.contains("4 passed, 0 failed"), "{printed}");
+        assert!(!printed.contains("EqQBsig"));
     }
 }
