@@ -15,6 +15,10 @@ could not run. Configuration:
     AISIX_FID_TO_ANTHROPIC_MODEL a model served by the Anthropic upstream
     AISIX_FID_THINKING           the reasoning text both upstreams give
     AISIX_FID_TEXT               the answer text both upstreams give
+
+Then, with the upstreams' default answers, the `openai` SDK's structured-output helpers
+(`chat.completions.parse` and `.stream` with a Pydantic `response_format`) against the
+Anthropic upstream: the answer's text is the JSON, parsed into the model.
 """
 
 from __future__ import annotations
@@ -26,11 +30,17 @@ import traceback
 try:
     import anthropic
     import openai
+    import pydantic
 except ImportError:  # pragma: no cover - depends on the environment
     print("run `bash scripts/setup-python.sh` and use target/e2e-venv/bin/python", file=sys.stderr)
     sys.exit(2)
 
 PROMPT = [{"role": "user", "content": "Think, then greet."}]
+
+
+class City(pydantic.BaseModel):
+    name: str
+    population: int
 
 
 def main() -> int:
@@ -80,12 +90,36 @@ def main() -> int:
         assert getattr(message, "reasoning_content", None) == thinking, message
         return "reasoning_content + content"
 
+    def structured_whole() -> str:
+        completion = gpt.chat.completions.parse(
+            model=to_anthropic, messages=PROMPT, response_format=City
+        )
+        choice = completion.choices[0]
+        assert choice.finish_reason == "stop", choice
+        assert isinstance(choice.message.parsed, City), choice.message
+        assert not choice.message.tool_calls, choice.message
+        return repr(choice.message.parsed)
+
+    def structured_streamed() -> str:
+        with gpt.chat.completions.stream(
+            model=to_anthropic, messages=PROMPT, response_format=City
+        ) as stream:
+            for _ in stream:
+                pass
+            completion = stream.get_final_completion()
+        choice = completion.choices[0]
+        assert choice.finish_reason == "stop", choice
+        assert isinstance(choice.message.parsed, City), choice.message
+        return repr(choice.message.parsed)
+
     failed = 0
     checks = [
         ("anthropic sdk, whole answer from an openai upstream", anthropic_whole),
         ("anthropic sdk, stream from an openai upstream", anthropic_streamed),
         ("openai sdk, whole answer from an anthropic upstream", openai_whole),
         ("openai sdk, stream from an anthropic upstream", openai_streamed),
+        ("openai sdk, structured output from an anthropic upstream", structured_whole),
+        ("openai sdk, structured output streamed from an anthropic upstream", structured_streamed),
     ]
     for name, check in checks:
         try:

@@ -330,7 +330,50 @@ both_modes! {
             ("AISIX_FID_TEXT", TEXT.to_owned()),
         ]).await;
         sdk::assert_passed(status, &printed, || rig.gateway.logs());
-        assert!(printed.contains("4 passed, 0 failed"), "{printed}");
+        assert!(printed.contains("6 passed, 0 failed"), "{printed}");
         assert!(!printed.contains("EqQBsig"));
+        let forced = rig.anthropic.requests().iter().filter(|r| {
+            r.body_json().is_ok_and(|b| b["tool_choice"] == json!({"type": "tool", "name": "json_output"}))
+        }).count();
+        assert_eq!(forced, 2, "structured output reached Anthropic as one forced tool");
+    }
+}
+
+both_modes! {
+    async fn structured_output_to_anthropic_is_the_answers_text_unary_and_streamed(mode: Mode) {
+        let rig = start(mode);
+        let format = json!({"type": "json_schema", "json_schema": {"name": "City", "strict": true,
+            "schema": {"type": "object", "properties": {"name": {"type": "string"}, "population": {"type": "integer"}},
+                "required": ["name", "population"], "additionalProperties": false}}});
+        let ask = |stream: bool| json!({"model": "claude-custom", "stream": stream, "response_format": format,
+            "messages": [{"role": "user", "content": "A city?"}]});
+        let reply = rig.chat(&ask(false)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let choice = &reply.json()["choices"][0];
+        assert_eq!(choice["finish_reason"], "stop");
+        assert_eq!(choice["message"].get("tool_calls"), None);
+        let text: Value = serde_json::from_str(choice["message"]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(text, json!({"name": "mock", "population": 1}));
+        let sent = rig.anthropic.last_request().unwrap().body_json().unwrap();
+        assert_eq!(sent["tools"][0]["name"], "json_output");
+        assert_eq!(sent["tools"][0]["input_schema"], format["json_schema"]["schema"]);
+
+        let streamed = rig.chat(&ask(true)).await;
+        assert_eq!(streamed.status, 200);
+        let body = streamed.text();
+        let mut text = String::new();
+        let mut finish = Vec::new();
+        for data in body.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|d| *d != "[DONE]") {
+            let chunk: Value = serde_json::from_str(data).unwrap();
+            if let Some(piece) = chunk.pointer("/choices/0/delta/content").and_then(Value::as_str) {
+                text.push_str(piece);
+            }
+            assert_eq!(chunk.pointer("/choices/0/delta/tool_calls"), None, "{data}");
+            if let Some(reason) = chunk.pointer("/choices/0/finish_reason").and_then(Value::as_str) {
+                finish.push(reason.to_owned());
+            }
+        }
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), json!({"name": "mock", "population": 1}));
+        assert_eq!(finish, ["stop"]);
     }
 }

@@ -164,8 +164,10 @@ fn anthropic_requests_translate_to_openai_as_the_golden_files_say() {
 fn anthropic_answers_translate_to_openai_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("response/to_openai", "json") {
-        let answer =
-            response::to_openai(&input, CREATED).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        // A case named `structured_…` answers a request that asked for structured output.
+        let structured = name.starts_with("structured_");
+        let answer = response::to_openai_with(&input, CREATED, structured)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.answer(&path, answer);
     }
     diffs.check();
@@ -184,8 +186,12 @@ fn openai_answers_translate_to_anthropic_as_the_golden_files_say() {
 #[test]
 fn anthropic_streams_translate_to_openai_chunks_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
-    for (_, path, input) in cases("stream/to_openai", "sse") {
-        let streamed = common::translate(&mut ToOpenAi::new(true, CREATED), [&input[..]]);
+    for (name, path, input) in cases("stream/to_openai", "sse") {
+        let mut translator = ToOpenAi::new(true, CREATED);
+        if name.starts_with("structured_") {
+            translator = translator.structured();
+        }
+        let streamed = common::translate(&mut translator, [&input[..]]);
         diffs.stream(&path, streamed);
     }
     diffs.check();

@@ -45,6 +45,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     };
     let uri = call.uri(endpoint)?;
     let mut extra = HeaderMap::new();
+    let mut structured = false;
     let body = if relayed {
         extra = inbound.forwarded.clone();
         let body =
@@ -54,9 +55,11 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         // Anthropic refuses `system` turns in `messages`: they join the system prompt.
         roles::hoisted(&body).map_or(body, Bytes::from)
     } else {
-        request::to_anthropic(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
-            .map_err(request_error)?
-            .body
+        let translated =
+            request::to_anthropic(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
+                .map_err(request_error)?;
+        structured = translated.structured;
+        translated.body
     };
     if !extra.contains_key(&ANTHROPIC_VERSION) {
         extra.insert(
@@ -73,6 +76,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
                 call.rename.then_some(&*route.name),
+                structured,
             )
         };
         return Ok(head.stream(StreamMap::Translated(Box::new(map))));
@@ -84,7 +88,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         return Ok(call.relay(head, call.rename && messages, usage));
     }
     call.translate(head, |body| {
-        let answer = response::to_openai(body, exchange::unix_now())?;
+        let answer = response::to_openai_with(body, exchange::unix_now(), structured)?;
         Ok((answer.body, Some(answer.usage.to_usage())))
     })
     .await

@@ -45,11 +45,22 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
-/// `response_format`: only its type is read.
+/// `response_format`: `text`, `json_object`, or `json_schema` with its schema.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ResponseFormat {
     #[serde(rename = "type")]
     pub kind: String,
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct JsonSchemaFormat {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub schema: Option<Value>,
+    pub strict: Option<bool>,
 }
 
 /// One message of the conversation, by role.

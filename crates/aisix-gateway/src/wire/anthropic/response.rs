@@ -9,6 +9,7 @@ use crate::wire::chat::{AssistantMessage, ChatCompletion, Choice};
 use crate::wire::json;
 
 use super::mapping::{finish_reason, stop_reason, tool_call, usage_from_openai, usage_to_openai};
+use super::request::OUTPUT_TOOL;
 use super::types::{
     MessageResponse, ResponseBlock, Role, Thinking, TokenCount, TokenUsage, ToolUse,
 };
@@ -28,9 +29,18 @@ pub struct Answer {
 /// An Anthropic message body as an OpenAI chat completion; `created` is the Unix time to
 /// report (Anthropic's answer has none).
 pub fn to_openai(body: &[u8], created: u64) -> Result<Answer, Malformed> {
+    to_openai_with(body, created, false)
+}
+
+/// [`to_openai`] for a request that asked for structured output: a call of
+/// [`OUTPUT_TOOL`] is the answer's text, and finishes it with `stop`.
+pub fn to_openai_with(body: &[u8], created: u64, structured: bool) -> Result<Answer, Malformed> {
     let message: MessageResponse = json::parse(body).map_err(|e| Malformed(e.message().into()))?;
     let usage = message.usage;
-    let completion = message_to_completion(message, created);
+    let mut completion = message_to_completion(message, created);
+    if structured {
+        output_as_text(&mut completion);
+    }
     Ok(Answer {
         body: to_bytes(&completion)?,
         usage,
@@ -106,6 +116,33 @@ pub fn message_to_completion(message: MessageResponse, created: u64) -> ChatComp
                 .map(|r| finish_reason(r).to_owned()),
         }],
         usage: Some(usage_to_openai(&message.usage)),
+    }
+}
+
+/// The structured output's tool call made the message's text (its arguments, the JSON asked
+/// for); an answer that made no other call finishes with `stop`.
+fn output_as_text(completion: &mut ChatCompletion) {
+    for choice in &mut completion.choices {
+        let message = &mut choice.message;
+        let Some(calls) = message.tool_calls.take() else {
+            continue;
+        };
+        let (output, rest): (Vec<_>, Vec<_>) = calls
+            .into_iter()
+            .partition(|c| c.function.name == OUTPUT_TOOL);
+        for call in output {
+            message
+                .content
+                .get_or_insert_with(String::new)
+                .push_str(&call.function.arguments);
+        }
+        if rest.is_empty() {
+            if choice.finish_reason.as_deref() == Some("tool_calls") {
+                choice.finish_reason = Some("stop".to_owned());
+            }
+        } else {
+            message.tool_calls = Some(rest);
+        }
     }
 }
 

@@ -6,7 +6,8 @@
 use serde_json::Value;
 
 use crate::wire::chat::{
-    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData,
+    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData, JsonSchemaFormat,
+    ResponseFormat,
 };
 use crate::wire::content::TextOr;
 
@@ -21,7 +22,7 @@ use super::{RequestError, invalid};
 /// The typed half of [`to_anthropic`](super::to_anthropic); `model` is left as the client sent it.
 /// Tool call ids go upstream as `ids` maps them.
 pub fn chat_to_messages(
-    request: ChatRequest,
+    mut request: ChatRequest,
     default_max_tokens: u64,
     ids: &ToolIds,
 ) -> Result<MessagesRequest, RequestError> {
@@ -30,14 +31,10 @@ pub fn chat_to_messages(
             "n: more than one choice is not supported by this model's provider",
         ));
     }
-    if let Some(format) = &request.response_format
-        && format.kind != "text"
-    {
-        return Err(invalid(format!(
-            "response_format: type `{}` is not supported by this model's provider",
-            format.kind
-        )));
-    }
+    let output = match request.response_format.take() {
+        None => None,
+        Some(format) => output_tool(format, request.tools.as_deref())?,
+    };
 
     let mut system: Vec<TextBlock> = Vec::new();
     let mut system_parts = 0usize;
@@ -136,7 +133,7 @@ pub fn chat_to_messages(
         }
     }
 
-    let tools = match request.tools {
+    let mut tools = match request.tools {
         Some(tools) => Some(
             tools
                 .into_iter()
@@ -147,7 +144,7 @@ pub fn chat_to_messages(
         None => None,
     };
     let disable_parallel = (request.parallel_tool_calls == Some(false)).then_some(true);
-    let tool_choice = match request.tool_choice {
+    let mut tool_choice = match request.tool_choice {
         Some(choice) => Some(anthropic_tool_choice(choice, disable_parallel)?),
         None if disable_parallel.is_some() && tools.is_some() => Some(ToolChoice::Auto {
             disable_parallel_tool_use: disable_parallel,
@@ -178,6 +175,21 @@ pub fn chat_to_messages(
             (cap, (budget >= MIN_THINKING_BUDGET).then_some(budget))
         }
     };
+    // Structured output: one more tool whose input is the schema; forced when it is the only
+    // one (Anthropic refuses thinking with a forced tool), else left to the model beside the
+    // client's tools.
+    let mut thinking = thinking;
+    if let Some(output) = output {
+        let only = tools.as_ref().is_none_or(Vec::is_empty);
+        tools.get_or_insert_with(Vec::new).push(output);
+        if only {
+            tool_choice = Some(ToolChoice::Tool {
+                name: OUTPUT_TOOL.to_owned(),
+                disable_parallel_tool_use: None,
+            });
+            thinking = None;
+        }
+    }
 
     Ok(MessagesRequest {
         model: request.model,
@@ -298,6 +310,56 @@ fn document_source(file: &FileData) -> Result<Source, &'static str> {
         }),
         None => Err("only files given inline as a base64 data URL (file_data) are supported"),
     }
+}
+
+/// The tool a structured output is asked of an Anthropic model with: its input is the JSON
+/// the client wants, given back to the client as the answer's text.
+pub const OUTPUT_TOOL: &str = "json_output";
+
+/// `response_format` as the output tool: `json_schema`'s schema, or any object for
+/// `json_object`; `None` for `text`.
+fn output_tool(
+    format: ResponseFormat,
+    tools: Option<&[ChatTool]>,
+) -> Result<Option<Tool>, RequestError> {
+    let (schema, description) = match format.kind.as_str() {
+        "text" => return Ok(None),
+        "json_object" => (serde_json::json!({"type": "object"}), None),
+        "json_schema" => {
+            let format = format.json_schema.unwrap_or(JsonSchemaFormat {
+                name: None,
+                description: None,
+                schema: None,
+                strict: None,
+            });
+            let schema = format
+                .schema
+                .ok_or_else(|| invalid("response_format.json_schema.schema: Field required"))?;
+            (schema, format.description)
+        }
+        other => {
+            return Err(invalid(format!(
+                "response_format: type `{other}` is not supported by this model's provider"
+            )));
+        }
+    };
+    let taken = tools
+        .into_iter()
+        .flatten()
+        .any(|t| t.function.as_ref().is_some_and(|f| f.name == OUTPUT_TOOL));
+    if taken {
+        return Err(invalid(format!(
+            "tools: `{OUTPUT_TOOL}` is the name structured output takes with this model's provider"
+        )));
+    }
+    Ok(Some(Tool {
+        name: OUTPUT_TOOL.to_owned(),
+        description: Some(description.unwrap_or_else(|| {
+            "Give the final answer as this tool's input, in the schema asked for.".to_owned()
+        })),
+        input_schema: Some(schema),
+        kind: None,
+    }))
 }
 
 /// Every tool call id of `request`'s messages, calls and results alike.

@@ -18,7 +18,7 @@ use super::types::MessagesRequest;
 
 /// Where a chat request puts its output cap: the model's choice, configured per model.
 pub use aisix_config::OutputTokensField;
-pub use chat_to_messages::{chat_to_messages, tool_call_ids};
+pub use chat_to_messages::{OUTPUT_TOOL, chat_to_messages, tool_call_ids};
 pub use messages_to_chat::messages_to_chat;
 
 /// `max_tokens` sent to Anthropic when an OpenAI client gave none (Anthropic requires one).
@@ -63,6 +63,9 @@ pub struct Translated {
     pub include_usage: bool,
     /// The tool call ids changed on the way (to Anthropic), to map back to the client's.
     pub tool_ids: ToolIds,
+    /// The client asked for structured output, which comes back as a call of
+    /// [`OUTPUT_TOOL`] (to Anthropic): the answer's translation makes it the text.
+    pub structured: bool,
 }
 
 /// An OpenAI chat completions body as an Anthropic Messages body for `upstream_model`.
@@ -79,6 +82,10 @@ pub fn to_anthropic(
             .as_ref()
             .is_some_and(|o| o.include_usage);
     let tool_ids = ToolIds::new(tool_call_ids(&request));
+    let structured = request
+        .response_format
+        .as_ref()
+        .is_some_and(|f| f.kind != "text");
     let mut messages = chat_to_messages(request, default_max_tokens, &tool_ids)?;
     messages.model = upstream_model.to_owned();
     Ok(Translated {
@@ -86,6 +93,7 @@ pub fn to_anthropic(
         stream,
         include_usage,
         tool_ids,
+        structured,
     })
 }
 
@@ -109,6 +117,7 @@ pub fn to_openai(
         stream,
         include_usage: stream,
         tool_ids: ToolIds::default(),
+        structured: false,
     })
 }
 
@@ -435,6 +444,69 @@ mod tests {
                 .unwrap_err()
                 .message()
                 .starts_with("reasoning_effort:")
+        );
+    }
+
+    #[test]
+    fn structured_output_is_one_more_tool_forced_only_when_alone() {
+        let ask = |format: Value, tools: Value| {
+            let mut body = json!({"model": "m", "response_format": format, "reasoning_effort": "low",
+                "messages": [{"role": "user", "content": "hi"}]});
+            if !tools.is_null() {
+                body["tools"] = tools;
+            }
+            to_anthropic(body.to_string().as_bytes(), "c", 100)
+        };
+        let alone = ask(json!({"type": "json_object"}), Value::Null).unwrap();
+        assert!(alone.structured);
+        let sent: Value = serde_json::from_slice(&alone.body).unwrap();
+        assert_eq!(sent["tools"][0]["input_schema"], json!({"type": "object"}));
+        assert_eq!(
+            sent["tool_choice"],
+            json!({"type": "tool", "name": OUTPUT_TOOL})
+        );
+        assert_eq!(
+            sent.get("thinking"),
+            None,
+            "Anthropic refuses thinking with a forced tool"
+        );
+
+        let weather = json!([{"type": "function", "function": {"name": "weather"}}]);
+        let beside = ask(json!({"type": "json_object"}), weather).unwrap();
+        let sent: Value = serde_json::from_slice(&beside.body).unwrap();
+        assert_eq!(sent["tools"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            sent.get("tool_choice"),
+            None,
+            "the model may still call the client's tools"
+        );
+
+        let taken = json!([{"type": "function", "function": {"name": OUTPUT_TOOL}}]);
+        assert!(
+            ask(json!({"type": "json_object"}), taken)
+                .unwrap_err()
+                .message()
+                .starts_with("tools:")
+        );
+        assert!(
+            ask(
+                json!({"type": "json_schema", "json_schema": {"name": "x"}}),
+                Value::Null
+            )
+            .unwrap_err()
+            .message()
+            .starts_with("response_format.json_schema.schema")
+        );
+        assert!(
+            ask(json!({"type": "grammar"}), Value::Null)
+                .unwrap_err()
+                .message()
+                .starts_with("response_format:")
+        );
+        assert!(
+            !ask(json!({"type": "text"}), Value::Null)
+                .unwrap()
+                .structured
         );
     }
 

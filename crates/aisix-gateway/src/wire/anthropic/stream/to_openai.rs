@@ -16,6 +16,7 @@ use crate::wire::chat::ChatUsage;
 use crate::wire::sse;
 
 use super::super::mapping::{finish_reason, usage_to_openai};
+use super::super::request::OUTPUT_TOOL;
 use super::super::types::TokenUsage;
 use super::{Fault, Phase, Step, Translator, write_data};
 
@@ -36,6 +37,8 @@ pub struct ToOpenAi {
     usage: Option<TokenUsage>,
     finish: Option<&'static str>,
     content: bool,
+    /// The request asked for structured output: a call of the output tool is the text.
+    structured: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -49,6 +52,8 @@ enum BlockKind {
     },
     /// Redacted thinking, server tools: left out.
     Skipped,
+    /// The structured output's tool call: its input is the answer's text.
+    Output,
 }
 
 impl ToOpenAi {
@@ -67,7 +72,15 @@ impl ToOpenAi {
             usage: None,
             finish: None,
             content: false,
+            structured: false,
         }
+    }
+
+    /// The request asked for structured output ([`OUTPUT_TOOL`]): that tool's input streams
+    /// as the text, and an answer that called no other tool finishes with `stop`.
+    pub fn structured(mut self) -> ToOpenAi {
+        self.structured = true;
+        self
     }
 
     /// Every chunk names `model` (not the upstream's model).
@@ -145,6 +158,9 @@ impl ToOpenAi {
                 let kind = match block.kind.as_ref() {
                     "text" => BlockKind::Text,
                     "thinking" => BlockKind::Thinking,
+                    "tool_use" if self.structured && block.name.as_deref() == Some(OUTPUT_TOOL) => {
+                        BlockKind::Output
+                    }
                     "tool_use" => BlockKind::Tool {
                         call: self.calls,
                         arguments: false,
@@ -178,7 +194,7 @@ impl ToOpenAi {
                             self.chunk(out, DeltaOut::reasoning(&thinking), None);
                         }
                     }
-                    BlockKind::Skipped => {}
+                    BlockKind::Skipped | BlockKind::Output => {}
                 }
             }
             b"content_block_delta" => {
@@ -197,6 +213,12 @@ impl ToOpenAi {
                             *arguments = true;
                             let call = *call;
                             self.chunk(out, DeltaOut::arguments(call, &json), None);
+                        }
+                    }
+                    (BlockKind::Output, "input_json_delta") => {
+                        let json = delta.delta.partial_json.unwrap_or_default();
+                        if !json.is_empty() {
+                            self.chunk(out, DeltaOut::text(&json), None);
                         }
                     }
                     (BlockKind::Thinking, "thinking_delta") => {
@@ -231,7 +253,10 @@ impl ToOpenAi {
                     self.usage = Some(total);
                 }
                 if let Some(reason) = delta.delta.stop_reason {
-                    let reason = finish_reason(&reason);
+                    let mut reason = finish_reason(&reason);
+                    if self.structured && reason == "tool_calls" && self.calls == 0 {
+                        reason = "stop";
+                    }
                     self.finish = Some(reason);
                     self.chunk(out, DeltaOut::default(), Some(reason));
                 }
