@@ -377,3 +377,55 @@ both_modes! {
         assert_eq!(finish, ["stop"]);
     }
 }
+
+/// A chat completion of the OpenAI mock's shape whose text is `content`.
+fn completion(content: &str) -> Value {
+    json!({"id": "chatcmpl-city", "object": "chat.completion", "created": 1, "model": "gpt-upstream",
+        "choices": [{"index": 0, "finish_reason": "stop", "logprobs": null,
+            "message": {"role": "assistant", "content": content, "refusal": null}}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 7, "total_tokens": 16}})
+}
+
+both_modes! {
+    async fn the_agents_sdk_and_llm_run_through_both_routes(mode: Mode) {
+        let rig = start(mode);
+        // The OpenAI-compatible upstream answers the agent's two runs with a City, as a model
+        // honouring `response_format` does; then its default text for `llm`.
+        let city = r#"{"name":"Paris","population":2100000}"#;
+        rig.openai.enqueue(Mock::status(200).json(completion(city)));
+        rig.openai.enqueue(Mock::sse([
+            Frame::json(json!({"id": "chatcmpl-city", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]})),
+            Frame::json(json!({"id": "chatcmpl-city", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+                "choices": [{"index": 0, "delta": {"content": city}, "finish_reason": null}]})),
+            Frame::json(json!({"id": "chatcmpl-city", "object": "chat.completion.chunk", "created": 1, "model": "gpt-upstream",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})),
+            Frame::done(),
+        ]));
+        let workdir = tempfile::tempdir().unwrap();
+        let (status, printed) = sdk::run_python("test_real_clients.py", vec![
+            ("AISIX_REAL_BASE_URL", rig.gateway.url("")),
+            ("AISIX_REAL_API_KEY", CLIENT_KEY.to_owned()),
+            ("AISIX_REAL_ANTHROPIC_MODEL", "claude-custom".to_owned()),
+            ("AISIX_REAL_OPENAI_MODEL", "claude-via-openai".to_owned()),
+            ("AISIX_REAL_LLM_TEXT", aisix_e2e::mock::openai::REPLY_TEXT.to_owned()),
+            ("AISIX_REAL_WORKDIR", workdir.path().display().to_string()),
+        ]).await;
+        sdk::assert_passed(status, &printed, || rig.gateway.logs());
+        assert!(printed.contains("8 passed, 0 failed"), "{printed}");
+
+        // What the gateway received and sent: the agent's schema reached the OpenAI upstream as
+        // `response_format`, and Anthropic as one forced tool.
+        let schemas = rig.openai.requests().iter().filter(|r| {
+            r.body_json().is_ok_and(|b| b["response_format"]["type"] == "json_schema")
+        }).count();
+        assert_eq!(schemas, 2, "both agent runs asked the OpenAI upstream for the schema");
+        let forced = rig.anthropic.requests().iter().filter(|r| {
+            r.body_json().is_ok_and(|b| b["tool_choice"] == json!({"type": "tool", "name": "json_output"})
+                && b["tools"][0]["input_schema"]["properties"]["population"]["type"] == "integer")
+        }).count();
+        assert_eq!(forced, 2, "both agent runs reached Anthropic as one forced tool");
+        let streamed = rig.anthropic.requests().iter().filter(|r| r.body_json().is_ok_and(|b| b["stream"] == true)).count();
+        assert!(streamed >= 2, "llm and the streamed agent run streamed from Anthropic");
+    }
+}
