@@ -429,3 +429,127 @@ both_modes! {
         assert!(streamed >= 2, "llm and the streamed agent run streamed from Anthropic");
     }
 }
+
+/// Claude Code, pinned and installed by `scripts/setup-node.sh` under target/e2e-node.
+fn claude_code() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/e2e-node/claude");
+    assert!(
+        path.exists(),
+        "no Claude Code at {}: run `bash scripts/setup-node.sh`",
+        path.display()
+    );
+    path
+}
+
+/// Runs `claude -p prompt` against the gateway with `model`, with telemetry, auto-update and
+/// every other outside call off, in `home`; returns its exit status and its stdout, with its
+/// stderr (warnings, such as the one for a model name it does not know) after a marker.
+async fn claude_p(
+    gateway: &Gateway,
+    model: &str,
+    home: &std::path::Path,
+    prompt: &str,
+    extra: &[&str],
+) -> (std::process::ExitStatus, String) {
+    let mut command = std::process::Command::new(claude_code());
+    command
+        .arg("-p")
+        .arg(prompt)
+        .arg("--model")
+        .arg(model)
+        .args(extra)
+        .current_dir(home)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", gateway.url(""))
+        .env("ANTHROPIC_API_KEY", CLIENT_KEY)
+        .env("ANTHROPIC_SMALL_FAST_MODEL", model)
+        .env("ANTHROPIC_DEFAULT_HAIKU_MODEL", model)
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_BUG_COMMAND", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("CLAUDE_CODE_DISABLE_TERMINAL_TITLE", "1")
+        .stdin(std::process::Stdio::null());
+    tokio::task::spawn_blocking(move || {
+        let out = command.output().expect("run claude");
+        (
+            out.status,
+            format!(
+                "{}\n--- stderr ---\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// The tool call a scripted upstream answers Claude Code's first turn with: `Read` of `path`.
+fn read_call(path: &str) -> Value {
+    json!({"file_path": path})
+}
+
+both_modes! {
+    async fn claude_code_runs_with_custom_model_names_on_both_routes(mode: Mode) {
+        let rig = start(mode);
+        let home = tempfile::tempdir().unwrap();
+        let file = home.path().join("hello.txt");
+        std::fs::write(&file, "The secret word is aubergine.\n").unwrap();
+        let file = file.display().to_string();
+
+        // Plain runs: one turn each, the mocks' default text.
+        for model in ["claude-via-openai", "claude-custom"] {
+            let (status, printed) = claude_p(&rig.gateway, model, home.path(), "Say hello.", &[]).await;
+            assert!(status.success(), "{model}: {printed}\n{}", rig.gateway.logs());
+            let stdout = printed.split("\n--- stderr ---\n").next().unwrap();
+            assert_eq!(stdout.trim(), aisix_e2e::mock::openai::REPLY_TEXT, "{model}: {printed}");
+        }
+        assert_eq!(rig.openai.request_count(), 1);
+        assert_eq!(rig.anthropic.request_count(), 1);
+        // Claude Code puts a `system` turn inside `messages` for a model name it does not
+        // know: in place for chat completions, hoisted into the system prompt for Anthropic.
+        let roles = |upstream: &MockProvider| -> Vec<String> {
+            let body = upstream.last_request().unwrap().body_json().unwrap();
+            body["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap().to_owned()).collect()
+        };
+        let chat_roles = roles(&rig.openai);
+        assert!(chat_roles.iter().skip(1).any(|r| r == "system"), "{chat_roles:?}");
+        let anthropic_roles = roles(&rig.anthropic);
+        assert!(anthropic_roles.iter().all(|r| r == "user" || r == "assistant"), "{anthropic_roles:?}");
+
+        // A tool round trip on each route: the upstream calls Read once, then answers text.
+        let args = read_call(&file).to_string();
+        rig.openai.enqueue(Mock::sse([
+            chunk(json!({"role": "assistant", "content": null}), Value::Null),
+            chunk(json!({"tool_calls": [{"index": 0, "id": "call.read:0", "type": "function",
+                "function": {"name": "Read", "arguments": ""}}]}), Value::Null),
+            chunk(json!({"tool_calls": [{"index": 0, "function": {"arguments": args}}]}), Value::Null),
+            chunk(json!({}), json!("tool_calls")),
+            Frame::done(),
+        ]));
+        let mut frames = vec![anthropic::message_start("msg_read", "claude-upstream", json!({"input_tokens": 5, "output_tokens": 1}))];
+        frames.extend(anthropic::tool_use_block(0, "toolu_read_1", "Read", &[&args]));
+        frames.push(anthropic::message_delta("tool_use", None, 3));
+        frames.push(anthropic::message_stop());
+        rig.anthropic.enqueue(Mock::sse(frames));
+        for (model, upstream) in [("claude-via-openai", &rig.openai), ("claude-custom", &rig.anthropic)] {
+            let (status, printed) = claude_p(&rig.gateway, model, home.path(), "What does hello.txt say?",
+                &["--allowedTools", "Read"]).await;
+            assert!(status.success(), "{model}: {printed}\n{}", rig.gateway.logs());
+            let stdout = printed.split("\n--- stderr ---\n").next().unwrap();
+            assert_eq!(stdout.trim(), aisix_e2e::mock::openai::REPLY_TEXT, "{model}: {printed}");
+            let last = upstream.last_request().unwrap().body_json().unwrap();
+            let sent = last["messages"].to_string();
+            assert!(sent.contains("aubergine"), "{model}: the file's text did not go back: {sent}");
+        }
+        // The OpenAI upstream's id, which Anthropic would refuse, came back to it unchanged.
+        let back = rig.openai.last_request().unwrap().body_json().unwrap();
+        let ids: Vec<&str> = back["messages"].as_array().unwrap().iter()
+            .filter_map(|m| m["tool_call_id"].as_str()).collect();
+        assert_eq!(ids, ["call.read:0"]);
+    }
+}
