@@ -40,6 +40,12 @@ models:
   - {{display_name: claude-custom, provider: anthropic, model_name: claude-upstream, provider_key: ant}}
   - {{display_name: claude-via-openai, provider: openai, model_name: gpt-upstream, provider_key: oai}}
   - {{display_name: o3-mini, provider: openai, model_name: o3-mini, provider_key: oai}}
+  - display_name: openai-thinker-first
+    first_token_timeout: 1000
+    routing: {{targets: [{{model: claude-via-openai, priority: 1}}, {{model: claude-custom}}]}}
+  - display_name: anthropic-thinker-first
+    first_token_timeout: 1000
+    routing: {{targets: [{{model: claude-custom, priority: 1}}, {{model: claude-via-openai}}]}}
 api_keys:
   - display_name: client
     key_env: CLIENT_KEY
@@ -248,11 +254,11 @@ both_modes! {
         assert_eq!(list.status, 200, "{}", list.text());
         let body = list.json();
         let ids: Vec<&str> = body["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-        assert_eq!(ids, ["claude-custom", "claude-via-openai", "o3-mini"]);
+        assert_eq!(ids, ["claude-custom", "claude-via-openai", "o3-mini", "openai-thinker-first", "anthropic-thinker-first"]);
         assert_eq!(body["data"][0], json!({"type": "model", "id": "claude-custom",
             "display_name": "claude-custom", "created_at": "1970-01-01T00:00:00Z"}));
         assert_eq!((&body["has_more"], &body["first_id"], &body["last_id"]),
-            (&json!(false), &json!("claude-custom"), &json!("o3-mini")));
+            (&json!(false), &json!("claude-custom"), &json!("anthropic-thinker-first")));
         let page = get("/v1/models?limit=1&after_id=claude-custom", anthropic()).await.json();
         assert_eq!((&page["first_id"], &page["has_more"]), (&json!("claude-via-openai"), &json!(true)));
         let one = get("/v1/models/o3-mini", anthropic()).await.json();
@@ -551,5 +557,42 @@ both_modes! {
         let ids: Vec<&str> = back["messages"].as_array().unwrap().iter()
             .filter_map(|m| m["tool_call_id"].as_str()).collect();
         assert_eq!(ids, ["call.read:0"]);
+    }
+}
+
+both_modes! {
+    async fn a_group_never_cuts_a_model_that_is_thinking(mode: Mode) {
+        // Each group gives its first target 1 s to its first output. The thinker reasons at
+        // once and answers after 2 s: its reasoning is output, so the group does not fall over.
+        let rig = start(mode);
+        let late = std::time::Duration::from_secs(2);
+        rig.openai.enqueue(Mock::sse([
+            chunk(json!({"role": "assistant", "content": null}), Value::Null),
+            chunk(json!({"reasoning_content": "Let me think."}), Value::Null),
+            chunk(json!({"content": TEXT}), Value::Null).after(late),
+            chunk(json!({}), json!("stop")),
+            Frame::done(),
+        ]));
+        let reply = rig.messages("/v1/messages", &json!({"model": "openai-thinker-first", "max_tokens": 100,
+            "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.header("x-aisix-served-by"), Some("claude-via-openai"), "{}", reply.text());
+        assert!(reply.text().contains("thinking_delta") && reply.text().contains(TEXT), "{}", reply.text());
+
+        let mut frames = vec![anthropic::message_start("msg_t", "claude-upstream", json!({"input_tokens": 5, "output_tokens": 1}))];
+        frames.push(Frame::event("content_block_start", json!({"type": "content_block_start", "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""}})));
+        frames.push(Frame::event("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+            "delta": {"type": "thinking_delta", "thinking": "Let me think."}})));
+        frames.push(Frame::event("content_block_stop", json!({"type": "content_block_stop", "index": 0})).after(late));
+        frames.extend(anthropic::text_block(1, &[TEXT]));
+        frames.push(anthropic::message_delta("end_turn", None, 9));
+        frames.push(anthropic::message_stop());
+        rig.anthropic.enqueue(Mock::sse(frames));
+        let reply = rig.chat(&json!({"model": "anthropic-thinker-first", "stream": true,
+            "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.header("x-aisix-served-by"), Some("claude-custom"), "{}", reply.text());
+        assert!(reply.text().contains("reasoning_content") && reply.text().contains(TEXT), "{}", reply.text());
     }
 }
