@@ -8,6 +8,7 @@
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 #   - redis-server (Debian package `redis-server`): the shared rate-limit store.
+#   - npm (Debian package `npm`): installs Claude Code, pinned, under target/e2e-node.
 #   - wrk and strace: the benchmark harness's second load generator and system-call counts.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
@@ -22,6 +23,7 @@ command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 # Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
 # conditions).
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
@@ -37,6 +39,7 @@ if ((${#missing[@]})); then
 fi
 
 bash scripts/setup-python.sh
+bash scripts/setup-node.sh
 
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.
 cargo build --locked --workspace --all-targets

@@ -39,6 +39,7 @@ use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
+use crate::wire::Dialect;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
@@ -149,6 +150,7 @@ impl Inner {
             Ok(Endpoint::Health) => {
                 let mut response = match request.uri().path() {
                     "/livez" => health::livez(),
+                    "/" => health::root(),
                     _ => health::readyz(self.ctx.readiness.is_ready()),
                 };
                 Head {
@@ -171,8 +173,15 @@ impl Inner {
                 self.common.sinks,
             ),
         };
+        // The model list answers in the dialect of the client asking, errors included.
+        let dialect = match resolved {
+            Ok(Endpoint::Models) => models::dialect(request.headers()),
+            _ => record.endpoint.dialect(),
+        };
         let mut served = match resolved {
-            Ok(Endpoint::Models) => self.models(&request, &mut record).map(Reply::Ready),
+            Ok(Endpoint::Models) => self
+                .models(&request, &mut record, dialect)
+                .map(Reply::Ready),
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
         };
@@ -204,7 +213,7 @@ impl Inner {
                 }
             }
         }
-        let (mut response, mut head) = relay(served, record);
+        let (mut response, mut head) = relay(served, record, dialect);
         // A body that never arrived in full leaves the HTTP/1.1 connection mid-message: close
         // it (HTTP/2 resets just the stream when the unread body is dropped).
         head.close = response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2;
@@ -218,12 +227,13 @@ impl Inner {
         &self,
         request: &Request<Incoming>,
         record: &mut Record,
+        dialect: Dialect,
     ) -> Result<Response<GatewayBody>, GatewayError> {
         let snapshot = self.snapshot();
         let key = self.authenticate(&snapshot, request, record)?;
         match endpoint::model_id(request.uri().path()) {
-            Some(id) => models::get(&snapshot, key, id),
-            None => Ok(models::list(&snapshot, key)),
+            Some(id) => models::get(&snapshot, key, id, dialect),
+            None => models::list(&snapshot, key, dialect, request.uri().query()),
         }
     }
 
@@ -529,7 +539,11 @@ async fn hold(
 /// response, and hands the record on. A relayed body (a stream's, or a whole answer still
 /// upstream) takes the record and accounts for the request when it ends; any other response
 /// is accounted for now, its head complete.
-fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<GatewayBody>, Head) {
+fn relay(
+    result: Result<Reply, GatewayError>,
+    mut record: Record,
+    dialect: Dialect,
+) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
         request_id: record.request_id.clone(),
         overhead: None,
@@ -585,7 +599,7 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
         }
         Err(error) => {
             record.failed(&error);
-            error.to_response(record.endpoint.dialect())
+            error.to_response(dialect)
         }
     };
     record.status = response.status().as_u16();

@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use aisix_config::{
     Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup,
-    ModelPattern, ProviderKey, ProviderKind, Resilience, Resources, Strategy, TimeoutOverrides,
-    WhenAllUnavailable,
+    ModelPattern, OutputTokensField, ProviderKey, ProviderKind, Resilience, Resources, Strategy,
+    TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -79,6 +79,8 @@ pub struct DirectRoute {
     pub retries: Option<u32>,
     /// How it continues an answer cut short on another model, if it truly does.
     pub continuation: Continuation,
+    /// Where a request translated to chat completions puts its output cap.
+    pub output_tokens_field: OutputTokensField,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -333,6 +335,7 @@ impl Snapshot {
                 cost: model.cost,
                 retries: model.retries,
                 continuation: model.continuation,
+                output_tokens_field: model.output_tokens_field(),
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,

@@ -17,7 +17,9 @@ use super::reader::{
     Fields, Report, Slot, bool, duration, index_path, integer, list, non_empty_string, string,
 };
 use super::rfc3339;
-use super::types::{ApiKey, Continuation, Model, ProviderKey, ProviderKind, Resources, Secret};
+use super::types::{
+    ApiKey, Continuation, Model, OutputTokensField, ProviderKey, ProviderKind, Resources, Secret,
+};
 use crate::bootstrap::CooldownOverrides;
 use crate::duration::Unit;
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -525,6 +527,7 @@ struct ModelDraft {
     retries: Option<Option<u32>>,
     cooldown: Option<Option<CooldownOverrides>>,
     continuation: Option<Option<Continuation>>,
+    output_tokens_field: Option<Option<OutputTokensField>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -656,6 +659,19 @@ fn read_model(
     let continuation = fields
         .optional(report, "continuation")
         .map(|(v, p)| continuation(report, v, &p));
+    let output_tokens_field = fields
+        .optional(report, "output_tokens_field")
+        .map(|(v, p)| {
+            let name = string(report, v, &p)?;
+            let field = OutputTokensField::from_name(name);
+            if field.is_none() {
+                report.error(
+                    &p,
+                    format!("expected max_tokens or max_completion_tokens, not {name:?}"),
+                );
+            }
+            field
+        });
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -669,6 +685,7 @@ fn read_model(
         retries,
         cooldown,
         continuation,
+        output_tokens_field,
     }
 }
 
@@ -749,6 +766,7 @@ fn resolve_provider_keys(
                 cooldown: given(model.cooldown)?.unwrap_or_default(),
                 continuation: given(model.continuation)?
                     .or(model.provider.map(Continuation::default_for))?,
+                output_tokens_field: given(model.output_tokens_field)?,
             })
         })
         .collect()

@@ -135,6 +135,10 @@ pub struct Model {
     /// `continuation`: how it goes on from an answer another model's stream was cut in; the
     /// provider kind's default when not given.
     pub continuation: Continuation,
+    /// `output_tokens_field`: the chat completions field a translated request puts its output
+    /// cap in; `None` takes the default of the model name's family
+    /// ([`OutputTokensField::for_model`]).
+    pub output_tokens_field: Option<OutputTokensField>,
 }
 
 /// `models[].continuation`: how a direct model continues a partial assistant answer, if it
@@ -177,6 +181,62 @@ impl Continuation {
                 Continuation::None
             }
         }
+    }
+}
+
+impl Model {
+    /// The field the upstream wants the output cap in: the configured one, else the family's.
+    pub fn output_tokens_field(&self) -> OutputTokensField {
+        self.output_tokens_field
+            .unwrap_or_else(|| OutputTokensField::for_model(&self.model_name))
+    }
+}
+
+/// Where a chat completions request carries its output cap. OpenAI's reasoning models (o1,
+/// o3, o4, gpt-5) refuse `max_tokens` and want `max_completion_tokens`; most other servers
+/// speaking OpenAI's API know only `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputTokensField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl OutputTokensField {
+    pub const ALL: [OutputTokensField; 2] = [
+        OutputTokensField::MaxTokens,
+        OutputTokensField::MaxCompletionTokens,
+    ];
+
+    /// The default for an upstream model name: `max_completion_tokens` for the reasoning
+    /// families `o1*`, `o3*`, `o4*` and `gpt-5*` (after any `vendor/` prefix), `max_tokens`
+    /// for every other.
+    pub fn for_model(model_name: &str) -> OutputTokensField {
+        let name = model_name.rsplit('/').next().unwrap_or(model_name);
+        let name = name.to_ascii_lowercase();
+        if ["o1", "o3", "o4", "gpt-5"]
+            .iter()
+            .any(|f| name.starts_with(f))
+        {
+            OutputTokensField::MaxCompletionTokens
+        } else {
+            OutputTokensField::MaxTokens
+        }
+    }
+
+    /// Whether the family reasons (and takes `reasoning_effort`).
+    pub fn reasons(self) -> bool {
+        self == OutputTokensField::MaxCompletionTokens
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputTokensField::MaxTokens => "max_tokens",
+            OutputTokensField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<OutputTokensField> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
     }
 }
 

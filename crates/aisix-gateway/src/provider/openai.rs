@@ -33,14 +33,20 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let uri = call.uri(endpoint)?;
     let body = match inbound.endpoint {
         Endpoint::Messages => {
-            request::to_openai(&inbound.body, &route.upstream_model)
-                .map_err(super::anthropic::request_error)?
-                .body
+            request::to_openai(
+                &inbound.body,
+                &route.upstream_model,
+                route.output_tokens_field,
+            )
+            .map_err(super::anthropic::request_error)?
+            .body
         }
-        Endpoint::CountTokens => {
-            request::count_tokens_to_openai(&inbound.body, &route.upstream_model)
-                .map_err(super::anthropic::request_error)?
-        }
+        Endpoint::CountTokens => request::count_tokens_to_openai(
+            &inbound.body,
+            &route.upstream_model,
+            route.output_tokens_field,
+        )
+        .map_err(super::anthropic::request_error)?,
         _ => inbound.inspected.rewrite(
             &inbound.body,
             route.upstream_model_json.as_deref(),

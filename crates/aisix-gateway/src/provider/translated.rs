@@ -67,8 +67,17 @@ impl Translated {
 
     /// An Anthropic stream for an OpenAI client; `include_usage` sends the usage-only chunk,
     /// `created` is the Unix time its chunks report, `rename` the model they name.
-    pub(crate) fn to_openai(include_usage: bool, created: u64, rename: Option<&str>) -> Self {
-        let translator = ToOpenAi::new(include_usage, created);
+    /// `structured`: the request asked for structured output, which comes as a tool call.
+    pub(crate) fn to_openai(
+        include_usage: bool,
+        created: u64,
+        rename: Option<&str>,
+        structured: bool,
+    ) -> Self {
+        let mut translator = ToOpenAi::new(include_usage, created);
+        if structured {
+            translator = translator.structured();
+        }
         Self::new(Way::ToOpenAi(match rename {
             Some(model) => translator.naming(model),
             None => translator,
@@ -338,7 +347,7 @@ mod tests {
 
     #[test]
     fn a_translated_stream_replaces_each_event_and_fails_on_garbage() {
-        let mut map = Translated::to_openai(false, 1, None);
+        let mut map = Translated::to_openai(false, 1, None, false);
         let Edit::Replace(first) = map.event(START).edit else {
             panic!("message_start was not translated")
         };
@@ -369,7 +378,7 @@ mod tests {
         );
         assert!(matches!(relay.event(BLOCK).edit, Edit::Keep));
 
-        let mut translated = Translated::to_openai(true, 1, Some("primary"));
+        let mut translated = Translated::to_openai(true, 1, Some("primary"), false);
         for event in [START, BLOCK, TEXT, STOP] {
             if let Edit::Replace(out) = translated.event(event).edit {
                 let out = std::str::from_utf8(&out).unwrap();
@@ -483,14 +492,14 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_continued_for_an_openai_client_drops_its_role_chunk() {
-        let mut cut = Translated::to_openai(true, 1, None);
+        let mut cut = Translated::to_openai(true, 1, None, false);
         cut.keep_text("");
         for event in [START, BLOCK, TEXT] {
             cut.event(event);
         }
         assert_eq!(cut.text(), Some("Hi"));
 
-        let mut next = Translated::to_openai(true, 1, None);
+        let mut next = Translated::to_openai(true, 1, None, false);
         next.continuing(cut.carried(), cut.blocks());
         assert_eq!(
             sent(next.event(START)),
