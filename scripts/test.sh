@@ -8,9 +8,10 @@
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 #   - redis-server (Debian package `redis-server`): the shared rate-limit store.
+#   - npm (Debian package `npm`): installs Claude Code, pinned, under target/e2e-node.
 #   - wrk and strace: the benchmark harness's second load generator and system-call counts.
-#   - npm (Debian package `npm`, with Node.js): installs the Codex CLI, pinned, under
-#     target/codex (scripts/setup-codex.sh) for the Responses client tests.
+#   - the same npm installs the Codex CLI, pinned, under target/codex (scripts/setup-codex.sh),
+#     for the Responses client tests.
 # Needs root (or sudo) only when a Debian package is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +41,7 @@ if ((${#missing[@]})); then
 fi
 
 bash scripts/setup-python.sh
+bash scripts/setup-node.sh
 bash scripts/setup-codex.sh
 
 # Build everything first, so the end-to-end tests' own build of the binary is a no-op.

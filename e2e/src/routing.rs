@@ -1,6 +1,8 @@
 //! The rig the routing tests share: two scriptable mock providers, each behind its own provider
-//! key and direct model (`primary`, `backup`), the groups a test declares over them, and the
-//! gateway in front, with short cooldowns so a test sees them start and end.
+//! key and direct model (`primary`, `backup`; `backup-vllm` is the backup's mock declared as a
+//! server that continues with vLLM's `continue_final_message`), the groups a test declares
+//! over them, and the gateway in front, with short cooldowns so a test sees them start and
+//! end.
 
 use std::time::Duration;
 
@@ -33,6 +35,7 @@ provider_keys:
 models:
   - {{display_name: primary, provider: openai, model_name: up-primary, provider_key: p1}}
   - {{display_name: backup, provider: openai, model_name: up-backup, provider_key: p2}}
+  - {{display_name: backup-vllm, provider: openai, model_name: up-backup, provider_key: p2, continuation: continue_final_message}}
 {groups}api_keys:
   - {{display_name: team, key_env: ROUTING_KEY, allowed_models: ["*"]}}
 "#

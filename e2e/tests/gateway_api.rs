@@ -315,7 +315,8 @@ both_modes! {
             assert!(reply.json()["usage"]["total_tokens"].as_u64().unwrap() > 0, "{path}");
         }
 
-        let models = client::send(gateway.addr(), client::request("GET", "/v1/models", &[("x-api-key", LOCAL_ONLY_KEY)], None)).await;
+        // An `x-api-key` marks an Anthropic client, which gets Anthropic's list (tests/fidelity.rs).
+        let models = client::send(gateway.addr(), client::request("GET", "/v1/models", &[("authorization", &bearer(LOCAL_ONLY_KEY))], None)).await;
         assert_eq!(models.status, 200);
         assert_eq!(models.json(), json!({"object": "list", "data": [{"id": "local-demo", "object": "model", "created": 0, "owned_by": "mock"}]}));
         let models = client::send(gateway.addr(), client::request("GET", "/v1/models", &[("authorization", &bearer(TEAM_KEY))], None)).await;
@@ -323,7 +324,7 @@ both_modes! {
         assert_eq!(ids, ["gpt-x", "gpt-slow", "gpt-dead", "local-demo"]);
         let one = client::send(gateway.addr(), client::request("GET", "/v1/models/gpt-x", &[("authorization", &bearer(TEAM_KEY))], None)).await;
         assert_eq!(one.json()["id"], "gpt-x");
-        let hidden = client::send(gateway.addr(), client::request("GET", "/v1/models/gpt-x", &[("x-api-key", LOCAL_ONLY_KEY)], None)).await;
+        let hidden = client::send(gateway.addr(), client::request("GET", "/v1/models/gpt-x", &[("authorization", &bearer(LOCAL_ONLY_KEY))], None)).await;
         assert_openai_error(&hidden, 404, "model_not_found");
     }
 }

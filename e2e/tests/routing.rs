@@ -289,7 +289,7 @@ both_modes! {
         .await
         .json();
         let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
-        assert_eq!(ids, ["primary", "backup", "spread"]);
+        assert_eq!(ids, ["primary", "backup", "backup-vllm", "spread"]);
         for i in 0..8 {
             assert_eq!(rig.chat("spread", false, &format!("rr-{i}"), json!({})).await.status, 200);
         }

@@ -44,8 +44,15 @@ fn start(mode: Mode) -> Rig {
         } else {
             "anthropic"
         };
+        // oa2 stands for an OpenAI-dialect server that continues a trailing assistant
+        // message, declared so (OpenAI's own models answer it with a new turn).
+        let continuation = if name == "oa2" {
+            ", continuation: prefill"
+        } else {
+            ""
+        };
         resources += &format!(
-            "  - {{display_name: {name}, provider: {kind}, model_name: up-{name}, provider_key: {name}}}\n"
+            "  - {{display_name: {name}, provider: {kind}, model_name: up-{name}, provider_key: {name}{continuation}}}\n"
         );
     }
     for first in KINDS {

@@ -139,21 +139,37 @@ both_modes! {
 }
 
 both_modes! {
-    async fn a_cut_stream_is_continued_by_the_next_target_into_one_answer(mode: Mode) {
-        let rig = Rig::start(mode, &group("", "      continue_on_cut: true\n"), &[]);
-        rig.primary.enqueue(
-            Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hello, "), Frame::chat_delta(UP, "wor")])
-                .disconnect(),
+    async fn a_cut_stream_is_continued_only_by_a_target_that_truly_continues(mode: Mode) {
+        let groups = format!(
+            "{}  - display_name: vllm\n    routing:\n      targets: [{{model: primary}}, {{model: backup-vllm}}]\n      continue_on_cut: true\n",
+            group("", "      continue_on_cut: true\n")
         );
+        let rig = Rig::start(mode, &groups, &[]);
+        let cut = || {
+            Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hello, "), Frame::chat_delta(UP, "wor")])
+                .disconnect()
+        };
+        // OpenAI's models answer a trailing assistant message with a new turn (as the mock
+        // does, unscripted): the backup is never asked, and the client is told of the cut.
+        rig.primary.enqueue(cut());
+        let text = rig.chat("chat", true, "openai-backup", json!({})).await.text();
+        let stream = streamed(&text);
+        assert_eq!(stream.text, "Hello, wor", "{text}");
+        assert_eq!(stream.error.as_deref(), Some("stream_cut"), "{text}");
+        assert!(text.contains("after 2 tokens") && text.contains("no other target"), "{text}");
+        assert!(!stream.done);
+        assert_eq!(rig.backup.request_count(), 0, "not asked to continue");
+
+        // A vLLM server continues with continue_final_message.
+        rig.primary.enqueue(cut());
         rig.backup.enqueue(Mock::chat_stream("up-backup", &["ld", "!"], 11));
         let reply = rig
-            .chat("chat", true, "continued", json!({"stream_options": {"include_usage": true}}))
+            .chat("vllm", true, "continued", json!({"stream_options": {"include_usage": true}}))
             .await;
         let stream = streamed(&reply.text());
         assert_eq!(stream.text, "Hello, world!", "{}", reply.text());
         assert!(stream.done && stream.error.is_none(), "{}", reply.text());
-        assert_eq!(stream.models, ["primary", "backup"]);
-        // The backup was asked to go on from the text already sent.
+        assert_eq!(stream.models, ["primary", "backup-vllm"]);
         let asked = rig.backup.last_request().unwrap().body_json().unwrap();
         assert_eq!(
             asked["messages"],
@@ -162,6 +178,7 @@ both_modes! {
                 {"role": "assistant", "content": "Hello, wor"},
             ])
         );
+        assert_eq!((&asked["continue_final_message"], &asked["add_generation_prompt"]), (&json!(true), &json!(false)));
         // Usage summed: the cut stream reported none, so its two chunks are its completion and
         // the continuation's prompt less them is its prompt.
         let usage = stream.usage.unwrap();
@@ -170,16 +187,138 @@ both_modes! {
         let line = rig.gateway.access_line("continued");
         assert_eq!((line["input_tokens"].as_u64(), line["output_tokens"].as_u64()), (Some(20), Some(4)));
         assert_eq!(line["attempts"][0]["error"], "stream_cut");
-        assert_eq!(line["attempts"][1]["target"], "backup");
-        assert_eq!(line["model"], "backup");
+        assert_eq!(line["attempts"][1]["target"], "backup-vllm");
+        assert_eq!(line["model"], "backup-vllm");
 
-        // A target that refuses the prefill ends the stream with its error; nothing restarts.
+        // A target that refuses the continuation: the client is told of the cut, not of the
+        // refusal, and nothing restarts.
         rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hel")]).disconnect());
-        rig.backup.enqueue(Mock::openai_error(400, "invalid_request_error", "assistant prefill is not supported"));
-        let stream = streamed(&rig.chat("chat", true, "refused", json!({})).await.text());
+        rig.backup.enqueue(Mock::openai_error(400, "invalid_request_error", "continue_final_message is not supported"));
+        let text = rig.chat("vllm", true, "refused", json!({})).await.text();
+        let stream = streamed(&text);
         assert_eq!(stream.text, "Hel");
-        assert_eq!(stream.error.as_deref(), Some("upstream_rejected"));
+        assert_eq!(stream.error.as_deref(), Some("stream_cut"), "{text}");
+        assert!(text.contains("after 1 tokens") && text.contains("refused or failed"), "{text}");
         assert!(!stream.done);
-        assert_eq!(rig.primary.request_count(), 2);
+        assert_eq!(rig.primary.request_count(), 3);
+    }
+}
+
+both_modes! {
+    async fn a_stream_cut_inside_a_tool_call_is_never_continued(mode: Mode) {
+        let groups = "  - display_name: vllm\n    routing:\n      targets: [{model: primary}, {model: backup-vllm}]\n      continue_on_cut: true\n";
+        let rig = Rig::start(mode, groups, &[]);
+        let call = |arguments: &str| {
+            Frame::json(json!({
+                "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": UP,
+                "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments}}]}, "finish_reason": null}],
+            }))
+        };
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP), call(""), call("{\"city\": \"Par")]).disconnect());
+        let text = rig.chat("vllm", true, "tool-cut", json!({})).await.text();
+        let stream = streamed(&text);
+        assert_eq!(stream.error.as_deref(), Some("stream_cut"), "{text}");
+        assert!(text.contains("inside a tool call"), "{text}");
+        assert!(!stream.done);
+        assert_eq!(rig.backup.request_count(), 0, "a tool call is never continued");
+    }
+}
+
+both_modes! {
+    async fn a_hold_past_its_bound_commits_the_stream_instead_of_buffering_on(mode: Mode) {
+        let rig = Rig::start(mode, &group("", ""), &[("AISIX_UPSTREAM__MAX_SSE_EVENT_BYTES", "1024")]);
+        // Forty role chunks and no token: more than the hold may keep.
+        let preamble: Vec<Frame> = (0..40).map(|_| Frame::chat_role(UP)).collect();
+        rig.primary.enqueue(Mock::sse(preamble).hang());
+        let reply = rig.chat("chat", true, "big-preamble", json!({})).await;
+        assert_eq!(reply.header("x-aisix-served-by"), Some("primary"), "committed, not held");
+        let stream = streamed(&reply.text());
+        assert_eq!(stream.error.as_deref(), Some("upstream_timeout"), "{}", reply.text());
+        assert_eq!(rig.backup.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn keep_alives_go_out_while_a_continuation_is_sought(mode: Mode) {
+        let groups = "  - display_name: vllm\n    routing:\n      targets: [{model: primary}, {model: backup-vllm}]\n      continue_on_cut: true\n";
+        let rig = Rig::start(mode, groups, &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1")]);
+        rig.primary.enqueue(
+            Mock::sse([Frame::chat_role(UP), Frame::chat_delta(UP, "Hello, "), Frame::chat_delta(UP, "wor")])
+                .disconnect(),
+        );
+        // The continuing server takes a while to start.
+        rig.backup.enqueue(Mock::chat_stream("up-backup", &["ld", "!"], 11).delay_head(Duration::from_millis(2500)));
+        let text = rig.chat("vllm", true, "slow-continuation", json!({})).await.text();
+        let stream = streamed(&text);
+        assert_eq!(stream.text, "Hello, world!", "{text}");
+        assert!(stream.done, "{text}");
+        let (before, after) = text.split_once("wor\"").unwrap();
+        assert!(!before.contains(": keep-alive"), "{text}");
+        assert!(after.split("ld\"").next().unwrap().contains(": keep-alive\n\n"), "{text}");
+    }
+}
+
+/// Reads an SSE body as a client behind a proxy with a `read_timeout` would: it gives up when
+/// nothing arrives for that long.
+async fn read_with_timeout(rig: &Rig, id: &str, read_timeout: Duration) -> String {
+    let body = json!({"model": "chat", "stream": true, "messages": [{"role": "user", "content": "Say hello"}]});
+    let request = aisix_e2e::client::chat_request(aisix_e2e::routing::KEY, id, &body.to_string());
+    let response = aisix_e2e::client::send_streaming(rig.gateway.addr(), request).await;
+    assert_eq!(response.status(), 200);
+    let mut body = response.into_body();
+    let mut text = String::new();
+    loop {
+        match tokio::time::timeout(read_timeout, http_body_util::BodyExt::frame(&mut body)).await {
+            Err(_) => panic!("nothing for {read_timeout:?}: the client gave up after {text:?}"),
+            Ok(None) => return text,
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    text.push_str(std::str::from_utf8(&data).unwrap());
+                }
+            }
+        }
+    }
+}
+
+both_modes! {
+    async fn a_client_with_a_short_read_timeout_survives_a_long_held_first_token(mode: Mode) {
+        let rig = Rig::start(
+            mode,
+            &group("", ""),
+            &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1"), ("AISIX_UPSTREAM__FIRST_TOKEN_TIMEOUT_MS", "10000")],
+        );
+        // The first token comes after four seconds; the client gives up after two and a half
+        // without a byte.
+        rig.primary.enqueue(Mock::sse([
+            Frame::chat_role(UP),
+            Frame::chat_delta(UP, "late").after(Duration::from_secs(4)),
+            Frame::chat_finish(UP, "stop"),
+        ]));
+        let text = read_with_timeout(&rig, "held-long", Duration::from_millis(2500)).await;
+        let stream = streamed(&text);
+        assert_eq!(stream.text, "late", "{text}");
+        assert!(stream.done && text.contains(": keep-alive\n\n"), "{text}");
+        assert_eq!(rig.backup.request_count(), 0);
+    }
+}
+
+both_modes! {
+    async fn a_stream_held_past_a_keep_alive_still_falls_over_before_its_first_token(mode: Mode) {
+        let rig = Rig::start(
+            mode,
+            &group("", ""),
+            &[("AISIX_DOWNSTREAM__SSE_KEEPALIVE_INTERVAL_SECS", "1"), ("AISIX_UPSTREAM__FIRST_TOKEN_TIMEOUT_MS", "2500")],
+        );
+        rig.primary.enqueue(Mock::sse([Frame::chat_role(UP)]).hang());
+        let text = read_with_timeout(&rig, "held-then-fallen-over", Duration::from_secs(2)).await;
+        let stream = streamed(&text);
+        assert!(text.starts_with(": keep-alive\n\n"), "{text}");
+        assert_eq!(stream.text, "Hello from the mock provider.", "{text}");
+        assert_eq!(stream.models, ["backup"]);
+        assert!(stream.done, "{text}");
+        let line = rig.gateway.access_line("held-then-fallen-over");
+        assert_eq!(line["attempts"][0]["error"], "upstream_timeout", "{line}");
+        assert_eq!(line["model"], "backup");
     }
 }

@@ -5,6 +5,6 @@ use aisix_gateway::wire::anthropic::request;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = request::to_openai(data, "gpt");
-    let _ = request::count_tokens_to_openai(data, "gpt");
+    let _ = request::to_openai(data, "gpt", request::OutputTokensField::MaxTokens);
+    let _ = request::count_tokens_to_openai(data, "gpt", request::OutputTokensField::MaxCompletionTokens);
 });

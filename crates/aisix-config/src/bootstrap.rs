@@ -155,6 +155,9 @@ pub struct Resilience {
     pub cooldown_window: Duration,
     /// `upstream.cooldown_ms`: how long a cooldown lasts before one probe request may pass.
     pub cooldown: Duration,
+    /// `upstream.key_cooldown_ms`: how long a cooldown lasts when the upstream refused the
+    /// provider key (401, 402, 403, quota exhausted), which no retry mends.
+    pub key_cooldown: Duration,
     /// `upstream.retry_after_max_ms`: the longest `Retry-After` a cooldown honours.
     pub retry_after_max: Duration,
     /// `upstream.retry_budget_percent`: retries a direct model may take, as a share of its
@@ -194,6 +197,7 @@ impl Default for Resilience {
             cooldown_failures: 3,
             cooldown_window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),
+            key_cooldown: Duration::from_secs(300),
             retry_after_max: Duration::from_secs(600),
             retry_budget_percent: 20,
         }

@@ -210,6 +210,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                     .map_or(c.cooldown_failures, |n| n as u32),
                 cooldown_window: r.millis("upstream.cooldown_window_ms", c.cooldown_window),
                 cooldown: r.millis("upstream.cooldown_ms", c.cooldown),
+                key_cooldown: r.millis("upstream.key_cooldown_ms", c.key_cooldown),
                 retry_after_max: r.millis("upstream.retry_after_max_ms", c.retry_after_max),
                 retry_budget_percent: r
                     .bounded("upstream.retry_budget_percent", 0, 100)

@@ -58,6 +58,9 @@ const KEYS: &[(&str, &str, Read)] = &[
     ("upstream.cooldown_ms", "ms", |b| {
         b.upstream.resilience.cooldown
     }),
+    ("upstream.key_cooldown_ms", "ms", |b| {
+        b.upstream.resilience.key_cooldown
+    }),
     ("upstream.retry_after_max_ms", "ms", |b| {
         b.upstream.resilience.retry_after_max
     }),

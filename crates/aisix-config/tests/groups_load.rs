@@ -6,7 +6,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use aisix_config::{ConfigErrors, Resources, Strategy, WhenAllUnavailable, parse_resources};
+use aisix_config::{
+    ConfigErrors, Continuation, FallbackError, Resources, Strategy, WhenAllUnavailable,
+    parse_resources,
+};
 
 fn parse(yaml: &str) -> Result<Resources, ConfigErrors> {
     parse_resources(yaml, Path::new("resources.yaml"), &|_| None)
@@ -150,5 +153,70 @@ fn groups_and_direct_models_share_one_namespace() {
     assert_eq!(
         errors("  - {display_name: primary, routing: {targets: [{model: backup}]}}\n"),
         ["models[2].display_name: duplicate name \"primary\" (first at models[0])"]
+    );
+}
+
+#[test]
+fn fallback_on_errors_names_error_kinds_and_refuses_unknown_ones() {
+    let resources = parse(&with_models(
+        "  - {display_name: chat, routing: {targets: [{model: backup}], fallback_on_errors: [context_length_exceeded, content_filter]}}\n",
+    ))
+    .unwrap();
+    assert_eq!(
+        resources.groups[0].routing.fallback_on_errors,
+        [
+            FallbackError::ContextLengthExceeded,
+            FallbackError::ContentFilter
+        ]
+    );
+    let defaults = parse(&with_models(
+        "  - {display_name: chat, routing: {targets: [{model: backup}]}}\n",
+    ))
+    .unwrap();
+    assert!(defaults.groups[0].routing.fallback_on_errors.is_empty());
+    assert_eq!(
+        errors(
+            "  - {display_name: chat, routing: {targets: [{model: backup}], fallback_on_errors: [too_long]}}\n"
+        ),
+        [
+            "models[2].routing.fallback_on_errors[0]: unknown value \"too_long\" (expected one of: context_length_exceeded, content_filter)"
+        ]
+    );
+}
+
+#[test]
+fn continuation_defaults_by_provider_kind_and_refuses_unknown_methods() {
+    let yaml = r#"_format_version: "1"
+provider_keys:
+  - {display_name: oa, provider: openai, api_base: "http://a.example/v1"}
+  - {display_name: an, provider: anthropic, api_base: "http://b.example"}
+models:
+  - {display_name: gpt, provider: openai, model_name: g, provider_key: oa}
+  - {display_name: claude, provider: anthropic, model_name: c, provider_key: an}
+  - {display_name: vllm, provider: openai, model_name: v, provider_key: oa, continuation: continue_final_message}
+  - {display_name: deepseek, provider: openai, model_name: d, provider_key: oa, continuation: prefix}
+"#;
+    let resources = parse(yaml).unwrap();
+    let methods: Vec<Continuation> = resources.models.iter().map(|m| m.continuation).collect();
+    assert_eq!(
+        methods,
+        [
+            Continuation::None,
+            Continuation::Prefill,
+            Continuation::ContinueFinalMessage,
+            Continuation::Prefix
+        ]
+    );
+    let bad = yaml.replace("continuation: prefix", "continuation: resume");
+    let errors: Vec<String> = parse(&bad)
+        .unwrap_err()
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "models[3].continuation: unknown value \"resume\" (expected one of: prefill, continue_final_message, prefix, none)"
+        ]
     );
 }

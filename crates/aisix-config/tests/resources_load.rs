@@ -347,8 +347,48 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown)",
+            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown, continuation, output_tokens_field)",
             "models[0].timout: unknown field (did you mean timeout?)",
+        ]
+    );
+}
+
+#[test]
+fn output_tokens_field_defaults_by_family_and_is_overridden_per_model() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: oai, provider: openai}
+models:
+  - {display_name: a, provider: openai, model_name: o3-mini, provider_key: oai}
+  - {display_name: b, provider: openai, model_name: gpt-4o, provider_key: oai}
+  - {display_name: c, provider: openai, model_name: openai/GPT-5-mini, provider_key: oai}
+  - {display_name: d, provider: openai, model_name: my-reasoner, provider_key: oai, output_tokens_field: max_completion_tokens}
+  - {display_name: e, provider: openai, model_name: o4-mini, provider_key: oai, output_tokens_field: max_tokens}
+"#;
+    let fields: Vec<&str> = load(yaml, &[])
+        .models
+        .iter()
+        .map(|m| m.output_tokens_field().as_str())
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "max_completion_tokens",
+            "max_tokens",
+            "max_completion_tokens",
+            "max_completion_tokens",
+            "max_tokens"
+        ]
+    );
+    let bad = yaml.replace(
+        "output_tokens_field: max_tokens",
+        "output_tokens_field: max_output",
+    );
+    assert_eq!(
+        errors(&bad, &[]),
+        [
+            "models[4].output_tokens_field: expected max_tokens or max_completion_tokens, not \"max_output\""
         ]
     );
 }

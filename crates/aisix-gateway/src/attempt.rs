@@ -14,15 +14,21 @@
 //!   model's retry budget allows and the request's deadline leaves room; then the request falls
 //!   over to the next direct model (at most `max_fallbacks` times).
 //! - A direct model that never answered (first-byte timeout) is not retried: the request falls
-//!   over at once. A `Retry-After` longer than [`retry::LONG_WAIT`] is not waited for either.
+//!   over at once. Nor is one whose provider key the upstream refused (401, 402, 403, an
+//!   exhausted quota: `insufficient_quota`, `billing_error`), which also cools down for
+//!   `upstream.key_cooldown_ms`. A `Retry-After` longer than [`retry::LONG_WAIT`] is not waited for either.
 //! - Any other 4xx is returned as it is, or falls over when its status is in
-//!   `fallback_on_statuses`. Nothing is tried after the request's own deadline.
+//!   `fallback_on_statuses` or its kind, read from the body in any dialect, is in
+//!   `fallback_on_errors` (`context_length_exceeded`, `content_filter`). Nothing is tried
+//!   after the request's own deadline.
 //! - A stream is held until its first token while another attempt could still follow, so one
 //!   that fails before it falls over too; after it, the relay streams (and, with
 //!   `continue_on_cut`, asks [`Attempts::continuation`] for the rest of an answer cut short).
 //!
 //! Every attempt is written to the request's record (target, status, duration, result) and
-//! reported to its direct model's shared state (cooldown, budget, load).
+//! holds a [`Ticket`] that reports how it ended to its direct model's shared state (cooldown,
+//! latency, load): at once for an answer held whole or an error, at the end of the body for
+//! one relayed (a stream cut after its head counts like one cut before it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,10 +45,11 @@ use crate::budget::Budget;
 use crate::deadline;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::inbound::Inbound;
+use crate::provider::refusal::Refusal;
 use crate::provider::{self, Answer, Call, Carried, StreamMap};
 use crate::route::Plan;
 use crate::route::retry::{self, LONG_WAIT};
-use crate::route::state::{Admission, Clock};
+use crate::route::state::{Admission, Clock, Verdict};
 use crate::snapshot::{DirectRoute, GroupRoute};
 use crate::stream::{Events, StreamSettings};
 use crate::unary::Unary;
@@ -171,8 +178,8 @@ impl Attempts {
         let mut cooling_until: Option<u64> = None;
         let mut ignore_cooling = false;
         loop {
-            while let Some(target) = self.next_target(ignore_cooling, &mut cooling_until) {
-                match self.call_target(&target, record).await {
+            while let Some((target, probe)) = self.next_target(ignore_cooling, &mut cooling_until) {
+                match self.call_target(&target, probe, record).await {
                     Ok(served) => return Ok(served),
                     Err((error, Move::Stop)) => return Err(error),
                     Err((error, _)) => last_error = Some(error),
@@ -191,28 +198,33 @@ impl Attempts {
         }
     }
 
-    /// The next direct model to call, skipping those cooling down (noting the soonest end);
-    /// `None` when the plan (or its fallbacks) are spent.
+    /// The next direct model to call, skipping those cooling down (noting the soonest end),
+    /// with the stamp of its probe when this call is one (else 0); `None` when the plan (or
+    /// its fallbacks) are spent.
     fn next_target(
         &mut self,
         ignore_cooling: bool,
         cooling_until: &mut Option<u64>,
-    ) -> Option<Arc<DirectRoute>> {
+    ) -> Option<(Arc<DirectRoute>, u64)> {
         let policy = self.plan.policy();
         if self.called > policy.max_fallbacks {
             return None;
         }
         while let Some(target) = self.plan.target(self.next).cloned() {
             self.next += 1;
-            if policy.skip_cooling
-                && !ignore_cooling
-                && let Admission::Cooling(until) = target.state.admit(self.ctx.clock.now_ms())
-            {
-                *cooling_until = Some(cooling_until.map_or(until, |u: u64| u.min(until)));
-                continue;
+            let mut probe = 0;
+            if policy.skip_cooling && !ignore_cooling {
+                match target.state.admit(self.ctx.clock.now_ms()) {
+                    Admission::Cooling(until) => {
+                        *cooling_until = Some(cooling_until.map_or(until, |u: u64| u.min(until)));
+                        continue;
+                    }
+                    Admission::Probe(stamp) => probe = stamp,
+                    Admission::Open => {}
+                }
             }
             self.called += 1;
-            return Some(target);
+            return Some((target, probe));
         }
         None
     }
@@ -226,6 +238,7 @@ impl Attempts {
     async fn call_target(
         &mut self,
         target: &Arc<DirectRoute>,
+        mut probe: u64,
         record: &mut Record,
     ) -> Result<Served, (GatewayError, Move)> {
         let retries = target.retries.unwrap_or(self.plan.policy().retries);
@@ -235,8 +248,16 @@ impl Attempts {
         let mut retry = 0;
         loop {
             let hold = retry < retries || self.may_fall_over();
+            // Only the first call is the probe: its failure cools the model again.
             let error = match self
-                .attempt(target, record, &self.inbound, hold, |_| {})
+                .attempt(
+                    target,
+                    std::mem::take(&mut probe),
+                    record,
+                    &self.inbound,
+                    hold,
+                    |_| {},
+                )
                 .await
             {
                 Ok(served) => {
@@ -257,7 +278,7 @@ impl Attempts {
         }
     }
 
-    /// Reports a failed call to its direct model's state and decides what comes next.
+    /// Decides what comes after a failed call (its ticket has reported it).
     fn judge(&self, target: &DirectRoute, error: &GatewayError, retry: u32) -> Move {
         let meaning = error.meaning();
         let policy = self.plan.policy();
@@ -266,18 +287,23 @@ impl Attempts {
         if meaning.side != Side::Upstream {
             return Move::Stop;
         }
-        if !meaning.retryable {
-            let listed = error
-                .upstream_status()
-                .is_some_and(|s| policy.fallback_on_statuses.contains(&s));
-            return if listed { Move::Next } else { Move::Stop };
-        }
-        target.state.failed(now, retry_after, LONG_WAIT);
+        // Nothing is tried after the request's own deadline, whatever the failure.
         let end = self.ctx.clock.ms_at(self.deadline_end(target));
         if now >= end {
             return Move::Stop;
         }
-        let never_answered = error.kind == ErrorKind::UpstreamTimeout;
+        let key_refused = error.refusal.is_some_and(Refusal::of_the_key);
+        if !meaning.retryable && !key_refused {
+            let listed = error
+                .upstream_status()
+                .is_some_and(|s| policy.fallback_on_statuses.contains(&s))
+                || error
+                    .refusal
+                    .is_some_and(|r| policy.fallback_on_errors.contains(&r));
+            return if listed { Move::Next } else { Move::Stop };
+        }
+        // A refused key fails again on every retry: on to the next model's key.
+        let never_answered = error.kind == ErrorKind::UpstreamTimeout || key_refused;
         let rate_limited = error.upstream_status() == Some(429);
         let long_wait = retry_after.is_some_and(|wait| wait > LONG_WAIT);
         if never_answered || long_wait || (rate_limited && !policy.retry_on_429) {
@@ -302,11 +328,13 @@ impl Attempts {
             .end
     }
 
-    /// One call to `target` with `inbound`, written to the record; a stream is held until its
-    /// first token when `hold` (`prepare` sets its map up first).
+    /// One call to `target` with `inbound` (the probe of its cooldown when `probe` is a stamp),
+    /// written to the record; a stream is held until its first token when `hold` (`prepare`
+    /// sets its map up first).
     async fn attempt(
         &self,
         target: &Arc<DirectRoute>,
+        probe: u64,
         record: &mut Record,
         inbound: &Inbound,
         hold: bool,
@@ -317,7 +345,19 @@ impl Attempts {
             self.ctx
                 .deadlines
                 .upstream(&self.plan.timeouts(target), self.received, sent_at);
-        let in_flight = target.track_load.then(|| target.state.busy());
+        let excuse = self.plan.excuse(
+            target,
+            self.ctx.deadlines.upstream,
+            self.ctx.clock,
+            deadlines.end,
+        );
+        let mut ticket = target.state.ticket(
+            self.ctx.clock,
+            self.ctx.clock.ms_at(sent_at),
+            probe,
+            target.track_load,
+            excuse,
+        );
         // Named before the call: a client that leaves during it is counted against this model.
         record.model = Some(target.name.clone());
         record.provider = Some(target.provider.name.clone());
@@ -347,9 +387,8 @@ impl Attempts {
             }) => {
                 status = Some(answered);
                 record.held.merge(held);
-                if target.track_load {
-                    target.state.observe_ttfb(waited);
-                }
+                ticket.first_token(waited);
+                ticket.settle(Verdict::Answered);
                 record.usage = usage;
                 Ok(Served::Complete {
                     status: answered,
@@ -359,10 +398,8 @@ impl Attempts {
             }
             Ok(Answer::Unary { mut answer, waited }) => {
                 status = Some(answer.status);
-                if target.track_load {
-                    target.state.observe_ttfb(waited);
-                }
-                answer.in_flight = in_flight;
+                ticket.first_token(waited);
+                answer.ticket = Some(ticket);
                 Ok(Served::Unary(Box::new(answer)))
             }
             Ok(Answer::Stream {
@@ -370,12 +407,9 @@ impl Attempts {
                 body,
                 lease,
                 mut map,
-                waited,
             }) => {
+                // Its latency is its first token's, which its events learn.
                 status = Some(answered);
-                if target.track_load {
-                    target.state.observe_ttfb(waited);
-                }
                 if self.plan.policy().continue_on_cut {
                     map.keep_text("");
                 }
@@ -387,20 +421,23 @@ impl Attempts {
                     self.ctx.stream,
                     deadlines,
                     sent_at,
-                    in_flight,
+                    Some(ticket),
                 ));
                 events.called(&target.provider);
                 if hold {
-                    events.hold().await.map(|()| Served::Stream(events))
+                    events
+                        .hold(&self.ctx.budget)
+                        .await
+                        .map(|()| Served::Stream(events))
                 } else {
                     Ok(Served::Stream(events))
                 }
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                ticket.settle_error(&error);
+                Err(error)
+            }
         };
-        if result.is_ok() {
-            target.state.succeeded();
-        }
         let duration = sent_at.elapsed();
         record.upstream_wait += duration;
         let error = result.as_ref().err();
@@ -434,13 +471,14 @@ impl Attempts {
         error
     }
 
-    /// Asks the plan's next direct models, in turn, to continue a stream cut after its first
-    /// token (`cause`): the client's request plus an assistant message holding `text`, the
-    /// text already sent. The first whose continuation reaches its own first token takes over
-    /// (its usage added to `carried`, its events going on from the client's blocks `at`). One
-    /// that refuses the request (a 4xx, as for a trailing
-    /// assistant message it does not take) ends the stream with its error; it is never
-    /// restarted from the beginning.
+    /// Asks the plan's next direct models that truly continue (their `continuation` is not
+    /// `none`), in turn, to continue a stream cut after its first token (`cause`): the
+    /// client's request plus an assistant message holding `text`, the text already sent, in
+    /// the form each one's method asks for. The first whose continuation reaches its own
+    /// first token takes over (its usage added to `carried`, its events going on from the
+    /// client's blocks `at`). One that refuses or fails is passed over; it is never restarted
+    /// from the beginning. When none takes over, the stream ends with the cut itself, named
+    /// with the tokens sent before it.
     pub(crate) async fn continuation(
         mut self: Box<Self>,
         mut record: Record,
@@ -449,21 +487,25 @@ impl Attempts {
         at: Blocks,
         cause: GatewayError,
     ) -> Continued {
-        let Some(inbound) = self.inbound.continuation(&text) else {
-            return Continued::Failed(cause, record);
-        };
-        let mut last = cause;
+        let tokens = record.produced.unwrap_or(0);
         let mut cooling = None;
-        while let Some(target) = self.next_target(false, &mut cooling) {
+        let mut tried = 0u32;
+        while let Some((target, probe)) = self.next_target(false, &mut cooling) {
+            let Some(inbound) = self.inbound.continuation(&text, target.continuation) else {
+                // It cannot continue this request: passed over, not counted as a fallback.
+                self.called -= 1;
+                continue;
+            };
             if Instant::now() >= self.deadline_end(&target) {
                 break;
             }
+            tried += 1;
             let prepare = |map: &mut StreamMap| {
                 map.continuing(carried, at);
                 map.keep_text(&text);
             };
             match self
-                .attempt(&target, &mut record, &inbound, true, prepare)
+                .attempt(&target, probe, &mut record, &inbound, true, prepare)
                 .await
             {
                 Ok(Served::Stream(events)) => {
@@ -475,26 +517,18 @@ impl Attempts {
                     };
                 }
                 Ok(Served::Complete { .. } | Served::Unary(_)) => {
-                    last = GatewayError::new(
-                        ErrorKind::UpstreamMalformed,
-                        "The upstream answered a stream request with a whole answer.",
-                    );
+                    tracing::info!(target = %target.name, "a continuation was answered whole; passed over");
                 }
                 Err(error) => {
-                    if error.meaning().side == Side::Upstream && error.retryable() {
-                        target.state.failed(
-                            self.ctx.clock.now_ms(),
-                            error.retry_after.as_ref().and_then(retry::retry_after),
-                            LONG_WAIT,
-                        );
-                    }
-                    if !error.retryable() {
-                        return Continued::Failed(error, record);
-                    }
-                    last = error;
+                    tracing::info!(target = %target.name, code = error.code(), "a continuation failed; passed over");
                 }
             }
         }
-        Continued::Failed(last, record)
+        let why = if tried == 0 {
+            "no other target of the group continues an answer"
+        } else {
+            "every target asked to continue it refused or failed"
+        };
+        Continued::Failed(crate::relay::cut_named(&cause, tokens, why), record)
     }
 }

@@ -98,6 +98,30 @@ impl Budget {
         Ok(())
     }
 
+    /// Grows `held` to cover `bytes` if there is room now (in the key's share and the
+    /// budget), without waiting; whether it did. For a stream's hold, which commits the stream
+    /// rather than wait.
+    pub(crate) fn try_cover(&self, held: &mut Held, bytes: u64) -> bool {
+        let Ok(wanted) = held.wanted(bytes) else {
+            return false;
+        };
+        let Some(wanted) = wanted else {
+            return true;
+        };
+        let share = match &self.share {
+            Some(share) => match share.0.clone().try_acquire_many_owned(wanted) {
+                Ok(permit) => Some(permit),
+                Err(_) => return false,
+            },
+            None => None,
+        };
+        let Ok(permit) = self.room.clone().try_acquire_many_owned(wanted) else {
+            return false;
+        };
+        held.add(permit, share, wanted);
+        true
+    }
+
     /// The budget's bytes and a key's share's, when nothing is held.
     #[cfg(test)]
     pub(crate) fn bytes(&self) -> (u64, u64) {

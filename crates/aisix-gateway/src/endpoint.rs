@@ -9,11 +9,11 @@ pub use aisix_obs::metrics::labels::Endpoint;
 use crate::error::{Allow, ErrorKind, GatewayError, echo};
 use crate::wire::Dialect;
 
-/// The endpoint for `method path`, or the 404/405 to answer. `/livez` and `/readyz` are
-/// [`Endpoint::Health`]; `/v1/models` and `/v1/models/{id}` are [`Endpoint::Models`].
+/// The endpoint for `method path`, or the 404/405 to answer. `/`, `/livez` and `/readyz` are
+/// [`Endpoint::Health`] (clients such as Claude Code probe `HEAD /`); `/v1/models` and `/v1/models/{id}` are [`Endpoint::Models`].
 pub fn resolve(method: &Method, path: &str) -> Result<Endpoint, GatewayError> {
     let (endpoint, allowed) = match path {
-        "/livez" | "/readyz" => (Endpoint::Health, Allow::GetHead),
+        "/" | "/livez" | "/readyz" => (Endpoint::Health, Allow::GetHead),
         "/v1/chat/completions" => (Endpoint::ChatCompletions, Allow::Post),
         "/v1/completions" => (Endpoint::Completions, Allow::Post),
         "/v1/embeddings" => (Endpoint::Embeddings, Allow::Post),
@@ -133,6 +133,8 @@ mod tests {
         );
         assert_eq!(model_id("/v1/models/gpt-4o"), Some("gpt-4o"));
         assert_eq!(resolve(&Method::HEAD, "/livez"), Ok(Endpoint::Health));
+        assert_eq!(resolve(&Method::HEAD, "/"), Ok(Endpoint::Health));
+        assert_eq!(resolve(&Method::GET, "/"), Ok(Endpoint::Health));
         assert_eq!(
             resolve(&Method::POST, "/v1/messages"),
             Ok(Endpoint::Messages)

@@ -15,6 +15,7 @@ use aisix_obs::metrics::labels::{Outcome, RateLimitKind, UpstreamErrorKind};
 
 use crate::body::GatewayBody;
 use crate::limit::Refused;
+use crate::provider::refusal::Refusal;
 use crate::wire::Dialect;
 use crate::wire::anthropic::error as anthropic;
 
@@ -327,6 +328,8 @@ pub struct GatewayError {
     /// An upstream 4xx error object to pass through instead of our own (already scrubbed), or
     /// the envelope of an error an upstream reported mid-stream ([`GatewayError::reported`]).
     pub upstream_body: Option<Bytes>,
+    /// What an upstream's refusal was about, when routing recognises it.
+    pub refusal: Option<Refusal>,
 }
 
 impl GatewayError {
@@ -337,6 +340,7 @@ impl GatewayError {
             param: None,
             retry_after: None,
             upstream_body: None,
+            refusal: None,
         }
     }
 

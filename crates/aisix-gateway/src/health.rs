@@ -1,4 +1,4 @@
-//! `/livez` and `/readyz`, answered without touching configuration or upstreams.
+//! `/`, `/livez` and `/readyz`, answered without touching configuration or upstreams.
 
 use http::{HeaderValue, Response, StatusCode, header};
 
@@ -6,6 +6,11 @@ use crate::body::GatewayBody;
 
 pub(crate) fn livez() -> Response<GatewayBody> {
     text(StatusCode::OK, "ok\n")
+}
+
+/// `/`: one line naming the gateway, for clients that probe the origin before they start.
+pub(crate) fn root() -> Response<GatewayBody> {
+    text(StatusCode::OK, "aisix\n")
 }
 
 pub(crate) fn readyz(ready: bool) -> Response<GatewayBody> {

@@ -2,6 +2,7 @@
 //! endpoint, dialect, body bytes and the fields the gateway acts on (found by one validating
 //! parse), and, for a stream cut short, the request that asks the next model to continue it.
 
+use aisix_config::Continuation;
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
@@ -63,11 +64,19 @@ impl Inbound {
         self.inspected.client_wants_usage()
     }
 
-    /// The request that asks a model to continue an answer that so far reads `text`: the same
-    /// request (and forwarded headers) with an assistant message holding `text` after the
-    /// client's messages, on chat completions and Anthropic's Messages alike. `None` when the
-    /// endpoint has no messages to add to, or the answer has several choices.
-    pub(crate) fn continuation(&self, text: &str) -> Option<Inbound> {
+    /// The request that asks a model to continue an answer that so far reads `text`, the way
+    /// `method` says it does: the same request (and forwarded headers) with an assistant
+    /// message holding `text` after the client's messages, plus what the method asks for:
+    ///
+    /// - `prefill`: nothing more (Anthropic continues a trailing assistant message);
+    /// - `continue_final_message`: `continue_final_message: true` and
+    ///   `add_generation_prompt: false` at the top level (vLLM);
+    /// - `prefix`: `prefix: true` on the assistant message (DeepSeek).
+    ///
+    /// `None` when the endpoint has no messages to add to, the answer has several choices, the
+    /// model cannot continue (`none`), or the method's fields are OpenAI chat fields and the
+    /// client's request is not an OpenAI chat request (a translation would drop them).
+    pub(crate) fn continuation(&self, text: &str, method: Continuation) -> Option<Inbound> {
         let has_messages = matches!(
             self.endpoint,
             Endpoint::ChatCompletions | Endpoint::Messages
@@ -75,11 +84,28 @@ impl Inbound {
         if !has_messages || self.inspected.choices != 1 {
             return None;
         }
+        let chat_fields = matches!(
+            method,
+            Continuation::ContinueFinalMessage | Continuation::Prefix
+        );
+        if method == Continuation::None
+            || (chat_fields && self.endpoint != Endpoint::ChatCompletions)
+        {
+            return None;
+        }
         let mut body: serde_json::Map<String, Value> = serde_json::from_slice(&self.body).ok()?;
         let Some(Value::Array(messages)) = body.get_mut("messages") else {
             return None;
         };
-        messages.push(serde_json::json!({"role": "assistant", "content": text}));
+        let mut message = serde_json::json!({"role": "assistant", "content": text});
+        if method == Continuation::Prefix {
+            message["prefix"] = Value::Bool(true);
+        }
+        messages.push(message);
+        if method == Continuation::ContinueFinalMessage {
+            body.insert("continue_final_message".to_owned(), Value::Bool(true));
+            body.insert("add_generation_prompt".to_owned(), Value::Bool(false));
+        }
         let body = Bytes::from(serde_json::to_vec(&body).ok()?);
         let mut next = inspect(self.endpoint, body).ok()?;
         next.forwarded = self.forwarded.clone();
@@ -116,7 +142,9 @@ mod tests {
             ),
         )
         .unwrap();
-        let next = inbound.continuation("Hello, wor").unwrap();
+        let next = inbound
+            .continuation("Hello, wor", Continuation::Prefill)
+            .unwrap();
         let body: Value = serde_json::from_slice(&next.body).unwrap();
         assert_eq!(
             body["messages"],
@@ -133,7 +161,7 @@ mod tests {
             Bytes::from_static(br#"{"model":"chat","n":2,"messages":[]}"#),
         )
         .unwrap();
-        assert!(several.continuation("x").is_none());
+        assert!(several.continuation("x", Continuation::Prefill).is_none());
         let mut messages = inspect(
             Endpoint::Messages,
             Bytes::from_static(
@@ -145,7 +173,9 @@ mod tests {
             "anthropic-version",
             http::HeaderValue::from_static("2023-06-01"),
         );
-        let next = messages.continuation("Hello, wor").unwrap();
+        let next = messages
+            .continuation("Hello, wor", Continuation::Prefill)
+            .unwrap();
         let body: Value = serde_json::from_slice(&next.body).unwrap();
         assert_eq!(
             body["messages"][1],
@@ -163,6 +193,56 @@ mod tests {
             Bytes::from_static(br#"{"model":"chat","prompt":"x"}"#),
         )
         .unwrap();
-        assert!(legacy.continuation("x").is_none());
+        assert!(legacy.continuation("x", Continuation::Prefill).is_none());
+    }
+
+    /// The continuation request of each method, pinned by a golden file written from the
+    /// provider's documented request fields: vLLM's `continue_final_message` and
+    /// `add_generation_prompt`
+    /// (docs.vllm.ai, OpenAI-compatible server, chat extra parameters), DeepSeek's `prefix`
+    /// on the last assistant message (api-docs.deepseek.com, chat prefix completion), and
+    /// Anthropic's prefill, a trailing assistant message (docs.anthropic.com, prefill
+    /// Claude's response).
+    #[test]
+    fn each_continuation_method_builds_its_documented_request() {
+        let chat = inspect(
+            Endpoint::ChatCompletions,
+            Bytes::from_static(
+                br#"{"model":"chat","stream":true,"messages":[{"role":"user","content":"Hi"}],"temperature":0.5}"#,
+            ),
+        )
+        .unwrap();
+        let golden = |name: &str| -> Value {
+            let path = format!(
+                "{}/tests/golden/continuation/{name}.json",
+                env!("CARGO_MANIFEST_DIR")
+            );
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+        };
+        for method in [
+            Continuation::Prefill,
+            Continuation::ContinueFinalMessage,
+            Continuation::Prefix,
+        ] {
+            let next = chat.continuation("Hello, wor", method).unwrap();
+            let body: Value = serde_json::from_slice(&next.body).unwrap();
+            assert_eq!(body, golden(method.as_str()), "{}", method.as_str());
+        }
+        assert!(chat.continuation("x", Continuation::None).is_none());
+        // An Anthropic client's request is translated for an OpenAI-dialect model: only a
+        // prefill survives that.
+        let messages = inspect(
+            Endpoint::Messages,
+            Bytes::from_static(
+                br#"{"model":"chat","max_tokens":9,"messages":[{"role":"user","content":"Hi"}]}"#,
+            ),
+        )
+        .unwrap();
+        assert!(
+            messages
+                .continuation("x", Continuation::ContinueFinalMessage)
+                .is_none()
+        );
+        assert!(messages.continuation("x", Continuation::Prefix).is_none());
     }
 }

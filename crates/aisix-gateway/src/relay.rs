@@ -6,29 +6,47 @@
 //! With `routing.continue_on_cut`, a stream that fails after its first token is not ended:
 //! the next direct model of the group is asked to continue it (the attempt loop's
 //! [`Attempts::continuation`]), and its events are spliced into the same client stream, its
-//! usage added. Dropping the body (the client left) drops the upstream response, which closes
-//! that upstream connection, and drops a continuation in progress.
+//! usage added. While the continuation is sought, keep-alive comments go out every
+//! `downstream.sse_keepalive_interval_secs`, so that proxies in front of the client do not
+//! drop a connection that is quiet. Dropping the body (the client left) drops the upstream
+//! response, which closes that upstream connection, and drops a continuation in progress.
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use http_body::{Body, Frame};
+use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Continued};
+use crate::attempt::{Attempts, Continued, Served};
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
 use crate::stream::{Events, Next};
+use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
 
+/// The attempt loop of a stream held past a keep-alive interval, run inside the response body
+/// once its head has gone out: its answer (or error), the rest of the plan and the record.
+pub(crate) type Starting =
+    Pin<Box<dyn Future<Output = (Result<Served, GatewayError>, Attempts, Record)> + Send>>;
+
 pub struct SseRelay {
     state: State,
+    /// How often a keep-alive comment goes out while a continuation is sought.
+    keepalive: Option<Duration>,
+    /// When the next one is due, while continuing.
+    timer: Option<Pin<Box<Sleep>>>,
 }
 
 enum State {
+    /// The attempt loop is still looking for a first token; keep-alives go out meanwhile.
+    Starting(Starting),
     Relaying {
         events: Box<Events>,
         record: Record,
@@ -42,6 +60,35 @@ enum State {
 }
 
 impl SseRelay {
+    /// The body of a stream whose head went out before any target reached its first token:
+    /// keep-alive comments every `every` until `starting` answers, then its events (or its
+    /// error as an error event).
+    pub(crate) fn starting(starting: Starting, every: Duration) -> Self {
+        Self {
+            state: State::Starting(starting),
+            keepalive: Some(every),
+            timer: None,
+        }
+    }
+
+    /// Keep-alive comment frames while `this` waits; `Pending` between them.
+    fn keep_alive(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let Some(every) = self.keepalive else {
+            return Poll::Pending;
+        };
+        let timer = self
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(every)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        timer.as_mut().reset(Instant::now() + every);
+        Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(sse::KEEPALIVE)))))
+    }
+
     /// Relays `events` for the request of `record`; `rest` is the plan a continuation may use.
     pub(crate) fn new(
         events: Box<Events>,
@@ -51,11 +98,13 @@ impl SseRelay {
         // Until the stream ends, the request counts as abandoned if the body is dropped.
         record.streaming();
         Self {
+            keepalive: events.keepalive(),
             state: State::Relaying {
                 events,
                 record,
                 rest,
             },
+            timer: None,
         }
     }
 }
@@ -70,6 +119,18 @@ fn continuable(error: &GatewayError) -> bool {
             | ErrorKind::StreamEventTooLarge
             | ErrorKind::UpstreamMalformed
             | ErrorKind::UpstreamServerError(_)
+    )
+}
+
+/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
+/// was not continued: the cut, not a later refusal, is what the client is told.
+pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
+    GatewayError::new(
+        cause.kind,
+        format!(
+            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
+            cause.message.trim_end_matches('.')
+        ),
     )
 }
 
@@ -88,7 +149,15 @@ impl State {
             record.usage = Some(usage);
         }
         record.produced = Some(events.map().produced());
-        if let (Some(rest), true) = (rest, continuable(&error))
+        let mut error = error;
+        if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
+            // The text alone would rebuild a corrupted call: the cut is the client's answer.
+            error = cut_named(
+                &error,
+                record.produced.unwrap_or(0),
+                "inside a tool call, which is never continued",
+            );
+        } else if let (Some(rest), true) = (rest, continuable(&error))
             && let Some(text) = events.map().text().map(str::to_owned)
         {
             tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
@@ -152,13 +221,45 @@ impl Body for SseRelay {
                         }
                     }
                 },
+                State::Starting(starting) => match starting.as_mut().poll(cx) {
+                    Poll::Pending => return this.keep_alive(cx),
+                    Poll::Ready((answer, attempts, mut record)) => {
+                        this.timer = None;
+                        record.mark_head();
+                        this.state = match answer {
+                            Ok(Served::Stream(events)) => {
+                                let rest =
+                                    attempts.continues_cut_streams().then(|| Box::new(attempts));
+                                State::Relaying {
+                                    events,
+                                    record,
+                                    rest,
+                                }
+                            }
+                            Ok(Served::Complete { .. } | Served::Unary(_)) => {
+                                let error = GatewayError::new(
+                                    ErrorKind::UpstreamMalformed,
+                                    "The upstream answered a stream request with a whole answer.",
+                                );
+                                record.failed(&error);
+                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                            }
+                            Err(error) => {
+                                tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                                record.failed(&error);
+                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                            }
+                        };
+                    }
+                },
                 State::Continuing(continuing) => match continuing.as_mut().poll(cx) {
-                    Poll::Pending => return Poll::Pending,
+                    Poll::Pending => return this.keep_alive(cx),
                     Poll::Ready(Continued::Resumed {
                         events,
                         record,
                         rest,
                     }) => {
+                        this.timer = None;
                         this.state = State::Relaying {
                             events,
                             record,
@@ -205,6 +306,7 @@ impl Drop for SseRelay {
 impl std::fmt::Debug for SseRelay {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match self.state {
+            State::Starting(_) => "starting",
             State::Relaying { .. } => "relaying",
             State::Continuing(_) => "continuing",
             State::Closing(..) => "closing",

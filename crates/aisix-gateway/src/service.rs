@@ -8,6 +8,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aisix_bootstrap::WorkerContext;
 use aisix_obs::request_id::RequestIds;
@@ -32,12 +33,13 @@ use crate::inbound::{self, Inbound};
 use crate::limit::estimate::Tokens;
 use crate::limit::{Charge, Headroom};
 use crate::models;
-use crate::relay::SseRelay;
+use crate::relay::{SseRelay, Starting};
 use crate::route::Plan;
 use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
+use crate::wire::Dialect;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
@@ -148,6 +150,7 @@ impl Inner {
             Ok(Endpoint::Health) => {
                 let mut response = match request.uri().path() {
                     "/livez" => health::livez(),
+                    "/" => health::root(),
                     _ => health::readyz(self.ctx.readiness.is_ready()),
                 };
                 Head {
@@ -170,15 +173,50 @@ impl Inner {
                 self.common.sinks,
             ),
         };
-        let served = match resolved {
-            Ok(Endpoint::Models) => self.models(&request, &mut record).map(Reply::Ready),
+        // The model list answers in the dialect of the client asking, errors included.
+        let dialect = match resolved {
+            Ok(Endpoint::Models) => models::dialect(request.headers()),
+            _ => record.endpoint.dialect(),
+        };
+        let mut served = match resolved {
+            Ok(Endpoint::Models) => self
+                .models(&request, &mut record, dialect)
+                .map(Reply::Ready),
             Ok(Endpoint::Responses) if request.method() != http::Method::POST => {
                 self.stored(&request, &mut record).map(Reply::Ready)
             }
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
         };
-        let (mut response, mut head) = relay(served, record);
+        if let Ok(Reply::Held(..)) = &served
+            && let Ok(Reply::Held(attempts, every)) =
+                std::mem::replace(&mut served, Ok(Reply::Pending))
+        {
+            let limits = record.limits;
+            match hold(attempts, record, every).await {
+                Ok((answer, attempts, answered)) => {
+                    record = answered;
+                    served = answer.map(|answer| Reply::Served(answer, attempts));
+                }
+                Err(starting) => {
+                    // Still holding after a keep-alive interval: the head goes out now and
+                    // the body sends keep-alives until the loop has its answer.
+                    let relay = SseRelay::starting(starting, every);
+                    let mut response = Response::new(GatewayBody::Sse(Box::new(relay)));
+                    Head {
+                        request_id,
+                        overhead: None,
+                        served_by: None,
+                        sse: true,
+                        close: false,
+                        limits,
+                    }
+                    .apply(&mut response);
+                    return response;
+                }
+            }
+        }
+        let (mut response, mut head) = relay(served, record, dialect);
         // A body that never arrived in full leaves the HTTP/1.1 connection mid-message: close
         // it (HTTP/2 resets just the stream when the unread body is dropped).
         head.close = response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2;
@@ -192,12 +230,13 @@ impl Inner {
         &self,
         request: &Request<Incoming>,
         record: &mut Record,
+        dialect: Dialect,
     ) -> Result<Response<GatewayBody>, GatewayError> {
         let snapshot = self.snapshot();
         let key = self.authenticate(&snapshot, request, record)?;
         match endpoint::model_id(request.uri().path()) {
-            Some(id) => models::get(&snapshot, key, id),
-            None => Ok(models::list(&snapshot, key)),
+            Some(id) => models::get(&snapshot, key, id, dialect),
+            None => models::list(&snapshot, key, dialect, request.uri().query()),
         }
     }
 
@@ -253,9 +292,16 @@ impl Inner {
             // A native response's state lives with the provider key that created it.
             plan.keep_only(|target| target.provider.name.as_bytes() == &provider[..]);
         }
+        let keepalive = self.common.settings.stream.keepalive;
+        let held = inbound.stream && plan.group().is_some();
         let mut attempts = self.attempts(plan, inbound, budget, record, &snapshot);
         if let Named::Group(group) = &model {
             attempts.hide(hidden_members(group, key));
+        }
+        if let (true, Some(every)) = (held, keepalive) {
+            // Its first token may be held for a while: the loop runs where it can go on
+            // inside the response body, should the head have to go out first.
+            return Ok(Reply::Held(attempts, every));
         }
         let served = attempts.run(record).await?;
         Ok(Reply::Served(served, attempts))
@@ -510,13 +556,43 @@ enum Reply {
     Ready(Response<GatewayBody>),
     /// A direct model's answer, with the rest of the plan.
     Served(Served, Attempts),
+    /// A stream to a group whose attempt loop is yet to run, with the keep-alive interval.
+    Held(Attempts, Duration),
+    /// Taken by [`hold`].
+    Pending,
+}
+
+/// Runs the attempt loop of a held stream: its answer (with the rest of the plan and the
+/// record) when it comes within `every`; else the loop, still running, for the response body
+/// to go on with.
+async fn hold(
+    attempts: Attempts,
+    mut record: Record,
+    every: Duration,
+) -> Result<(Result<Served, GatewayError>, Attempts, Record), Starting> {
+    // From here the request counts as abandoned if its client leaves.
+    record.status = StatusCode::OK.as_u16();
+    record.streaming();
+    let mut starting: Starting = Box::pin(async move {
+        let mut attempts = attempts;
+        let answer = attempts.run(&mut record).await;
+        (answer, attempts, record)
+    });
+    match tokio::time::timeout(every, &mut starting).await {
+        Ok(done) => Ok(done),
+        Err(_) => Err(starting),
+    }
 }
 
 /// The relay phase: turns the answer (or the error, rendered here and only here) into the
 /// response, and hands the record on. A relayed body (a stream's, or a whole answer still
 /// upstream) takes the record and accounts for the request when it ends; any other response
 /// is accounted for now, its head complete.
-fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<GatewayBody>, Head) {
+fn relay(
+    result: Result<Reply, GatewayError>,
+    mut record: Record,
+    dialect: Dialect,
+) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
         request_id: record.request_id.clone(),
         overhead: None,
@@ -565,9 +641,14 @@ fn relay(result: Result<Reply, GatewayError>, mut record: Record) -> (Response<G
             let relay = SseRelay::new(events, record, rest);
             return (Response::new(GatewayBody::Sse(Box::new(relay))), head);
         }
-        Err(error) => {
+        Ok(Reply::Held(..) | Reply::Pending) => {
+            let error = GatewayError::new(ErrorKind::Internal, "The request was not answered.");
             record.failed(&error);
             error.to_response(record.endpoint.dialect())
+        }
+        Err(error) => {
+            record.failed(&error);
+            error.to_response(dialect)
         }
     };
     record.status = response.status().as_u16();

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Cost, DEFAULT_ANTHROPIC_VERSION, KeyHash, ModelGroup, ModelPattern, ProviderKey, ProviderKind,
-    Resilience, Resources, Strategy, TimeoutOverrides, WhenAllUnavailable,
+    Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup,
+    ModelPattern, OutputTokensField, ProviderKey, ProviderKind, Resilience, Resources, Strategy,
+    TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -21,6 +22,7 @@ use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
 use crate::mask::Masks;
+use crate::provider::refusal::Refusal;
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -75,6 +77,10 @@ pub struct DirectRoute {
     pub cost: Option<Cost>,
     /// Its own `retries`, over the policy's (0 for a request naming it, the group's in a group).
     pub retries: Option<u32>,
+    /// How it continues an answer cut short on another model, if it truly does.
+    pub continuation: Continuation,
+    /// Where a request translated to chat completions puts its output cap.
+    pub output_tokens_field: OutputTokensField,
     /// Its `rate_limit`, when it sets one: reserved when clients name it directly.
     pub limits: Option<Arc<Subject>>,
     /// The upstream URI of each endpoint: the provider key's, or the model's own (Azure).
@@ -121,6 +127,8 @@ pub struct Policy {
     pub retry_on_429: bool,
     /// Upstream statuses that move on to the next direct model instead of being returned.
     pub fallback_on_statuses: Vec<u16>,
+    /// Kinds of upstream refusal that move on to the next direct model.
+    pub fallback_on_errors: Vec<Refusal>,
     pub when_all_unavailable: WhenAllUnavailable,
     pub continue_on_cut: bool,
     /// Cooling direct models are skipped (groups); a direct model is always called.
@@ -134,6 +142,7 @@ impl Policy {
         max_fallbacks: 0,
         retry_on_429: false,
         fallback_on_statuses: Vec::new(),
+        fallback_on_errors: Vec::new(),
         when_all_unavailable: WhenAllUnavailable::TryAnyway,
         continue_on_cut: false,
         skip_cooling: false,
@@ -335,6 +344,8 @@ impl Snapshot {
                 timeouts: model.timeouts,
                 cost: model.cost,
                 retries: model.retries,
+                continuation: model.continuation,
+                output_tokens_field: model.output_tokens_field(),
                 limits: limiter.subject(
                     RateLimitScope::Model,
                     &model.display_name,
@@ -469,6 +480,14 @@ impl GroupRoute {
                 max_fallbacks: routing.max_fallbacks.unwrap_or(u32::MAX),
                 retry_on_429: routing.retry_on_429,
                 fallback_on_statuses: routing.fallback_on_statuses.clone(),
+                fallback_on_errors: routing
+                    .fallback_on_errors
+                    .iter()
+                    .map(|kind| match kind {
+                        FallbackError::ContextLengthExceeded => Refusal::ContextLengthExceeded,
+                        FallbackError::ContentFilter => Refusal::ContentFilter,
+                    })
+                    .collect(),
                 when_all_unavailable: routing.when_all_unavailable,
                 continue_on_cut: routing.continue_on_cut,
                 skip_cooling: true,

@@ -7,7 +7,10 @@
 //!   copied.
 //! - Held ([`Events::hold`]), nothing is sent: the stream is read until its first token, so a
 //!   stream that fails before it can be replaced by another attempt. What was read stays in
-//!   the outbox and goes out first once relayed: the hold costs no copy and no task.
+//!   the outbox and goes out first once relayed: the hold costs no copy and no task. What it
+//!   holds is charged to the worker's memory budget and bounded by
+//!   `upstream.max_sse_event_bytes`: past that, or when the budget has no room, the stream is
+//!   committed (relayed from there on, no longer replaceable).
 //! - Relayed ([`Events::poll_relay`]), every complete event the upstream has ready goes out in
 //!   one frame: frames hyper already holds are drained before anything is written, and the end
 //!   of the stream goes out with the last data.
@@ -30,10 +33,11 @@ use http_body::Body;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
+use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::{Edit, StreamMap};
-use crate::route::state::InFlight;
+use crate::route::state::{Ticket, Verdict};
 use crate::snapshot::Provider;
 use crate::upstream::Lease;
 use crate::wire::Dialect;
@@ -90,8 +94,9 @@ pub(crate) struct Events {
     sent_at: Instant,
     ttft: Option<Duration>,
     usage: Option<Usage>,
-    /// Counts the call in its direct model's load while the stream lives.
-    _in_flight: Option<InFlight>,
+    /// Counts the call in its direct model's load while the stream lives, and reports its end
+    /// (its first token's latency, its completion or its failure) to the model's state.
+    ticket: Option<Ticket>,
     /// The provider called, whose key is masked in an error it reports mid-stream.
     provider: Option<Arc<Provider>>,
 }
@@ -122,6 +127,10 @@ impl Outbox {
 
     fn is_empty(&self) -> bool {
         self.first.is_none() && self.more.is_empty()
+    }
+
+    fn len(&self) -> usize {
+        self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
     }
 
     pub(crate) fn take(&mut self) -> Bytes {
@@ -233,7 +242,7 @@ impl Events {
         settings: StreamSettings,
         deadlines: Deadlines,
         sent_at: Instant,
-        in_flight: Option<InFlight>,
+        ticket: Option<Ticket>,
     ) -> Self {
         let now = Instant::now();
         let mut events = Self {
@@ -255,7 +264,7 @@ impl Events {
             sent_at,
             ttft: None,
             usage: None,
-            _in_flight: in_flight,
+            ticket,
             provider: None,
         };
         let wake = events.next_wake(false);
@@ -270,6 +279,11 @@ impl Events {
 
     pub(crate) fn map(&self) -> &StreamMap {
         &self.map
+    }
+
+    /// How often a keep-alive comment goes out while the client waits.
+    pub(crate) fn keepalive(&self) -> Option<Duration> {
+        self.settings.keepalive
     }
 
     /// Time from sending the call to its first token.
@@ -288,17 +302,30 @@ impl Events {
     }
 
     /// Reads until the first token (or the stream's complete end), sending nothing: `Err` if
-    /// the stream fails first.
-    pub(crate) async fn hold(&mut self) -> Result<(), GatewayError> {
-        poll_fn(|cx| self.poll_held(cx)).await
+    /// the stream fails first. What it holds is charged to `budget` until it returns; past
+    /// the cap (`upstream.max_sse_event_bytes`) or the budget's room it returns early, the
+    /// stream committed.
+    pub(crate) async fn hold(&mut self, budget: &Budget) -> Result<(), GatewayError> {
+        let mut held = Held::default();
+        poll_fn(|cx| self.poll_held(cx, budget, &mut held)).await
     }
 
-    fn poll_held(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), GatewayError>> {
+    fn poll_held(
+        &mut self,
+        cx: &mut Context<'_>,
+        budget: &Budget,
+        held: &mut Held,
+    ) -> Poll<Result<(), GatewayError>> {
         loop {
             if let Some(error) = self.failure.take() {
                 return Poll::Ready(Err(error));
             }
             if self.finished || self.done || self.map.started() {
+                return Poll::Ready(Ok(()));
+            }
+            let holding = self.out.len() + self.partial.len();
+            if holding > self.settings.max_event_bytes || !budget.try_cover(held, holding as u64) {
+                tracing::debug!(holding, "the hold is full: the stream is committed");
                 return Poll::Ready(Ok(()));
             }
             match self.poll_upstream(cx) {
@@ -442,7 +469,11 @@ impl Events {
             (scanned, complete)
         };
         if !was_started && self.map.started() {
-            self.ttft = Some(self.sent_at.elapsed());
+            let ttft = self.sent_at.elapsed();
+            self.ttft = Some(ttft);
+            if let Some(ticket) = &self.ticket {
+                ticket.first_token(ttft);
+            }
         }
         if scanned.usage.is_some() {
             self.usage = scanned.usage;
@@ -470,6 +501,9 @@ impl Events {
 
     /// Ends the stream with `error`; its connection is not reused.
     fn fail(&mut self, error: GatewayError) {
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle_error(&error);
+        }
         self.lease = None;
         self.upstream = None;
         self.finished = true;
@@ -481,6 +515,9 @@ impl Events {
     /// has had its lease dropped before).
     fn finish(&mut self) {
         self.finished = true;
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle(Verdict::Answered);
+        }
         match (self.lease.take(), self.upstream.take()) {
             (Some(lease), Some(upstream)) => lease.release_after(upstream),
             (Some(lease), None) => lease.release(),
@@ -704,7 +741,7 @@ mod tests {
         events.extend(burst(1));
         events.push("data: [DONE]\n\n".to_owned());
         let mut held = events_of(chunked(&events), false, 1 << 20).await;
-        held.hold().await.unwrap();
+        held.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
         assert!(held.map().started() && held.ttft().is_some());
         let (frames, failure, _) = frames(held).await;
         assert!(failure.is_none());
@@ -714,7 +751,9 @@ mod tests {
         raw.extend_from_slice(b"0\r\n\r\n");
         let mut cut = events_of(raw, true, 1 << 20).await;
         assert_eq!(
-            cut.hold().await.map_err(|e| e.kind),
+            cut.hold(&Budget::new(1 << 20, 1 << 20))
+                .await
+                .map_err(|e| e.kind),
             Err(ErrorKind::StreamCut)
         );
         let mut malformed = events_of(
@@ -724,7 +763,10 @@ mod tests {
         )
         .await;
         assert_eq!(
-            malformed.hold().await.map_err(|e| e.kind),
+            malformed
+                .hold(&Budget::new(1 << 20, 1 << 20))
+                .await
+                .map_err(|e| e.kind),
             Err(ErrorKind::UpstreamMalformed)
         );
     }
@@ -734,7 +776,27 @@ mod tests {
         let role =
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let mut events = events_of(chunked(&[role]), false, 1 << 20).await;
-        let error = events.hold().await.unwrap_err();
+        let error = events
+            .hold(&Budget::new(1 << 20, 1 << 20))
+            .await
+            .unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamTimeout);
+    }
+
+    #[tokio::test]
+    async fn a_hold_past_its_cap_or_the_budget_commits_the_stream_unstarted() {
+        // A preamble of comments and role chunks, no token yet, and the upstream still open.
+        let role =
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
+        let preamble: Vec<String> = (0..40).map(|_| role.clone()).collect();
+        let mut events = events_of(chunked(&preamble), false, 1024).await;
+        events.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
+        assert!(!events.map().started(), "committed before its first token");
+        assert!(events.out.len() > 1024);
+
+        let mut events = events_of(chunked(&preamble), false, 1 << 20).await;
+        // A budget of one KiB covers less than the preamble.
+        events.hold(&Budget::new(1024, 1024)).await.unwrap();
+        assert!(!events.map().started());
     }
 }

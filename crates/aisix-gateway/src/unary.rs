@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError};
-use crate::route::state::InFlight;
+use crate::route::state::{Ticket, Verdict};
 use crate::upstream::Lease;
 use crate::wire::Dialect;
 use crate::wire::rename::{Renamer, join};
@@ -40,8 +40,9 @@ pub(crate) struct Unary {
     pub usage: Option<Dialect>,
     /// The whole request's deadline.
     pub end: Instant,
-    /// Counts the call in its direct model's load while the body is relayed.
-    pub in_flight: Option<InFlight>,
+    /// Counts the call in its direct model's load while the body is relayed, and reports how
+    /// the body ended to the model's state.
+    pub ticket: Option<Ticket>,
     /// A native Responses answer: its id is pinned to the provider key when the body has passed.
     pub pin: Option<crate::stored::Pin>,
 }
@@ -71,7 +72,7 @@ pub struct UnaryRelay {
     /// `None` once the request has been accounted for.
     record: Option<Record>,
     timer: Pin<Box<Sleep>>,
-    _in_flight: Option<InFlight>,
+    ticket: Option<Ticket>,
     pin: Option<crate::stored::Pin>,
 }
 
@@ -88,7 +89,7 @@ impl UnaryRelay {
             usage: UsageWindow::new(answer.usage),
             record: Some(record),
             timer: Box::pin(tokio::time::sleep_until(answer.end)),
-            _in_flight: answer.in_flight,
+            ticket: answer.ticket,
             pin: answer.pin,
         }
     }
@@ -99,6 +100,9 @@ impl UnaryRelay {
         self.upstream = None;
         if let Some(lease) = self.lease.take() {
             lease.release();
+        }
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle(Verdict::Answered);
         }
         if let Some(mut record) = self.record.take() {
             record.usage = self.usage.usage();
@@ -118,6 +122,9 @@ impl UnaryRelay {
     fn cut(&mut self, error: &GatewayError) {
         self.upstream = None;
         self.lease = None;
+        if let Some(ticket) = self.ticket.as_mut() {
+            ticket.settle_error(error);
+        }
         if let Some(mut record) = self.record.take() {
             tracing::warn!(request_id = ?record.request_id, code = error.code(), "answer to client cut off");
             record.usage = self.usage.usage();
@@ -255,7 +262,7 @@ mod tests {
             rename: rename.map(Bytes::from_static),
             usage: Some(Dialect::OpenAi),
             end: Instant::now() + Duration::from_secs(60),
-            in_flight: None,
+            ticket: None,
             pin: None,
         };
         UnaryRelay::new(answer, record)

@@ -139,12 +139,21 @@ fn openai_requests_translate_to_anthropic_as_the_golden_files_say() {
 fn anthropic_requests_translate_to_openai_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("request/to_openai", "json") {
+        // A case named `o3_…` goes to a reasoning model, whose family wants
+        // `max_completion_tokens` and takes `reasoning_effort`.
+        let model = if name.starts_with("o3_") {
+            "o3"
+        } else {
+            OPENAI_MODEL
+        };
+        let field = request::OutputTokensField::for_model(model);
         let out =
-            request::to_openai(&input, OPENAI_MODEL).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+            request::to_openai(&input, model, field).unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.expect(&path, "out.json", out.body.to_vec(), true);
     }
     for (name, path, input) in cases("request/count_tokens", "json") {
-        let out = request::count_tokens_to_openai(&input, OPENAI_MODEL)
+        let field = request::OutputTokensField::for_model(OPENAI_MODEL);
+        let out = request::count_tokens_to_openai(&input, OPENAI_MODEL, field)
             .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.expect(&path, "out.json", out.to_vec(), true);
     }
@@ -155,8 +164,10 @@ fn anthropic_requests_translate_to_openai_as_the_golden_files_say() {
 fn anthropic_answers_translate_to_openai_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("response/to_openai", "json") {
-        let answer =
-            response::to_openai(&input, CREATED).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        // A case named `structured_…` answers a request that asked for structured output.
+        let structured = name.starts_with("structured_");
+        let answer = response::to_openai_with(&input, CREATED, structured)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.answer(&path, answer);
     }
     diffs.check();
@@ -175,8 +186,12 @@ fn openai_answers_translate_to_anthropic_as_the_golden_files_say() {
 #[test]
 fn anthropic_streams_translate_to_openai_chunks_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
-    for (_, path, input) in cases("stream/to_openai", "sse") {
-        let streamed = common::translate(&mut ToOpenAi::new(true, CREATED), [&input[..]]);
+    for (name, path, input) in cases("stream/to_openai", "sse") {
+        let mut translator = ToOpenAi::new(true, CREATED);
+        if name.starts_with("structured_") {
+            translator = translator.structured();
+        }
+        let streamed = common::translate(&mut translator, [&input[..]]);
         diffs.stream(&path, streamed);
     }
     diffs.check();

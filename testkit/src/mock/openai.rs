@@ -7,6 +7,12 @@
 //! `response_format` of type `json_schema`, the answer's content is a JSON object that fills
 //! the schema the same way.
 //!
+//! A request whose last message is the assistant's gets a new turn, the same answer as any
+//! other, as OpenAI's chat models give: they do not continue a trailing assistant message.
+//! A test that needs a server that continues one (vLLM with `continue_final_message`,
+//! DeepSeek with `prefix`) scripts that server's answer.
+//! A reasoning model (`o1*`, `o3*`, `o4*`, `gpt-5*`) refuses `max_tokens` with OpenAI's 400.
+//!
 //! Usage rule: `prompt_tokens` is the number of whitespace-separated words in the prompt text
 //! (message contents, `prompt` or `input`; one per token id for pre-tokenized input), at least 1;
 //! `completion_tokens` is the number of pieces of [`REPLY_PIECES`].
@@ -77,7 +83,21 @@ fn with_body(req: &RecordedRequest, answer: impl FnOnce(&Value, &str) -> Answer)
     }
 }
 
+/// OpenAI's reasoning models (o1, o3, o4, gpt-5) refuse `max_tokens`, as OpenAI does.
+fn reasoning_model(model: &str) -> bool {
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|f| model.starts_with(f))
+}
+
 fn chat(body: &Value, model: &str, seq: usize) -> Answer {
+    if reasoning_model(model) && body.get("max_tokens").is_some_and(|v| !v.is_null()) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            Some("unsupported_parameter"),
+            "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+        );
+    }
     let id = format!("chatcmpl-mock-{seq}");
     let prompt_tokens = body
         .get("messages")

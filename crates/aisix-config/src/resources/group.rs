@@ -45,6 +45,9 @@ pub struct Routing {
     pub retry_on_429: bool,
     /// Upstream statuses that fall over to the next target instead of being returned.
     pub fallback_on_statuses: Vec<u16>,
+    /// Kinds of upstream refusal, recognised across dialects, that fall over to the next
+    /// target instead of being returned.
+    pub fallback_on_errors: Vec<FallbackError>,
     pub when_all_unavailable: WhenAllUnavailable,
     /// A stream cut after content was sent is continued by the next target.
     pub continue_on_cut: bool,
@@ -94,6 +97,31 @@ impl Strategy {
     }
 }
 
+/// `routing.fallback_on_errors[]`: a kind of upstream refusal, whatever the provider's dialect
+/// calls it, that falls over to the next target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FallbackError {
+    /// The prompt does not fit the model's context window (OpenAI's
+    /// `context_length_exceeded`, Anthropic's "prompt is too long").
+    ContextLengthExceeded,
+    /// A content filter refused the prompt (`content_filter`, `content_policy_violation`).
+    ContentFilter,
+}
+
+impl FallbackError {
+    pub const ALL: [FallbackError; 2] = [
+        FallbackError::ContextLengthExceeded,
+        FallbackError::ContentFilter,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FallbackError::ContextLengthExceeded => "context_length_exceeded",
+            FallbackError::ContentFilter => "content_filter",
+        }
+    }
+}
+
 /// `routing.when_all_unavailable`: what a request does when every target is cooling down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WhenAllUnavailable {
@@ -126,6 +154,7 @@ pub(super) struct RoutingDraft {
     max_fallbacks: Option<Option<u32>>,
     retry_on_429: Option<bool>,
     fallback_on_statuses: Option<Vec<u16>>,
+    fallback_on_errors: Option<Vec<FallbackError>>,
     when_all_unavailable: Option<WhenAllUnavailable>,
     continue_on_cut: Option<bool>,
 }
@@ -177,6 +206,9 @@ fn read_routing(report: &mut Report, value: &Value, path: String) -> Option<Rout
     let fallback_on_statuses = fields
         .optional(report, "fallback_on_statuses")
         .map(|(v, p)| statuses(report, v, &p));
+    let fallback_on_errors = fields
+        .optional(report, "fallback_on_errors")
+        .map(|(v, p)| error_kinds(report, v, &p));
     let when_all_unavailable = fields
         .optional(report, "when_all_unavailable")
         .map(|(v, p)| {
@@ -202,6 +234,7 @@ fn read_routing(report: &mut Report, value: &Value, path: String) -> Option<Rout
         max_fallbacks: Some(given(max_fallbacks)?),
         retry_on_429: given(retry_on_429)?.or(Some(false)),
         fallback_on_statuses: given(fallback_on_statuses)?.or(Some(Vec::new())),
+        fallback_on_errors: given(fallback_on_errors)?.or(Some(Vec::new())),
         when_all_unavailable: given(when_all_unavailable)?.or(Some(WhenAllUnavailable::Fail)),
         continue_on_cut: given(continue_on_cut)?.or(Some(false)),
     })
@@ -257,6 +290,27 @@ fn statuses(report: &mut Report, value: &Value, path: &str) -> Option<Vec<u16>> 
         }
     }
     statuses
+}
+
+/// A list of [`FallbackError`] names.
+fn error_kinds(report: &mut Report, value: &Value, path: &str) -> Option<Vec<FallbackError>> {
+    let items = list(report, value, path)?;
+    let mut kinds = Some(Vec::with_capacity(items.len()));
+    for (i, item) in items.iter().enumerate() {
+        let path = index_path(path, i);
+        let kind = choice(
+            report,
+            item,
+            &path,
+            &FallbackError::ALL,
+            FallbackError::as_str,
+        );
+        match (kind, kinds.as_mut()) {
+            (Some(kind), Some(kinds)) => kinds.push(kind),
+            _ => kinds = None,
+        }
+    }
+    kinds
 }
 
 /// One of `options`, named by `name_of`.
@@ -356,6 +410,7 @@ pub(super) fn resolve_targets(
                     max_fallbacks: routing.max_fallbacks?,
                     retry_on_429: routing.retry_on_429?,
                     fallback_on_statuses: routing.fallback_on_statuses?,
+                    fallback_on_errors: routing.fallback_on_errors?,
                     when_all_unavailable: routing.when_all_unavailable?,
                     continue_on_cut: routing.continue_on_cut?,
                 },

@@ -17,7 +17,9 @@ use super::reader::{
     Fields, Report, Slot, bool, duration, index_path, integer, list, non_empty_string, string,
 };
 use super::rfc3339;
-use super::types::{ApiKey, Model, ProviderKey, ProviderKind, Resources, Secret};
+use super::types::{
+    ApiKey, Continuation, Model, OutputTokensField, ProviderKey, ProviderKind, Resources, Secret,
+};
 use crate::bootstrap::CooldownOverrides;
 use crate::duration::Unit;
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -543,6 +545,8 @@ struct ModelDraft {
     cost: Option<Option<Cost>>,
     retries: Option<Option<u32>>,
     cooldown: Option<Option<CooldownOverrides>>,
+    continuation: Option<Option<Continuation>>,
+    output_tokens_field: Option<Option<OutputTokensField>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -671,6 +675,22 @@ fn read_model(
     let cooldown = fields
         .optional(report, "cooldown")
         .map(|(v, p)| read_cooldown(report, v, &p));
+    let continuation = fields
+        .optional(report, "continuation")
+        .map(|(v, p)| continuation(report, v, &p));
+    let output_tokens_field = fields
+        .optional(report, "output_tokens_field")
+        .map(|(v, p)| {
+            let name = string(report, v, &p)?;
+            let field = OutputTokensField::from_name(name);
+            if field.is_none() {
+                report.error(
+                    &p,
+                    format!("expected max_tokens or max_completion_tokens, not {name:?}"),
+                );
+            }
+            field
+        });
     fields.finish(report, "field");
     ModelDraft {
         path,
@@ -683,7 +703,25 @@ fn read_model(
         cost,
         retries,
         cooldown,
+        continuation,
+        output_tokens_field,
     }
+}
+
+fn continuation(report: &mut Report, value: &Value, path: &str) -> Option<Continuation> {
+    let name = string(report, value, path)?;
+    let found = Continuation::ALL.into_iter().find(|c| c.as_str() == name);
+    if found.is_none() {
+        let names: Vec<_> = Continuation::ALL.iter().map(|c| c.as_str()).collect();
+        report.error(
+            path,
+            format!(
+                "unknown value {name:?} (expected one of: {})",
+                names.join(", ")
+            ),
+        );
+    }
+    found
 }
 
 /// Checks each model's `provider_key` against the provider keys and builds the model; `None`
@@ -745,6 +783,9 @@ fn resolve_provider_keys(
                 cost: given(model.cost)?,
                 retries: given(model.retries)?,
                 cooldown: given(model.cooldown)?.unwrap_or_default(),
+                continuation: given(model.continuation)?
+                    .or(model.provider.map(Continuation::default_for))?,
+                output_tokens_field: given(model.output_tokens_field)?,
             })
         })
         .collect()

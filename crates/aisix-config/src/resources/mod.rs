@@ -15,11 +15,12 @@ mod rfc3339;
 mod types;
 
 pub use diff::{CollectionDiff, ResourcesDiff};
-pub use group::{GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
+pub use group::{FallbackError, GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
 pub use key::{KeyHash, hash_key};
 pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, Usd};
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{
-    ApiKey, DEFAULT_ANTHROPIC_VERSION, Model, ProviderKey, ProviderKind, Resources, Secret,
+    ApiKey, Continuation, DEFAULT_ANTHROPIC_VERSION, Model, OutputTokensField, ProviderKey,
+    ProviderKind, Resources, Secret,
 };

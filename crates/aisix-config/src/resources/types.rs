@@ -137,6 +137,112 @@ pub struct Model {
     pub retries: Option<u32>,
     /// `cooldown`: this model's own cooldown settings over the `upstream.*` ones.
     pub cooldown: CooldownOverrides,
+    /// `continuation`: how it goes on from an answer another model's stream was cut in; the
+    /// provider kind's default when not given.
+    pub continuation: Continuation,
+    /// `output_tokens_field`: the chat completions field a translated request puts its output
+    /// cap in; `None` takes the default of the model name's family
+    /// ([`OutputTokensField::for_model`]).
+    pub output_tokens_field: Option<OutputTokensField>,
+}
+
+/// `models[].continuation`: how a direct model continues a partial assistant answer, if it
+/// truly does (a group's `continue_on_cut` uses it; models that cannot are skipped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Continuation {
+    /// A trailing assistant message is continued (Anthropic's prefill); `anthropic`'s default.
+    Prefill,
+    /// vLLM's `continue_final_message: true` with `add_generation_prompt: false`.
+    ContinueFinalMessage,
+    /// DeepSeek's `prefix: true` on the trailing assistant message.
+    Prefix,
+    /// It answers a trailing assistant message with a new turn (OpenAI, Azure OpenAI): it is
+    /// never asked to continue; `openai`'s and `azure_openai`'s default.
+    None,
+}
+
+impl Continuation {
+    pub const ALL: [Continuation; 4] = [
+        Continuation::Prefill,
+        Continuation::ContinueFinalMessage,
+        Continuation::Prefix,
+        Continuation::None,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Continuation::Prefill => "prefill",
+            Continuation::ContinueFinalMessage => "continue_final_message",
+            Continuation::Prefix => "prefix",
+            Continuation::None => "none",
+        }
+    }
+
+    /// What a model of `kind` does when its entry does not say.
+    pub fn default_for(kind: ProviderKind) -> Self {
+        match kind {
+            ProviderKind::Anthropic => Continuation::Prefill,
+            ProviderKind::OpenAi | ProviderKind::AzureOpenAi | ProviderKind::Mock => {
+                Continuation::None
+            }
+        }
+    }
+}
+
+impl Model {
+    /// The field the upstream wants the output cap in: the configured one, else the family's.
+    pub fn output_tokens_field(&self) -> OutputTokensField {
+        self.output_tokens_field
+            .unwrap_or_else(|| OutputTokensField::for_model(&self.model_name))
+    }
+}
+
+/// Where a chat completions request carries its output cap. OpenAI's reasoning models (o1,
+/// o3, o4, gpt-5) refuse `max_tokens` and want `max_completion_tokens`; most other servers
+/// speaking OpenAI's API know only `max_tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OutputTokensField {
+    MaxTokens,
+    MaxCompletionTokens,
+}
+
+impl OutputTokensField {
+    pub const ALL: [OutputTokensField; 2] = [
+        OutputTokensField::MaxTokens,
+        OutputTokensField::MaxCompletionTokens,
+    ];
+
+    /// The default for an upstream model name: `max_completion_tokens` for the reasoning
+    /// families `o1*`, `o3*`, `o4*` and `gpt-5*` (after any `vendor/` prefix), `max_tokens`
+    /// for every other.
+    pub fn for_model(model_name: &str) -> OutputTokensField {
+        let name = model_name.rsplit('/').next().unwrap_or(model_name);
+        let name = name.to_ascii_lowercase();
+        if ["o1", "o3", "o4", "gpt-5"]
+            .iter()
+            .any(|f| name.starts_with(f))
+        {
+            OutputTokensField::MaxCompletionTokens
+        } else {
+            OutputTokensField::MaxTokens
+        }
+    }
+
+    /// Whether the family reasons (and takes `reasoning_effort`).
+    pub fn reasons(self) -> bool {
+        self == OutputTokensField::MaxCompletionTokens
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutputTokensField::MaxTokens => "max_tokens",
+            OutputTokensField::MaxCompletionTokens => "max_completion_tokens",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<OutputTokensField> {
+        Self::ALL.into_iter().find(|f| f.as_str() == name)
+    }
 }
 
 /// `api_keys[]`: a client credential (kept only as its SHA-256) and what it may use.

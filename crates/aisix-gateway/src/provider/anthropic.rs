@@ -2,9 +2,10 @@
 //! to `{api_base}/v1/messages`. An Anthropic client's request is relayed byte for byte with
 //! only `model` rewritten in place, its `anthropic-version` and `anthropic-beta` forwarded (the
 //! key's `anthropic_version` when it sent none), and the answer relayed unchanged as it
-//! arrives (unparsed but for its usage and, for groups, its `model`). An OpenAI client's chat
-//! request is translated to a Messages request, and the answer, stream or error back to
-//! OpenAI's shape.
+//! arrives (unparsed but for its usage and, for groups, its `model`); `system` turns inside
+//! `messages`, which Anthropic refuses, are first hoisted into the system prompt. An OpenAI
+//! client's chat request is translated to a Messages request, and the answer, stream or error
+//! back to OpenAI's shape.
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
@@ -16,7 +17,7 @@ use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::wire::Dialect;
 use crate::wire::anthropic::request::{self, DEFAULT_MAX_TOKENS, RequestError};
-use crate::wire::anthropic::{error as anthropic_error, response};
+use crate::wire::anthropic::{error as anthropic_error, response, roles};
 
 static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
@@ -47,15 +48,21 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     };
     let uri = call.uri(endpoint)?;
     let mut extra = HeaderMap::new();
+    let mut structured = false;
     let body = if relayed {
         extra = inbound.forwarded.clone();
-        inbound
-            .inspected
-            .rewrite(&inbound.body, route.upstream_model_json.as_deref(), false)
+        let body =
+            inbound
+                .inspected
+                .rewrite(&inbound.body, route.upstream_model_json.as_deref(), false);
+        // Anthropic refuses `system` turns in `messages`: they join the system prompt.
+        roles::hoisted(&body).map_or(body, Bytes::from)
     } else {
-        request::to_anthropic(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
-            .map_err(request_error)?
-            .body
+        let translated =
+            request::to_anthropic(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
+                .map_err(request_error)?;
+        structured = translated.structured;
+        translated.body
     };
     if !extra.contains_key(&ANTHROPIC_VERSION) {
         extra.insert(
@@ -78,6 +85,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
                 call.rename.then(|| call.shown_name()),
+                structured,
             )
         };
         return Ok(head.stream(StreamMap::Translated(Box::new(map))));
@@ -89,7 +97,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         return Ok(call.relay(head, call.rename && messages, usage));
     }
     call.translate(head, reserved, |body| {
-        let answer = response::to_openai(body, exchange::unix_now())?;
+        let answer = response::to_openai_with(body, exchange::unix_now(), structured)?;
         Ok((answer.body, Some(answer.usage.to_usage())))
     })
     .await

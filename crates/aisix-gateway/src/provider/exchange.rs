@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use super::refusal;
 use super::{Answer, Call, StreamMap};
 use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
@@ -173,8 +174,20 @@ impl Call<'_> {
         let request = request(provider, uri, body, stream, self.request_id, extra)?;
         let head = send(self.pool, provider, request, self.deadlines).await?;
         if !head.response.status().is_success() {
-            let rejection = rejection(head, self.deadlines.end, &provider.name).await;
+            // An error's body comes with its head: it is read by the first-byte deadline, so
+            // a slow one cannot hold the request past the time a fallback still has.
+            let rejection = rejection(head, self.deadlines.first_byte, &provider.name).await;
             let mut error = rejection.error();
+            error.refusal = refusal::classify(rejection.status.as_u16(), &rejection.body);
+            if let Some(refusal) = error.refusal.filter(|r| r.of_the_key()) {
+                tracing::warn!(
+                    provider = %provider.name,
+                    status = rejection.status.as_u16(),
+                    reason = refusal.as_str(),
+                    "the upstream refused the provider key; its direct models cool down"
+                );
+                aisix_obs::metrics::emit::provider_key_refused(&provider.name, refusal.as_str());
+            }
             if rejection.passes_through() {
                 error.upstream_body = error_body(
                     rejection.status.as_u16(),
@@ -276,7 +289,7 @@ impl Call<'_> {
                 rename: rename.then(|| self.shown_json().clone()),
                 usage,
                 end: self.deadlines.end,
-                in_flight: None,
+                ticket: None,
                 pin: None,
             },
             waited: head.waited,
@@ -297,7 +310,6 @@ impl Head {
             body: self.response.into_body(),
             lease: self.lease,
             map,
-            waited: self.waited,
         }
     }
 }

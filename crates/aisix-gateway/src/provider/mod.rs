@@ -22,6 +22,7 @@ pub(crate) mod anthropic;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
+pub(crate) mod refusal;
 pub(crate) mod responses;
 pub(crate) mod translated;
 
@@ -88,8 +89,6 @@ pub(crate) enum Answer {
         body: Incoming,
         lease: Option<Lease>,
         map: StreamMap,
-        /// From sending until the response head arrived.
-        waited: Duration,
     },
 }
 
@@ -187,6 +186,17 @@ impl StreamMap {
         }
     }
 
+    /// A tool call has begun since the text was kept: the stream is never continued (the
+    /// text alone would rebuild a corrupted call).
+    pub(crate) fn in_tool_call(&self) -> bool {
+        match self {
+            StreamMap::OpenAi(map) => map.in_tool_call(),
+            StreamMap::Translated(map) => map.in_tool_call(),
+            // Cut Responses streams are not continued.
+            StreamMap::Responses(_) => true,
+        }
+    }
+
     /// Keeps the text sent from here on, after `so_far`, for a continuation.
     pub(crate) fn keep_text(&mut self, so_far: &str) {
         match self {
@@ -242,6 +252,16 @@ impl StreamMap {
             _ => error.to_event(dialect),
         }
     }
+}
+
+/// Whether an upstream event (either dialect) carries part of a tool call: OpenAI's
+/// `tool_calls` deltas, Anthropic's `tool_use` blocks and `input_json_delta`s. A byte scan,
+/// run only while a stream's text is kept for a continuation.
+fn carries_tool_call(event: &[u8]) -> bool {
+    const MARKS: [&[u8]; 3] = [b"\"tool_calls\"", b"\"tool_use\"", b"\"input_json_delta\""];
+    MARKS
+        .iter()
+        .any(|mark| event.windows(mark.len()).any(|w| w == *mark))
 }
 
 /// What a stream cut short consumed, carried into its continuation's usage.

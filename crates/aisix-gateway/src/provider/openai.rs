@@ -36,14 +36,20 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let uri = call.uri(endpoint)?;
     let body = match inbound.endpoint {
         Endpoint::Messages => {
-            request::to_openai(&inbound.body, &route.upstream_model)
-                .map_err(super::anthropic::request_error)?
-                .body
+            request::to_openai(
+                &inbound.body,
+                &route.upstream_model,
+                route.output_tokens_field,
+            )
+            .map_err(super::anthropic::request_error)?
+            .body
         }
-        Endpoint::CountTokens => {
-            request::count_tokens_to_openai(&inbound.body, &route.upstream_model)
-                .map_err(super::anthropic::request_error)?
-        }
+        Endpoint::CountTokens => request::count_tokens_to_openai(
+            &inbound.body,
+            &route.upstream_model,
+            route.output_tokens_field,
+        )
+        .map_err(super::anthropic::request_error)?,
         _ => inbound.inspected.rewrite(
             &inbound.body,
             route.upstream_model_json.as_deref(),
@@ -133,6 +139,9 @@ pub(crate) struct Passthrough {
     started: bool,
     /// The text of choice 0 so far, kept when the stream may have to be continued.
     text: Option<String>,
+    /// A tool call has begun: the answer is no longer text that a continuation could go on
+    /// from (watched only while the text is kept).
+    tool_call: bool,
     /// Content chunks relayed (one token each, as OpenAI streams them): what a stream that
     /// ends without usage is charged for its output.
     pieces: u64,
@@ -151,6 +160,7 @@ impl Passthrough {
             finished: 0,
             started: false,
             text: None,
+            tool_call: false,
             pieces: 0,
             before: None,
             total: None,
@@ -219,6 +229,9 @@ impl Passthrough {
             if let (Some(text), Some(more)) = (self.text.as_mut(), facts.text) {
                 text.push_str(&more);
             }
+            if self.text.is_some() && super::carries_tool_call(data) {
+                self.tool_call = true;
+            }
         } else if step.usage.is_none() {
             // A chunk after the first token, not parsed: content or tool-call arguments,
             // about one token.
@@ -246,6 +259,10 @@ impl Passthrough {
 
     pub(super) fn text(&self) -> Option<&str> {
         self.text.as_deref()
+    }
+
+    pub(super) fn in_tool_call(&self) -> bool {
+        self.tool_call
     }
 
     /// What this stream consumed so far (with what it continued, if anything).

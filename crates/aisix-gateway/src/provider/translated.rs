@@ -33,6 +33,8 @@ pub(crate) struct Translated {
     rename: Option<Bytes>,
     /// The text sent so far, kept when the stream may have to be continued.
     text: Option<String>,
+    /// A tool call has begun since the text was kept.
+    tool_call: bool,
     /// Content events read: the output of a stream cut before it reported its own.
     pieces: u64,
     /// Where an Anthropic client's stream stands, followed while the text is kept.
@@ -65,8 +67,17 @@ impl Translated {
 
     /// An Anthropic stream for an OpenAI client; `include_usage` sends the usage-only chunk,
     /// `created` is the Unix time its chunks report, `rename` the model they name.
-    pub(crate) fn to_openai(include_usage: bool, created: u64, rename: Option<&str>) -> Self {
-        let translator = ToOpenAi::new(include_usage, created);
+    /// `structured`: the request asked for structured output, which comes as a tool call.
+    pub(crate) fn to_openai(
+        include_usage: bool,
+        created: u64,
+        rename: Option<&str>,
+        structured: bool,
+    ) -> Self {
+        let mut translator = ToOpenAi::new(include_usage, created);
+        if structured {
+            translator = translator.structured();
+        }
         Self::new(Way::ToOpenAi(match rename {
             Some(model) => translator.naming(model),
             None => translator,
@@ -90,6 +101,7 @@ impl Translated {
             usage: None,
             rename: None,
             text: None,
+            tool_call: false,
             pieces: 0,
             blocks: Blocks::default(),
             before: None,
@@ -159,6 +171,9 @@ impl Translated {
 
     /// Counts the content an upstream event carries and keeps its text, when asked to.
     fn read_content(&mut self, event: &[u8]) {
+        if self.text.is_some() && super::carries_tool_call(event) {
+            self.tool_call = true;
+        }
         match self.way {
             Way::Relay(_) | Way::ToOpenAi(_) => {
                 if sse::fields(event).name != Some(b"content_block_delta") {
@@ -270,6 +285,10 @@ impl Translated {
         self.text.as_deref()
     }
 
+    pub(super) fn in_tool_call(&self) -> bool {
+        self.tool_call
+    }
+
     /// Where an Anthropic client's stream stands.
     pub(super) fn blocks(&self) -> Blocks {
         self.splice.as_ref().map_or(self.blocks, Splice::blocks)
@@ -328,7 +347,7 @@ mod tests {
 
     #[test]
     fn a_translated_stream_replaces_each_event_and_fails_on_garbage() {
-        let mut map = Translated::to_openai(false, 1, None);
+        let mut map = Translated::to_openai(false, 1, None, false);
         let Edit::Replace(first) = map.event(START).edit else {
             panic!("message_start was not translated")
         };
@@ -359,7 +378,7 @@ mod tests {
         );
         assert!(matches!(relay.event(BLOCK).edit, Edit::Keep));
 
-        let mut translated = Translated::to_openai(true, 1, Some("primary"));
+        let mut translated = Translated::to_openai(true, 1, Some("primary"), false);
         for event in [START, BLOCK, TEXT, STOP] {
             if let Edit::Replace(out) = translated.event(event).edit {
                 let out = std::str::from_utf8(&out).unwrap();
@@ -473,14 +492,14 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_continued_for_an_openai_client_drops_its_role_chunk() {
-        let mut cut = Translated::to_openai(true, 1, None);
+        let mut cut = Translated::to_openai(true, 1, None, false);
         cut.keep_text("");
         for event in [START, BLOCK, TEXT] {
             cut.event(event);
         }
         assert_eq!(cut.text(), Some("Hi"));
 
-        let mut next = Translated::to_openai(true, 1, None);
+        let mut next = Translated::to_openai(true, 1, None, false);
         next.continuing(cut.carried(), cut.blocks());
         assert_eq!(
             sent(next.event(START)),

@@ -9,8 +9,10 @@ pub(crate) mod strategy;
 
 use std::sync::Arc;
 
-use aisix_config::TimeoutOverrides;
+use aisix_config::{TimeoutOverrides, UpstreamTimeouts};
+use tokio::time::Instant;
 
+use crate::route::state::{Clock, Excuse};
 use crate::snapshot::{DirectRoute, GroupRoute, Named, Policy};
 
 /// The rules of a request to a direct model.
@@ -34,7 +36,7 @@ impl Plan {
                 let turn = group.state.next_turn();
                 strategy::order(group.strategy, &group.tiers, turn, |i| {
                     group.members.get(i).map_or(0, |m| match group.strategy {
-                        aisix_config::Strategy::LeastLatency => m.state.ttfb_us(),
+                        aisix_config::Strategy::LeastLatency => m.state.latency_us(),
                         _ => u64::from(m.state.in_flight()),
                     })
                 })
@@ -103,6 +105,32 @@ impl Plan {
         match &self.named {
             Named::Group(group) => group.timeouts.over(&target.timeouts),
             Named::Direct(_) => target.timeouts,
+        }
+    }
+
+    /// Which deadlines of a call to `target` are its group's and shorter than the model's
+    /// own (`defaults` filling what neither sets), for a request due by `end`. A direct
+    /// model's request has none.
+    pub(crate) fn excuse(
+        &self,
+        target: &DirectRoute,
+        defaults: UpstreamTimeouts,
+        clock: Clock,
+        end: Instant,
+    ) -> Excuse {
+        let Named::Group(group) = &self.named else {
+            return Excuse::default();
+        };
+        if group.timeouts == TimeoutOverrides::default() {
+            return Excuse::default();
+        }
+        let own = defaults.with(&target.timeouts);
+        let asked = defaults.with(&group.timeouts.over(&target.timeouts));
+        Excuse {
+            first_token: asked.first_token < own.first_token,
+            stream_idle: asked.stream_idle < own.stream_idle,
+            total: asked.total < own.total,
+            end: clock.ms_at(end),
         }
     }
 }

@@ -1,7 +1,13 @@
 //! What every worker knows about each direct model and group, shared across workers without a
 //! lock: a direct model's cooldown (closed, cooling, half-open with one probe), its retry
-//! budget, its requests in flight and its moving average of time to first byte; a group's
-//! round-robin position. All of it lives in atomics read and written on the request path.
+//! budget, its requests in flight and its moving average of latency; a group's round-robin
+//! position. All of it lives in atomics read and written on the request path.
+//!
+//! Every call to a direct model holds a [`Ticket`] from its send to the end of its answer (the
+//! last byte of a stream or a whole body, not its head), and the ticket reports how the call
+//! ended exactly once ([`Verdict`]): a failure after the head counts like one before it, a
+//! probe is released whatever its end (the client leaving included), and a failure of a call
+//! sent before the current cooldown started (a straggler) changes nothing.
 //!
 //! State is keyed by name and a hash of the entry's configuration: a reload keeps it for
 //! entries that did not change ([`States::carry_over`]) and starts afresh for those that did.
@@ -17,13 +23,26 @@ use aisix_config::{Model, ModelGroup, ProviderKey, Resilience, Resources};
 use aisix_obs::metrics::emit;
 use tokio::time::Instant;
 
+use crate::error::{ErrorKind, GatewayError, Side};
+use crate::provider::refusal::Refusal;
+use crate::route::retry::{self, LONG_WAIT};
+
 /// The retry budget's window.
 const BUDGET_WINDOW_SECS: u64 = 10;
 /// Retries a direct model may take per budget window whatever its traffic, so that a quiet
 /// one can still retry (the budget is on when its percentage is above zero).
 const BUDGET_FLOOR: u64 = 3;
-/// Weight of a new sample in the time-to-first-byte average.
+/// Weight of a new sample in the latency average.
 const EWMA_WEIGHT: f64 = 0.3;
+/// The latency a direct model is taken to have until its first call is measured: one second,
+/// a usual time to first token of a hosted chat model. A new (or reloaded) target sorts among
+/// measured ones by it instead of first at zero.
+pub(crate) const UNMEASURED_LATENCY: Duration = Duration::from_secs(1);
+
+/// `aisix_target_state` values.
+const AVAILABLE: u8 = 0;
+const COOLING: u8 = 1;
+const HALF_OPEN: u8 = 2;
 
 /// Milliseconds on one clock for every worker: the time since the epoch the clock was made at.
 /// Built on tokio's clock, so tests that pause time move it too.
@@ -55,8 +74,9 @@ impl Clock {
 pub(crate) enum Admission {
     /// Not cooling: go ahead.
     Open,
-    /// The cooldown is over and this request is the one probe that tests it.
-    Probe,
+    /// The cooldown is over and this request is the one probe that tests it (the stamp of its
+    /// place, for its [`Ticket`]).
+    Probe(u64),
     /// Cooling until this time (ms): skip it.
     Cooling(u64),
 }
@@ -74,13 +94,16 @@ pub(crate) struct TargetState {
     cooling_until: AtomicU64,
     /// When the half-open probe was let through (ms); 0 when none is out.
     probe_at: AtomicU64,
+    /// When the last cooldown started (ms); 0 before the first.
+    tripped_at: AtomicU64,
     /// Whether the cooldown gauge counts this model (from its start to its successful probe).
     counted: AtomicBool,
     /// `window (10 s periods since the epoch) << 32 | requests << 16 | retries`.
     budget: AtomicU64,
     in_flight: AtomicU32,
-    /// Moving average of time to first byte, in µs; 0 before the first sample.
-    ttfb_us: AtomicU64,
+    /// Moving average of time to first token (first byte of a whole answer), failures and
+    /// timeouts folded in as penalties, in µs; 0 before the first sample.
+    latency_us: AtomicU64,
 }
 
 impl TargetState {
@@ -91,10 +114,11 @@ impl TargetState {
             failures: AtomicU64::new(0),
             cooling_until: AtomicU64::new(0),
             probe_at: AtomicU64::new(0),
+            tripped_at: AtomicU64::new(0),
             counted: AtomicBool::new(false),
             budget: AtomicU64::new(0),
             in_flight: AtomicU32::new(0),
-            ttfb_us: AtomicU64::new(0),
+            latency_us: AtomicU64::new(0),
         }
     }
 
@@ -114,51 +138,133 @@ impl TargetState {
         if probe != 0 && now < probe.saturating_add(lease) {
             return Admission::Cooling(probe.saturating_add(lease));
         }
+        let stamp = now.max(1);
         match self
             .probe_at
-            .compare_exchange(probe, now.max(1), Relaxed, Relaxed)
+            .compare_exchange(probe, stamp, Relaxed, Relaxed)
         {
-            Ok(_) => Admission::Probe,
+            Ok(_) => {
+                emit::target_state(&self.name, HALF_OPEN);
+                Admission::Probe(stamp)
+            }
             Err(_) => Admission::Cooling(now.saturating_add(lease)),
         }
     }
 
-    /// A call answered: a cooldown (and its probe) is over. Costs two loads when there was none.
-    pub(crate) fn succeeded(&self) {
-        if self.cooling_until.load(Relaxed) != 0 && self.cooling_until.swap(0, Relaxed) != 0 {
+    /// A call for `ticket` ended as `verdict`. Costs one load for an answer when the model is
+    /// not cooling and the call was no probe; the clock is read only for a failure.
+    fn report(&self, ticket: &Ticket, verdict: Verdict, now: impl FnOnce() -> u64) {
+        match verdict {
+            Verdict::Answered => {
+                if (ticket.probe != 0 || self.cooling_until.load(Relaxed) != 0)
+                    && !self.straggler(ticket.sent)
+                {
+                    self.reopen();
+                }
+            }
+            Verdict::Silent => {
+                if ticket.probe != 0 {
+                    self.release_probe(ticket.probe);
+                }
+            }
+            Verdict::Failed { retry_after } => {
+                let now = now();
+                if ticket.load {
+                    self.penalise(now.saturating_sub(ticket.sent));
+                }
+                self.failed(now, ticket, retry_after);
+            }
+            Verdict::KeyRefused => {
+                let now = now();
+                if !self.straggler(ticket.sent)
+                    && (ticket.probe != 0 || self.cooling_until.load(Relaxed) == 0)
+                {
+                    let current = self.cooling_until.load(Relaxed);
+                    self.trip(now, current, self.settings.key_cooldown, None);
+                }
+            }
+        }
+    }
+
+    /// Whether a call sent at `sent` was already under way when the last cooldown started.
+    fn straggler(&self, sent: u64) -> bool {
+        sent < self.tripped_at.load(Relaxed)
+    }
+
+    /// The cooldown (and its probe) is over.
+    fn reopen(&self) {
+        if self.cooling_until.swap(0, Relaxed) != 0 {
             self.probe_at.store(0, Relaxed);
             self.failures.store(0, Relaxed);
+            emit::target_state(&self.name, AVAILABLE);
             if self.counted.swap(false, Relaxed) {
                 emit::targets_cooling(false);
             }
         }
     }
 
-    /// A call failed in a way another call may not (`retryable`); `retry_after` is what the
-    /// upstream asked for. Starts a cooldown after `cooldown_failures` of them within the
-    /// window, at once for a failed probe, and at once for a `Retry-After` longer than
-    /// `long_wait`.
-    pub(crate) fn failed(&self, now: u64, retry_after: Option<Duration>, long_wait: Duration) {
+    /// A probe that says nothing of the model gives its place up to the next request.
+    fn release_probe(&self, stamp: u64) {
+        if self
+            .probe_at
+            .compare_exchange(stamp, 0, Relaxed, Relaxed)
+            .is_ok()
+            && self.cooling_until.load(Relaxed) != 0
+        {
+            emit::target_state(&self.name, COOLING);
+        }
+    }
+
+    /// A call failed in a way that counts against the model; `retry_after` is what the
+    /// upstream asked for. A failed probe starts a new cooldown at once; otherwise, while the
+    /// model is cooling nothing changes (only its probe decides), and a cooldown starts after
+    /// `cooldown_failures` failures within the window, or at once for a `Retry-After` longer
+    /// than [`LONG_WAIT`]. A straggler's failure changes nothing (a probe's included, whose
+    /// place a later probe took and failed).
+    fn failed(&self, now: u64, ticket: &Ticket, retry_after: Option<Duration>) {
+        if self.straggler(ticket.sent) {
+            return;
+        }
+        let ttl = self.settings.cooldown;
+        if ticket.probe != 0 {
+            let current = self.cooling_until.load(Relaxed);
+            self.trip(now, current, ttl, retry_after);
+            return;
+        }
+        if self.cooling_until.load(Relaxed) != 0 {
+            return;
+        }
+        let long_wait = retry_after.is_some_and(|wait| wait > LONG_WAIT);
+        if long_wait || self.count_failure(now) >= self.settings.cooldown_failures {
+            self.trip(now, 0, ttl, retry_after);
+        }
+    }
+
+    /// Starts a cooldown of `ttl` (or the `Retry-After` asked, up to `retry_after_max`) at
+    /// `now` if `cooling_until` still reads `seen`: one trip, counted once, whoever else
+    /// failed at the same time.
+    fn trip(&self, now: u64, seen: u64, ttl: Duration, retry_after: Option<Duration>) {
         let settings = self.settings;
         if !settings.enabled {
             return;
         }
-        let ttl = duration_ms(settings.cooldown);
+        let ttl = duration_ms(ttl);
         let asked = retry_after
             .map(|wait| duration_ms(wait.min(settings.retry_after_max)))
             .unwrap_or(0);
-        let probing = self.cooling_until.load(Relaxed) != 0;
-        let trip = probing
-            || retry_after.is_some_and(|wait| wait > long_wait)
-            || self.count_failure(now) >= settings.cooldown_failures;
-        if !trip {
+        let until = now.saturating_add(ttl.max(asked)).max(1);
+        if self
+            .cooling_until
+            .compare_exchange(seen, until, Relaxed, Relaxed)
+            .is_err()
+        {
             return;
         }
-        let until = now.saturating_add(ttl.max(asked)).max(1);
-        self.cooling_until.store(until, Relaxed);
+        self.tripped_at.store(now.max(1), Relaxed);
         self.probe_at.store(0, Relaxed);
         self.failures.store(0, Relaxed);
         emit::cooldown(&self.name);
+        emit::target_state(&self.name, COOLING);
         if !self.counted.swap(true, Relaxed) {
             emit::targets_cooling(true);
         }
@@ -230,20 +336,53 @@ impl TargetState {
         }
     }
 
-    /// Counts a call in flight until the guard drops.
-    pub(crate) fn busy(self: &Arc<Self>) -> InFlight {
-        self.in_flight.fetch_add(1, Relaxed);
-        InFlight(self.clone())
+    /// The ticket of a call sent at `sent` (ms on `clock`); `probe` is the stamp of
+    /// [`Admission::Probe`] (0 for none); `load` counts it in flight and learns its latency.
+    pub(crate) fn ticket(
+        self: &Arc<Self>,
+        clock: Clock,
+        sent: u64,
+        probe: u64,
+        load: bool,
+        excuse: Excuse,
+    ) -> Ticket {
+        if load {
+            self.in_flight.fetch_add(1, Relaxed);
+        }
+        Ticket {
+            state: self.clone(),
+            clock,
+            sent,
+            probe,
+            load,
+            excuse,
+            settled: false,
+        }
     }
 
     pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight.load(Relaxed)
     }
 
-    /// Folds one time to first byte into the moving average.
-    pub(crate) fn observe_ttfb(&self, ttfb: Duration) {
-        let sample = u64::try_from(ttfb.as_micros()).unwrap_or(u64::MAX).max(1);
-        let _ = self.ttfb_us.fetch_update(Relaxed, Relaxed, |old| {
+    /// Folds one latency sample into the moving average.
+    fn observe_latency(&self, latency: Duration) {
+        let sample = u64::try_from(latency.as_micros())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.fold(|_| sample);
+    }
+
+    /// A failed call that waited `waited_ms`: folds in at least twice the current latency, so
+    /// that a model that starts failing or timing out loses its place to those that answer.
+    fn penalise(&self, waited_ms: u64) {
+        let waited = waited_ms.saturating_mul(1000);
+        self.fold(|current| waited.max(current.saturating_mul(2)));
+    }
+
+    fn fold(&self, sample: impl Fn(u64) -> u64) {
+        let _ = self.latency_us.fetch_update(Relaxed, Relaxed, |old| {
+            let current = if old == 0 { unmeasured_us() } else { old };
+            let sample = sample(current).max(1);
             Some(if old == 0 {
                 sample
             } else {
@@ -252,9 +391,129 @@ impl TargetState {
         });
     }
 
-    /// The average time to first byte in µs; 0 before the first sample.
-    pub(crate) fn ttfb_us(&self) -> u64 {
-        self.ttfb_us.load(Relaxed)
+    /// The average latency in µs; [`UNMEASURED_LATENCY`] before the first sample.
+    pub(crate) fn latency_us(&self) -> u64 {
+        match self.latency_us.load(Relaxed) {
+            0 => unmeasured_us(),
+            measured => measured,
+        }
+    }
+}
+
+fn unmeasured_us() -> u64 {
+    u64::try_from(UNMEASURED_LATENCY.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// How a call ended, as its direct model's health sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// The model answered: a whole answer or stream, or a refusal of the request that shows it
+    /// up (a 400).
+    Answered,
+    /// The model failed, before or after its head; `retry_after` is what it asked for.
+    Failed { retry_after: Option<Duration> },
+    /// The upstream refused the provider key (401, 402, 403, quota exhausted): the model
+    /// cools down at once, for `upstream.key_cooldown_ms`.
+    KeyRefused,
+    /// The call says nothing of the model: the client left, the gateway itself failed, or the
+    /// call missed a deadline of its group's that is shorter than the model's own.
+    Silent,
+}
+
+impl Verdict {
+    /// The verdict on a call that ended with `error`, `excuse` saying which of its deadlines
+    /// were a group's shorter ones; `now` (ms) tells a missed whole-request deadline from a
+    /// missed first token.
+    pub(crate) fn of(error: &GatewayError, excuse: &Excuse, now: u64) -> Verdict {
+        let meaning = error.meaning();
+        if meaning.side != Side::Upstream {
+            return Verdict::Silent;
+        }
+        if error.refusal.is_some_and(Refusal::of_the_key) {
+            return Verdict::KeyRefused;
+        }
+        let excused = match error.kind {
+            ErrorKind::StreamTimeout => excuse.stream_idle,
+            ErrorKind::UpstreamTimeout if now >= excuse.end => excuse.total,
+            ErrorKind::UpstreamTimeout => excuse.first_token,
+            _ => false,
+        };
+        if excused {
+            Verdict::Silent
+        } else if meaning.retryable {
+            Verdict::Failed {
+                retry_after: error.retry_after.as_ref().and_then(retry::retry_after),
+            }
+        } else {
+            Verdict::Answered
+        }
+    }
+}
+
+/// Which deadlines of a call were its group's and shorter than its direct model's own: a call
+/// that misses one of those says nothing against the model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Excuse {
+    pub first_token: bool,
+    pub stream_idle: bool,
+    pub total: bool,
+    /// The whole request's deadline (ms), to tell which deadline an `upstream_timeout` missed.
+    pub end: u64,
+}
+
+/// One call to a direct model, from its send to the end of its answer: counts in its load
+/// (when tracked) and reports the call's [`Verdict`] once; dropped unsettled (the client
+/// left), it reports [`Verdict::Silent`], which frees a probe's place.
+#[derive(Debug)]
+pub(crate) struct Ticket {
+    state: Arc<TargetState>,
+    clock: Clock,
+    /// When the call was sent (ms).
+    sent: u64,
+    /// The probe's stamp; 0 when the call is no probe.
+    probe: u64,
+    load: bool,
+    excuse: Excuse,
+    settled: bool,
+}
+
+impl Ticket {
+    /// The call's first token (or a whole answer's head) came after `latency`.
+    pub(crate) fn first_token(&self, latency: Duration) {
+        if self.load {
+            self.state.observe_latency(latency);
+        }
+    }
+
+    /// Reports how the call ended; later reports are ignored.
+    pub(crate) fn settle(&mut self, verdict: Verdict) {
+        let clock = self.clock;
+        self.settle_at(verdict, || clock.now_ms());
+    }
+
+    /// [`Ticket::settle`] at the time `now` gives, read only when needed.
+    fn settle_at(&mut self, verdict: Verdict, now: impl FnOnce() -> u64) {
+        if !std::mem::replace(&mut self.settled, true) {
+            self.state.report(self, verdict, now);
+        }
+    }
+
+    /// Reports a call that ended with `error`.
+    pub(crate) fn settle_error(&mut self, error: &GatewayError) {
+        if self.settled {
+            return;
+        }
+        let verdict = Verdict::of(error, &self.excuse, self.clock.now_ms());
+        self.settle(verdict);
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.settle(Verdict::Silent);
+        if self.load {
+            self.state.in_flight.fetch_sub(1, Relaxed);
+        }
     }
 }
 
@@ -278,16 +537,6 @@ impl Drop for TargetState {
 
 fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// One call counted in its direct model's in-flight count.
-#[derive(Debug)]
-pub(crate) struct InFlight(Arc<TargetState>);
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Relaxed);
-    }
 }
 
 /// One group's shared state.
@@ -330,7 +579,11 @@ impl States {
                 .and_then(|p| p.targets.get(&model.display_name))
                 .filter(|(old, _)| *old == hash)
                 .map_or_else(
-                    || Arc::new(TargetState::new(&model.display_name, settings)),
+                    || {
+                        // Set at load, on the control side, never on a request.
+                        emit::target_state(&model.display_name, AVAILABLE);
+                        Arc::new(TargetState::new(&model.display_name, settings))
+                    },
                     |(_, state)| state.clone(),
                 );
             targets.insert(model.display_name.clone(), (hash, state));
@@ -413,86 +666,286 @@ mod tests {
             cooldown_failures: 3,
             cooldown_window: Duration::from_secs(10),
             cooldown: Duration::from_secs(30),
+            key_cooldown: Duration::from_secs(300),
             retry_after_max: Duration::from_secs(600),
             retry_budget_percent: 20,
         }
     }
 
-    const LONG_WAIT: Duration = Duration::from_secs(10);
+    /// A call sent at `sent` with `probe`'s stamp, ended at `at` as `verdict`.
+    fn call(state: &Arc<TargetState>, sent: u64, probe: u64, at: u64, verdict: Verdict) {
+        let mut ticket = state.ticket(Clock::default(), sent, probe, true, Excuse::default());
+        ticket.settle_at(verdict, || at);
+    }
+
+    const FAILED: Verdict = Verdict::Failed { retry_after: None };
+
+    fn fail(state: &Arc<TargetState>, at: u64) {
+        call(state, at, 0, at, FAILED);
+    }
+
+    fn after(wait: u64) -> Verdict {
+        Verdict::Failed {
+            retry_after: Some(Duration::from_secs(wait)),
+        }
+    }
+
+    /// The probe's stamp, or a panic naming what `admit` said.
+    fn probe(state: &TargetState, at: u64) -> u64 {
+        match state.admit(at) {
+            Admission::Probe(stamp) => stamp,
+            other => panic!("{other:?} at {at}"),
+        }
+    }
 
     #[test]
     fn three_failures_in_the_window_start_a_cooldown_and_one_probe_ends_it() {
-        let state = TargetState::new("m", settings());
-        state.failed(1_000, None, LONG_WAIT);
-        state.failed(2_000, None, LONG_WAIT);
+        let state = Arc::new(TargetState::new("m", settings()));
+        fail(&state, 1_000);
+        fail(&state, 2_000);
         assert_eq!(state.admit(2_500), Admission::Open);
-        state.failed(3_000, None, LONG_WAIT);
+        fail(&state, 3_000);
         assert_eq!(state.admit(3_001), Admission::Cooling(33_000));
         assert_eq!(state.admit(32_999), Admission::Cooling(33_000));
         // Half-open: exactly one probe passes.
-        assert_eq!(state.admit(33_000), Admission::Probe);
+        let stamp = probe(&state, 33_000);
         assert!(matches!(state.admit(33_001), Admission::Cooling(_)));
-        state.succeeded();
+        call(&state, 33_000, stamp, 33_002, Verdict::Answered);
         assert_eq!(state.admit(33_002), Admission::Open);
     }
 
     #[test]
     fn failures_spread_wider_than_the_window_never_start_one() {
-        let state = TargetState::new("m", settings());
+        let state = Arc::new(TargetState::new("m", settings()));
         for at in [0, 6_000, 12_000, 18_000, 24_000] {
-            state.failed(at + 1, None, LONG_WAIT);
+            fail(&state, at + 1);
             assert_eq!(state.admit(at + 2), Admission::Open, "at {at}");
         }
     }
 
     #[test]
     fn a_failed_probe_cools_again_and_a_long_retry_after_cools_at_once() {
-        let state = TargetState::new("m", settings());
+        let state = Arc::new(TargetState::new("m", settings()));
         for at in 1..=3 {
-            state.failed(at, None, LONG_WAIT);
+            fail(&state, at);
         }
-        assert_eq!(state.admit(30_003), Admission::Probe);
-        state.failed(30_004, None, LONG_WAIT);
+        let stamp = probe(&state, 30_003);
+        call(&state, 30_003, stamp, 30_004, FAILED);
         assert_eq!(state.admit(30_005), Admission::Cooling(60_004));
 
-        let state = TargetState::new("m", settings());
-        state.failed(1_000, Some(Duration::from_secs(120)), LONG_WAIT);
+        let state = Arc::new(TargetState::new("m", settings()));
+        call(&state, 1_000, 0, 1_000, after(120));
         assert_eq!(state.admit(1_001), Admission::Cooling(121_000));
         // Retry-After is honoured up to retry_after_max.
-        let state = TargetState::new("m", settings());
-        state.failed(1_000, Some(Duration::from_secs(3600)), LONG_WAIT);
+        let state = Arc::new(TargetState::new("m", settings()));
+        call(&state, 1_000, 0, 1_000, after(3600));
         assert_eq!(state.admit(1_001), Admission::Cooling(601_000));
         // A short one is no reason on its own.
-        let state = TargetState::new("m", settings());
-        state.failed(1_000, Some(Duration::from_secs(2)), LONG_WAIT);
+        let state = Arc::new(TargetState::new("m", settings()));
+        call(&state, 1_000, 0, 1_000, after(2));
         assert_eq!(state.admit(1_001), Admission::Open);
     }
 
     #[test]
     fn a_model_with_cooldown_disabled_never_cools_down() {
-        let state = TargetState::new(
+        let state = Arc::new(TargetState::new(
             "m",
             Resilience {
                 enabled: false,
                 ..settings()
             },
-        );
+        ));
         for at in 1..=10 {
-            state.failed(at, None, LONG_WAIT);
+            fail(&state, at);
         }
-        state.failed(11, Some(Duration::from_secs(3600)), LONG_WAIT);
-        assert_eq!(state.admit(12), Admission::Open);
+        call(&state, 11, 0, 11, after(3600));
+        call(&state, 12, 0, 12, Verdict::KeyRefused);
+        assert_eq!(state.admit(13), Admission::Open);
     }
 
     #[test]
-    fn an_abandoned_probe_frees_its_place_after_a_cooldown() {
-        let state = TargetState::new("m", settings());
+    fn an_abandoned_probe_frees_its_place_at_once_and_a_refused_one_reopens() {
+        let state = Arc::new(TargetState::new("m", settings()));
         for at in 1..=3 {
-            state.failed(at, None, LONG_WAIT);
+            fail(&state, at);
         }
-        assert_eq!(state.admit(30_003), Admission::Probe);
+        let stamp = probe(&state, 30_003);
+        // Its client left: dropped unsettled.
+        drop(state.ticket(Clock::default(), 30_003, stamp, false, Excuse::default()));
+        let stamp = probe(&state, 30_004);
+        // A 400: the model answered.
+        call(&state, 30_004, stamp, 30_005, Verdict::Answered);
+        assert_eq!(state.admit(30_006), Admission::Open);
+    }
+
+    #[test]
+    fn a_probe_that_never_reports_frees_its_place_after_a_cooldown() {
+        let state = Arc::new(TargetState::new("m", settings()));
+        for at in 1..=3 {
+            fail(&state, at);
+        }
+        let _lost = probe(&state, 30_003);
         assert!(matches!(state.admit(59_000), Admission::Cooling(_)));
-        assert_eq!(state.admit(60_003), Admission::Probe);
+        probe(&state, 60_003);
+    }
+
+    #[test]
+    fn a_refused_provider_key_cools_the_model_at_once_for_longer() {
+        let state = Arc::new(TargetState::new("m", settings()));
+        call(&state, 1_000, 0, 1_000, Verdict::KeyRefused);
+        assert_eq!(state.admit(1_001), Admission::Cooling(301_000));
+        let stamp = probe(&state, 301_000);
+        call(&state, 301_000, stamp, 301_001, Verdict::KeyRefused);
+        assert_eq!(state.admit(301_002), Admission::Cooling(601_001));
+        let mut refused = GatewayError::new(
+            ErrorKind::UpstreamClientError(http::StatusCode::UNAUTHORIZED),
+            "",
+        );
+        refused.refusal = Some(Refusal::Credentials);
+        assert_eq!(
+            Verdict::of(&refused, &Excuse::default(), 0),
+            Verdict::KeyRefused
+        );
+    }
+
+    #[test]
+    fn stragglers_neither_extend_a_cooldown_nor_end_one() {
+        let state = Arc::new(TargetState::new("m", settings()));
+        for at in 1..=3 {
+            fail(&state, at);
+        }
+        // Sent before the cooldown started, failing after it: nothing changes.
+        for at in [10, 20, 30_010, 30_020] {
+            call(&state, 2, 0, at, FAILED);
+            call(&state, 2, 0, at, after(3600));
+        }
+        assert_eq!(state.admit(29_999), Admission::Cooling(30_003));
+        call(&state, 2, 0, 40, Verdict::Answered);
+        assert_eq!(state.admit(29_999), Admission::Cooling(30_003));
+        let stamp = probe(&state, 30_003);
+        call(&state, 30_003, stamp, 30_004, Verdict::Answered);
+        // Nor do they count towards the next one.
+        for at in 30_005..30_010 {
+            call(&state, 2, 0, at, FAILED);
+        }
+        assert_eq!(state.admit(30_011), Admission::Open);
+    }
+
+    #[test]
+    fn the_verdict_excuses_only_a_group_s_shorter_deadlines() {
+        let timeout = GatewayError::new(ErrorKind::UpstreamTimeout, "");
+        let idle = GatewayError::new(ErrorKind::StreamTimeout, "");
+        let group = Excuse {
+            first_token: true,
+            stream_idle: false,
+            total: false,
+            end: 10_000,
+        };
+        assert_eq!(Verdict::of(&timeout, &group, 5_000), Verdict::Silent);
+        assert_eq!(Verdict::of(&timeout, &group, 10_000), FAILED);
+        assert_eq!(Verdict::of(&idle, &group, 5_000), FAILED);
+        assert_eq!(Verdict::of(&timeout, &Excuse::default(), 5_000), FAILED);
+        let rejected = GatewayError::new(
+            ErrorKind::UpstreamClientError(http::StatusCode::BAD_REQUEST),
+            "",
+        );
+        assert_eq!(Verdict::of(&rejected, &group, 0), Verdict::Answered);
+        let cut = GatewayError::new(ErrorKind::StreamCut, "");
+        assert_eq!(Verdict::of(&cut, &group, 0), FAILED);
+        let left = GatewayError::new(ErrorKind::Overloaded, "");
+        assert_eq!(Verdict::of(&left, &group, 0), Verdict::Silent);
+    }
+
+    /// One step of a simulated run of one direct model's calls.
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// Time moves on (ms).
+        Wait(u64),
+        /// A group's request: admitted, or skipped while cooling.
+        Send,
+        /// A client naming the model: always called.
+        Force,
+        /// The `n`th call in flight (modulo) ends: 0 answered, 1 failed, 2 failed asking for
+        /// a long wait, 3 silent, 4 its key refused, 5 dropped unsettled.
+        End(usize, u8),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (1u64..20_000).prop_map(Step::Wait),
+            Just(Step::Send),
+            Just(Step::Force),
+            (any::<usize>(), 0u8..6).prop_map(|(n, how)| Step::End(n, how)),
+        ]
+    }
+
+    fn sampled(page: &str, series: &str) -> f64 {
+        page.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+        /// Over any run of calls and outcomes: a probe's place is always given back once no
+        /// probe is out, a straggler never moves a cooldown, and `aisix_cooldowns_total`
+        /// counts exactly the trips.
+        #[test]
+        fn the_target_state_machine_keeps_its_promises(steps in proptest::collection::vec(step(), 1..200)) {
+            let metrics = aisix_obs::metrics::Metrics::build().unwrap();
+            let state = Arc::new(TargetState::new("m", settings()));
+            let mut trips = 0u32;
+            ::metrics::with_local_recorder(metrics.recorder(), || {
+                let mut now = 1u64;
+                let mut out: Vec<Ticket> = Vec::new();
+                for step in steps {
+                    match step {
+                        Step::Wait(ms) => now += ms,
+                        Step::Send => match state.admit(now) {
+                            Admission::Open => out.push(state.ticket(Clock::default(), now, 0, true, Excuse::default())),
+                            Admission::Probe(stamp) => out.push(state.ticket(Clock::default(), now, stamp, true, Excuse::default())),
+                            Admission::Cooling(until) => assert!(until > now || state.probe_at.load(Relaxed) != 0),
+                        },
+                        Step::Force => out.push(state.ticket(Clock::default(), now, 0, true, Excuse::default())),
+                        Step::End(n, how) => {
+                            if out.is_empty() {
+                                continue;
+                            }
+                            let mut ticket = out.swap_remove(n % out.len());
+                            let straggler = ticket.sent < state.tripped_at.load(Relaxed);
+                            let before = (state.cooling_until.load(Relaxed), state.tripped_at.load(Relaxed));
+                            match how {
+                                0 => ticket.settle_at(Verdict::Answered, || now),
+                                1 => ticket.settle_at(FAILED, || now),
+                                2 => ticket.settle_at(after(3600), || now),
+                                3 => ticket.settle_at(Verdict::Silent, || now),
+                                4 => ticket.settle_at(Verdict::KeyRefused, || now),
+                                _ => {}
+                            }
+                            drop(ticket);
+                            let after = (state.cooling_until.load(Relaxed), state.tripped_at.load(Relaxed));
+                            if straggler {
+                                assert_eq!(before, after, "a straggler moved the cooldown");
+                            }
+                            if after.0 != 0 && after != before {
+                                trips += 1;
+                            }
+                        }
+                    }
+                    if !out.iter().any(|t| t.probe != 0) {
+                        assert_eq!(state.probe_at.load(Relaxed), 0, "a probe's place is held with no probe out");
+                    }
+                }
+                drop(out);
+                assert_eq!(state.probe_at.load(Relaxed), 0);
+            });
+            let page = metrics.render();
+            assert_eq!(sampled(&page, "aisix_cooldowns_total{target=\"m\"}"), f64::from(trips), "{}", page);
+            let cooling = if state.cooling_until.load(Relaxed) != 0 { 1.0 } else { 0.0 };
+            assert_eq!(sampled(&page, "aisix_targets_cooling"), cooling, "{}", page);
+        }
     }
 
     #[test]
@@ -519,14 +972,24 @@ mod tests {
     }
 
     #[test]
-    fn the_latency_average_follows_samples_and_in_flight_counts_guards() {
+    fn the_latency_average_follows_samples_and_failures_and_in_flight_counts_tickets() {
         let state = Arc::new(TargetState::new("m", settings()));
-        state.observe_ttfb(Duration::from_millis(100));
-        assert_eq!(state.ttfb_us(), 100_000);
-        state.observe_ttfb(Duration::from_millis(200));
-        assert_eq!(state.ttfb_us(), 130_000);
-        let a = state.busy();
-        let b = state.busy();
+        assert_eq!(state.latency_us(), 1_000_000, "the prior");
+        state.observe_latency(Duration::from_millis(100));
+        assert_eq!(state.latency_us(), 100_000);
+        state.observe_latency(Duration::from_millis(200));
+        assert_eq!(state.latency_us(), 130_000);
+        // A failure folds in at least twice the average, a timeout its whole wait.
+        fail(&state, 0);
+        assert_eq!(state.latency_us(), 130_000 + 39_000);
+        call(&state, 0, 0, 5_000, FAILED);
+        assert!(state.latency_us() > 1_000_000, "{}", state.latency_us());
+        // A model that has only failed sorts behind the prior.
+        let failing = Arc::new(TargetState::new("f", settings()));
+        fail(&failing, 0);
+        assert_eq!(failing.latency_us(), 2_000_000);
+        let a = state.ticket(Clock::default(), 0, 0, true, Excuse::default());
+        let b = state.ticket(Clock::default(), 0, 0, true, Excuse::default());
         assert_eq!(state.in_flight(), 2);
         drop((a, b));
         assert_eq!(state.in_flight(), 0);

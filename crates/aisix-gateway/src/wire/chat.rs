@@ -27,6 +27,16 @@ pub struct ChatRequest {
     pub user: Option<String>,
     pub n: Option<u64>,
     pub response_format: Option<ResponseFormat>,
+    /// How hard a reasoning model thinks: `minimal`, `low`, `medium`, `high`.
+    pub reasoning_effort: Option<String>,
+    /// The same as `reasoning.effort`, the Responses API's shape some servers take in chat.
+    pub reasoning: Option<ReasoningOptions>,
+}
+
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+pub struct ReasoningOptions {
+    pub effort: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
@@ -35,11 +45,22 @@ pub struct StreamOptions {
     pub include_usage: bool,
 }
 
-/// `response_format`: only its type is read.
+/// `response_format`: `text`, `json_object`, or `json_schema` with its schema.
+#[serde_with::skip_serializing_none]
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 pub struct ResponseFormat {
     #[serde(rename = "type")]
     pub kind: String,
+    pub json_schema: Option<JsonSchemaFormat>,
+}
+
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct JsonSchemaFormat {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub schema: Option<Value>,
+    pub strict: Option<bool>,
 }
 
 /// One message of the conversation, by role.
@@ -194,6 +215,13 @@ pub struct AssistantMessage {
     pub role: String,
     #[serde(default)]
     pub content: Option<String>,
+    /// Reasoning, as OpenAI-compatible servers give it (DeepSeek, vLLM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    /// Reasoning, as OpenRouter and Ollama give it (a string; any other shape is ignored);
+    /// read, never written.
+    #[serde(default, skip_serializing)]
+    pub reasoning: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -33,6 +33,8 @@ pub enum FamilyId {
     Fallbacks,
     Cooldowns,
     TargetsCooling,
+    ProviderKeyRefusals,
+    TargetState,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -254,6 +256,13 @@ families! {
     pub TARGETS_COOLING = gauge(TargetsCooling, "aisix_targets_cooling", []),
         "Direct models cooling down now, those waiting for their half-open probe included.";
 
+    pub PROVIDER_KEY_REFUSALS = counter(ProviderKeyRefusals, "aisix_provider_key_refusals_total",
+            ["provider", "reason"]),
+        "Upstream refusals of a provider key, by provider key (its display name) and reason (credentials or quota).";
+
+    pub TARGET_STATE = gauge(TargetState, "aisix_target_state", ["target"]),
+        "Each direct model's health: 0 available, 1 cooling down, 2 half-open (its probe is out).";
+
     /// Not exported: names the handle-cache entry that holds every handle of a finished request
     /// (see `cache::RequestHandles`), keyed by the request's labels.
     pub(crate) REQUEST_BUNDLE = counter(RequestBundle, "aisix_request_bundle", REQUEST_LABELS),
@@ -261,7 +270,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 23] = [
+pub static CATALOG: [FamilyInfo; 25] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -285,6 +294,8 @@ pub static CATALOG: [FamilyInfo; 23] = [
     FALLBACKS.info(),
     COOLDOWNS.info(),
     TARGETS_COOLING.info(),
+    PROVIDER_KEY_REFUSALS.info(),
+    TARGET_STATE.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

@@ -16,8 +16,9 @@ use ::metrics::Gauge;
 use super::cache;
 use super::catalog::{
     ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS,
-    RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL,
-    TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT,
+    SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS,
+    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::labels::{
     AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
@@ -112,6 +113,19 @@ pub fn fallback(model: &str, from: &str, to: &str) {
 /// The direct model `target` started a cooldown (`aisix_cooldowns_total{target}`).
 pub fn cooldown(target: &str) {
     cache::counter(&COOLDOWNS, [target], |c| c.increment(1));
+}
+
+/// The upstream refused the provider key `provider` (its display name) for `reason`.
+pub fn provider_key_refused(provider: &str, reason: &'static str) {
+    cache::counter(&PROVIDER_KEY_REFUSALS, [provider, reason], |c| {
+        c.increment(1)
+    });
+}
+
+/// The direct model `target` is now available (0), cooling down (1) or half-open (2)
+/// (`aisix_target_state{target}`).
+pub fn target_state(target: &str, state: u8) {
+    cache::gauge(&TARGET_STATE, [target], |g| g.set(f64::from(state)));
 }
 
 /// One more (`cooling`) or one fewer direct model is cooling down (`aisix_targets_cooling`).

@@ -161,6 +161,9 @@ fn validate_messages(messages: Option<&Value>) -> Result<(), String> {
                     if !block.get("input").is_some_and(Value::is_object) {
                         return Err(format!("{path}.input: Input should be a valid dictionary"));
                     }
+                    if calls.contains(&id) {
+                        return Err(format!("{path}: `tool_use` ids must be unique"));
+                    }
                     calls.push(id);
                 }
                 (Some("thinking" | "redacted_thinking"), true) => {}

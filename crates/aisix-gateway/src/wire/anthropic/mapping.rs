@@ -1,6 +1,6 @@
 //! The small vocabularies both directions share: Anthropic's `stop_reason` against OpenAI's
-//! `finish_reason`, usage with the prompt cache's read and write counts, and a `tool_use`
-//! block as a tool call.
+//! `finish_reason`, usage with the prompt cache's read and write counts, a `tool_use` block as
+//! a tool call, and OpenAI's `reasoning_effort` against Anthropic's thinking budget.
 
 use crate::wire::chat::{ChatUsage, FunctionCall, PromptTokensDetails, ToolCall};
 use crate::wire::usage::Usage;
@@ -16,6 +16,32 @@ pub fn tool_call(call: ToolUse) -> ToolCall {
             name: call.name,
             arguments: call.input.to_string(),
         },
+    }
+}
+
+/// The smallest thinking budget Anthropic accepts.
+pub const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// Anthropic's `thinking.budget_tokens` for OpenAI's `reasoning_effort`; `None` for `none`
+/// (no thinking); `None` for an effort OpenAI does not define.
+pub fn budget_for_effort(effort: &str) -> Option<Option<u64>> {
+    Some(Some(match effort {
+        "none" => return Some(None),
+        "minimal" => MIN_THINKING_BUDGET,
+        "low" => 2048,
+        "medium" => 8192,
+        "high" => 24576,
+        _ => return None,
+    }))
+}
+
+/// OpenAI's `reasoning_effort` for Anthropic's `thinking.budget_tokens`: the inverse of
+/// [`budget_for_effort`] on its values, by range in between.
+pub fn effort_for_budget(budget: u64) -> &'static str {
+    match budget {
+        0..=2048 => "low",
+        2049..=8192 => "medium",
+        _ => "high",
     }
 }
 
@@ -97,6 +123,21 @@ mod tests {
         assert_eq!(finish_reason("pause_turn"), "stop");
         assert_eq!(finish_reason("model_context_window_exceeded"), "length");
         assert_eq!(stop_reason("function_call"), "tool_use");
+    }
+
+    #[test]
+    fn each_effort_has_a_budget_that_maps_back_to_it() {
+        for effort in ["low", "medium", "high"] {
+            let budget = budget_for_effort(effort).unwrap().unwrap();
+            assert_eq!(effort_for_budget(budget), effort);
+        }
+        assert_eq!(
+            budget_for_effort("minimal"),
+            Some(Some(MIN_THINKING_BUDGET))
+        );
+        assert_eq!(budget_for_effort("none"), Some(None));
+        assert!(budget_for_effort("extreme").is_none());
+        assert_eq!(effort_for_budget(10_000), "high");
     }
 
     #[test]

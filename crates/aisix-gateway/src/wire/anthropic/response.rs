@@ -9,7 +9,10 @@ use crate::wire::chat::{AssistantMessage, ChatCompletion, Choice};
 use crate::wire::json;
 
 use super::mapping::{finish_reason, stop_reason, tool_call, usage_from_openai, usage_to_openai};
-use super::types::{MessageResponse, ResponseBlock, Role, TokenCount, TokenUsage, ToolUse};
+use super::request::OUTPUT_TOOL;
+use super::types::{
+    MessageResponse, ResponseBlock, Role, Thinking, TokenCount, TokenUsage, ToolUse,
+};
 
 /// An upstream answer that cannot be translated; the message is for the log, and the client
 /// gets a 502.
@@ -26,9 +29,18 @@ pub struct Answer {
 /// An Anthropic message body as an OpenAI chat completion; `created` is the Unix time to
 /// report (Anthropic's answer has none).
 pub fn to_openai(body: &[u8], created: u64) -> Result<Answer, Malformed> {
+    to_openai_with(body, created, false)
+}
+
+/// [`to_openai`] for a request that asked for structured output: a call of
+/// [`OUTPUT_TOOL`] is the answer's text, and finishes it with `stop`.
+pub fn to_openai_with(body: &[u8], created: u64, structured: bool) -> Result<Answer, Malformed> {
     let message: MessageResponse = json::parse(body).map_err(|e| Malformed(e.message().into()))?;
     let usage = message.usage;
-    let completion = message_to_completion(message, created);
+    let mut completion = message_to_completion(message, created);
+    if structured {
+        output_as_text(&mut completion);
+    }
     Ok(Answer {
         body: to_bytes(&completion)?,
         usage,
@@ -62,18 +74,23 @@ fn to_bytes(value: &impl serde::Serialize) -> Result<Bytes, Malformed> {
         .map_err(|e| Malformed(e.to_string()))
 }
 
-/// The typed half of [`to_openai`]. Thinking and server-tool blocks have no place in a chat
-/// completion and are left out.
+/// The typed half of [`to_openai`]. Thinking becomes `reasoning_content` (its signature,
+/// which only Anthropic can check, is dropped); redacted thinking and server-tool blocks have
+/// no place in a chat completion and are left out.
 pub fn message_to_completion(message: MessageResponse, created: u64) -> ChatCompletion {
     let mut text = String::new();
+    let mut reasoning: Option<String> = None;
     let mut calls = Vec::new();
     for block in message.content {
         match block {
             ResponseBlock::Text { text: piece } => text.push_str(&piece),
             ResponseBlock::ToolUse(call) => calls.push(tool_call(call)),
-            ResponseBlock::Thinking(_)
-            | ResponseBlock::RedactedThinking { .. }
-            | ResponseBlock::Other => {}
+            ResponseBlock::Thinking(thinking) => {
+                reasoning
+                    .get_or_insert_with(String::new)
+                    .push_str(&thinking.thinking);
+            }
+            ResponseBlock::RedactedThinking { .. } | ResponseBlock::Other => {}
         }
     }
     ChatCompletion {
@@ -87,6 +104,8 @@ pub fn message_to_completion(message: MessageResponse, created: u64) -> ChatComp
                 role: "assistant".to_owned(),
                 // OpenAI answers `null` content for a reply made only of tool calls.
                 content: (!text.is_empty() || calls.is_empty()).then_some(text),
+                reasoning_content: reasoning,
+                reasoning: None,
                 refusal: None,
                 tool_calls: (!calls.is_empty()).then_some(calls),
             },
@@ -100,6 +119,33 @@ pub fn message_to_completion(message: MessageResponse, created: u64) -> ChatComp
     }
 }
 
+/// The structured output's tool call made the message's text (its arguments, the JSON asked
+/// for); an answer that made no other call finishes with `stop`.
+fn output_as_text(completion: &mut ChatCompletion) {
+    for choice in &mut completion.choices {
+        let message = &mut choice.message;
+        let Some(calls) = message.tool_calls.take() else {
+            continue;
+        };
+        let (output, rest): (Vec<_>, Vec<_>) = calls
+            .into_iter()
+            .partition(|c| c.function.name == OUTPUT_TOOL);
+        for call in output {
+            message
+                .content
+                .get_or_insert_with(String::new)
+                .push_str(&call.function.arguments);
+        }
+        if rest.is_empty() {
+            if choice.finish_reason.as_deref() == Some("tool_calls") {
+                choice.finish_reason = Some("stop".to_owned());
+            }
+        } else {
+            message.tool_calls = Some(rest);
+        }
+    }
+}
+
 /// The typed half of [`to_anthropic`]: the first choice becomes the message.
 pub fn completion_to_message(completion: ChatCompletion) -> Result<MessageResponse, Malformed> {
     let choice = completion
@@ -109,6 +155,21 @@ pub fn completion_to_message(completion: ChatCompletion) -> Result<MessageRespon
         .ok_or_else(|| Malformed("the upstream answer has no choice".into()))?;
     let mut content = Vec::new();
     let message = choice.message;
+    // Unsigned: only Anthropic can sign thinking, and no Anthropic upstream will see it again.
+    let reasoning = match message.reasoning {
+        Some(Value::String(text)) => Some(text),
+        _ => None,
+    };
+    if let Some(thinking) = message
+        .reasoning_content
+        .or(reasoning)
+        .filter(|t| !t.is_empty())
+    {
+        content.push(ResponseBlock::Thinking(Thinking {
+            thinking,
+            signature: String::new(),
+        }));
+    }
     for text in [message.content, message.refusal].into_iter().flatten() {
         if !text.is_empty() {
             content.push(ResponseBlock::Text { text });

@@ -25,13 +25,29 @@ pub struct MessagesRequest {
     pub tools: Option<Vec<Tool>>,
     pub tool_choice: Option<ToolChoice>,
     pub metadata: Option<Metadata>,
+    pub thinking: Option<ThinkingConfig>,
 }
 
+/// `thinking`: extended thinking, `{"type": "enabled", "budget_tokens": n}` or
+/// `{"type": "disabled"}`.
+#[serde_with::skip_serializing_none]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct ThinkingConfig {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub budget_tokens: Option<u64>,
+}
+
+/// A turn's role. Anthropic's API knows only `user` and `assistant`; clients such as Claude
+/// Code also put `system` (and `developer`) turns in `messages`, which the gateway places where
+/// the upstream expects them (README, "Roles").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     User,
     Assistant,
+    System,
+    Developer,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]

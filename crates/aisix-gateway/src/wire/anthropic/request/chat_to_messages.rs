@@ -1,37 +1,40 @@
 //! An OpenAI chat request as an Anthropic Messages request, typed: system messages hoisted,
 //! turns merged so that they alternate, tool results gathered into user turns, content parts
-//! as blocks, tools and `tool_choice` in Anthropic's shape, and `max_tokens` always set.
+//! as blocks, tools and `tool_choice` in Anthropic's shape, tool ids mapped so that Anthropic
+//! accepts them ([`ToolIds`]), and `max_tokens` always set.
 
 use serde_json::Value;
 
 use crate::wire::chat::{
-    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData,
+    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FileData, JsonSchemaFormat,
+    ResponseFormat,
 };
 use crate::wire::content::TextOr;
 
+use super::super::mapping::{MIN_THINKING_BUDGET, budget_for_effort};
+use super::super::tool_ids::ToolIds;
 use super::super::types::{
-    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, Tool, ToolChoice, ToolUse,
+    Block, Message, MessagesRequest, Metadata, Role, Source, TextBlock, ThinkingConfig, Tool,
+    ToolChoice, ToolUse,
 };
 use super::{RequestError, invalid};
 
 /// The typed half of [`to_anthropic`](super::to_anthropic); `model` is left as the client sent it.
+/// Tool call ids go upstream as `ids` maps them.
 pub fn chat_to_messages(
-    request: ChatRequest,
+    mut request: ChatRequest,
     default_max_tokens: u64,
+    ids: &ToolIds,
 ) -> Result<MessagesRequest, RequestError> {
     if request.n.is_some_and(|n| n > 1) {
         return Err(invalid(
             "n: more than one choice is not supported by this model's provider",
         ));
     }
-    if let Some(format) = &request.response_format
-        && format.kind != "text"
-    {
-        return Err(invalid(format!(
-            "response_format: type `{}` is not supported by this model's provider",
-            format.kind
-        )));
-    }
+    let output = match request.response_format.take() {
+        None => None,
+        Some(format) => output_tool(format, request.tools.as_deref())?,
+    };
 
     let mut system: Vec<TextBlock> = Vec::new();
     let mut system_parts = 0usize;
@@ -98,7 +101,7 @@ pub fn chat_to_messages(
                 }
                 for (j, call) in tool_calls.into_iter().flatten().enumerate() {
                     blocks.push(Block::ToolUse(ToolUse {
-                        id: tool_id(&call.id),
+                        id: ids.upstream(&call.id).into_owned(),
                         input: arguments(&call.function.arguments).ok_or_else(|| {
                             invalid(format!(
                                 "messages[{i}].tool_calls[{j}].function.arguments: not a JSON object"
@@ -121,7 +124,7 @@ pub fn chat_to_messages(
                     TextOr::Parts(parts) => TextOr::Parts(user_blocks(parts, i)?),
                 };
                 let result = Block::ToolResult {
-                    tool_use_id: tool_id(&tool_call_id),
+                    tool_use_id: ids.upstream(&tool_call_id).into_owned(),
                     content: Some(content),
                     is_error: None,
                 };
@@ -130,7 +133,7 @@ pub fn chat_to_messages(
         }
     }
 
-    let tools = match request.tools {
+    let mut tools = match request.tools {
         Some(tools) => Some(
             tools
                 .into_iter()
@@ -141,7 +144,7 @@ pub fn chat_to_messages(
         None => None,
     };
     let disable_parallel = (request.parallel_tool_calls == Some(false)).then_some(true);
-    let tool_choice = match request.tool_choice {
+    let mut tool_choice = match request.tool_choice {
         Some(choice) => Some(anthropic_tool_choice(choice, disable_parallel)?),
         None if disable_parallel.is_some() && tools.is_some() => Some(ToolChoice::Auto {
             disable_parallel_tool_use: disable_parallel,
@@ -149,15 +152,53 @@ pub fn chat_to_messages(
         None => None,
     };
 
+    // OpenAI's cap counts reasoning and answer together, as Anthropic's `max_tokens` counts
+    // thinking and answer: a budget that does not fit under the client's cap shrinks to fit.
+    let effort = request
+        .reasoning_effort
+        .as_deref()
+        .or(request.reasoning.as_ref().and_then(|r| r.effort.as_deref()));
+    let budget = match effort {
+        None => None,
+        Some(effort) => budget_for_effort(effort).ok_or_else(|| {
+            invalid(format!(
+                "reasoning_effort: `{effort}` is not one of none, minimal, low, medium, high"
+            ))
+        })?,
+    };
+    let cap = request.max_completion_tokens.or(request.max_tokens);
+    let (max_tokens, thinking) = match (budget, cap) {
+        (None, cap) => (cap.unwrap_or(default_max_tokens), None),
+        (Some(budget), None) => (budget.saturating_add(default_max_tokens), Some(budget)),
+        (Some(budget), Some(cap)) => {
+            let budget = budget.min(cap.saturating_sub(1));
+            (cap, (budget >= MIN_THINKING_BUDGET).then_some(budget))
+        }
+    };
+    // Structured output: one more tool whose input is the schema; forced when it is the only
+    // one (Anthropic refuses thinking with a forced tool), else left to the model beside the
+    // client's tools.
+    let mut thinking = thinking;
+    if let Some(output) = output {
+        let only = tools.as_ref().is_none_or(Vec::is_empty);
+        tools.get_or_insert_with(Vec::new).push(output);
+        if only {
+            tool_choice = Some(ToolChoice::Tool {
+                name: OUTPUT_TOOL.to_owned(),
+                disable_parallel_tool_use: None,
+            });
+            thinking = None;
+        }
+    }
+
     Ok(MessagesRequest {
         model: request.model,
         messages,
-        max_tokens: Some(
-            request
-                .max_completion_tokens
-                .or(request.max_tokens)
-                .unwrap_or(default_max_tokens),
-        ),
+        max_tokens: Some(max_tokens),
+        thinking: thinking.map(|budget| ThinkingConfig {
+            kind: "enabled".to_owned(),
+            budget_tokens: Some(budget),
+        }),
         system: match (single_system, system.is_empty()) {
             (_, true) => None,
             (Some(text), false) if system.len() == 1 => Some(TextOr::Text(text)),
@@ -271,21 +312,69 @@ fn document_source(file: &FileData) -> Result<Source, &'static str> {
     }
 }
 
-/// Anthropic accepts tool ids of `[A-Za-z0-9_-]+`; other characters become `_` (the same id
-/// maps the same way in the call and in its result).
-fn tool_id(id: &str) -> String {
-    if id.is_empty() {
-        return "_".to_owned();
+/// The tool a structured output is asked of an Anthropic model with: its input is the JSON
+/// the client wants, given back to the client as the answer's text.
+pub const OUTPUT_TOOL: &str = "json_output";
+
+/// `response_format` as the output tool: `json_schema`'s schema, or any object for
+/// `json_object`; `None` for `text`.
+fn output_tool(
+    format: ResponseFormat,
+    tools: Option<&[ChatTool]>,
+) -> Result<Option<Tool>, RequestError> {
+    let (schema, description) = match format.kind.as_str() {
+        "text" => return Ok(None),
+        "json_object" => (serde_json::json!({"type": "object"}), None),
+        "json_schema" => {
+            let format = format.json_schema.unwrap_or(JsonSchemaFormat {
+                name: None,
+                description: None,
+                schema: None,
+                strict: None,
+            });
+            let schema = format
+                .schema
+                .ok_or_else(|| invalid("response_format.json_schema.schema: Field required"))?;
+            (schema, format.description)
+        }
+        other => {
+            return Err(invalid(format!(
+                "response_format: type `{other}` is not supported by this model's provider"
+            )));
+        }
+    };
+    let taken = tools
+        .into_iter()
+        .flatten()
+        .any(|t| t.function.as_ref().is_some_and(|f| f.name == OUTPUT_TOOL));
+    if taken {
+        return Err(invalid(format!(
+            "tools: `{OUTPUT_TOOL}` is the name structured output takes with this model's provider"
+        )));
     }
-    id.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
+    Ok(Some(Tool {
+        name: OUTPUT_TOOL.to_owned(),
+        description: Some(description.unwrap_or_else(|| {
+            "Give the final answer as this tool's input, in the schema asked for.".to_owned()
+        })),
+        input_schema: Some(schema),
+        kind: None,
+    }))
+}
+
+/// Every tool call id of `request`'s messages, calls and results alike.
+pub fn tool_call_ids(request: &ChatRequest) -> impl Iterator<Item = &str> + Clone {
+    request.messages.iter().flat_map(|message| {
+        let (calls, result) = match message {
+            ChatMessage::Assistant {
+                tool_calls: Some(calls),
+                ..
+            } => (calls.as_slice(), None),
+            ChatMessage::Tool { tool_call_id, .. } => (&[][..], Some(tool_call_id.as_str())),
+            _ => (&[][..], None),
+        };
+        calls.iter().map(|c| c.id.as_str()).chain(result)
+    })
 }
 
 /// A call's `arguments` text as the object Anthropic wants; empty means no arguments.

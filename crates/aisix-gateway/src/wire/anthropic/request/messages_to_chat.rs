@@ -1,5 +1,6 @@
 //! An Anthropic Messages request as an OpenAI chat request, typed: the system prompt as the
-//! first message, tool results as `tool` messages right after the calls they answer, blocks
+//! first message, `system` and `developer` turns inside `messages` as those messages in place
+//! (after the tool results of a call they interrupt), tool results as `tool` messages right after the calls they answer, blocks
 //! as content parts, `tool_use` as `tool_calls`, and streams asking for usage.
 
 use crate::wire::chat::{
@@ -8,12 +9,17 @@ use crate::wire::chat::{
 };
 use crate::wire::content::TextOr;
 
-use super::super::mapping::tool_call;
-use super::super::types::{Block, MessagesRequest, Role, Source, Tool, ToolChoice};
-use super::{RequestError, invalid};
+use super::super::mapping::{effort_for_budget, tool_call};
+use super::super::types::{Block, MessagesRequest, Role, Source, ThinkingConfig, Tool, ToolChoice};
+use super::{OutputTokensField, RequestError, invalid};
 
 /// The typed half of [`to_openai`](super::to_openai); `model` is left as the client sent it.
-pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, RequestError> {
+/// The output cap goes in `field`; a thinking budget becomes `reasoning_effort` when the
+/// model reasons ([`OutputTokensField::reasons`]), and is dropped otherwise.
+pub fn messages_to_chat(
+    request: MessagesRequest,
+    field: OutputTokensField,
+) -> Result<ChatRequest, RequestError> {
     let mut messages = Vec::with_capacity(request.messages.len().saturating_add(1));
     match request.system {
         Some(TextOr::Text(text)) => messages.push(ChatMessage::System {
@@ -33,8 +39,15 @@ pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, Request
         match message.role {
             Role::User => user_messages(message.content, i, &mut messages)?,
             Role::Assistant => messages.push(assistant_message(message.content, i)?),
+            Role::System => messages.push(ChatMessage::System {
+                content: instruction(message.content, i)?,
+            }),
+            Role::Developer => messages.push(ChatMessage::Developer {
+                content: instruction(message.content, i)?,
+            }),
         }
     }
+    after_tool_results(&mut messages);
 
     let has_tools = request.tools.as_ref().is_some_and(|t| !t.is_empty());
     let tools = match request.tools {
@@ -54,11 +67,24 @@ pub fn messages_to_chat(request: MessagesRequest) -> Result<ChatRequest, Request
     };
     let stream = request.stream == Some(true);
 
+    let reasoning_effort = match &request.thinking {
+        Some(ThinkingConfig {
+            kind,
+            budget_tokens: Some(budget),
+        }) if kind == "enabled" && field.reasons() => Some(effort_for_budget(*budget).to_owned()),
+        _ => None,
+    };
+    let (max_tokens, max_completion_tokens) = match field {
+        OutputTokensField::MaxTokens => (request.max_tokens, None),
+        OutputTokensField::MaxCompletionTokens => (None, request.max_tokens),
+    };
     Ok(ChatRequest {
         model: request.model,
         messages,
-        max_tokens: request.max_tokens,
-        max_completion_tokens: None,
+        max_tokens,
+        max_completion_tokens,
+        reasoning_effort,
+        reasoning: None,
         temperature: request.temperature,
         top_p: request.top_p,
         stop: request
@@ -153,6 +179,59 @@ fn user_messages(
         });
     }
     Ok(())
+}
+
+/// A `system` or `developer` turn's content: text only.
+fn instruction(content: TextOr<Block>, i: usize) -> Result<TextOr<ContentPart>, RequestError> {
+    match content {
+        TextOr::Text(text) => Ok(TextOr::Text(text)),
+        TextOr::Parts(blocks) => blocks
+            .into_iter()
+            .enumerate()
+            .map(|(j, block)| match block {
+                Block::Text { text } => Ok(ContentPart::Text { text }),
+                _ => Err(invalid(format!(
+                    "messages[{i}].content[{j}]: a system message may hold only text"
+                ))),
+            })
+            .collect::<Result<_, _>>()
+            .map(TextOr::Parts),
+    }
+}
+
+/// OpenAI wants a call's `tool` messages right after the assistant message that made it: an
+/// instruction turn between the two moves after the tool messages.
+fn after_tool_results(messages: &mut [ChatMessage]) {
+    let is_instruction = |m: &ChatMessage| {
+        matches!(
+            m,
+            ChatMessage::System { .. } | ChatMessage::Developer { .. }
+        )
+    };
+    let mut i = 0;
+    while let Some(message) = messages.get(i) {
+        let calls =
+            matches!(message, ChatMessage::Assistant { tool_calls: Some(c), .. } if !c.is_empty());
+        i = i.saturating_add(1);
+        if !calls {
+            continue;
+        }
+        let start = i;
+        let count = |from: usize, what: &dyn Fn(&ChatMessage) -> bool| {
+            messages
+                .get(from..)
+                .map_or(0, |rest| rest.iter().take_while(|m| what(m)).count())
+        };
+        let tools = start.saturating_add(count(start, &is_instruction));
+        let end = tools.saturating_add(count(tools, &|m| matches!(m, ChatMessage::Tool { .. })));
+        if tools > start
+            && end > tools
+            && let Some(run) = messages.get_mut(start..end)
+        {
+            run.rotate_left(tools.saturating_sub(start));
+        }
+        i = end;
+    }
 }
 
 fn openai_part(block: Block, i: usize, j: usize) -> Result<ContentPart, RequestError> {

@@ -1,7 +1,9 @@
 //! OpenAI `chat.completion.chunk`s as Anthropic's exact event order: one `message_start` and a
 //! `ping`; for each block `content_block_start`, its deltas, `content_block_stop`; then
-//! `message_delta` with the stop reason and usage, and `message_stop`. Content opens a text
-//! block; each tool call opens a `tool_use` block whose argument pieces are `input_json_delta`s.
+//! `message_delta` with the stop reason and usage, and `message_stop`. Reasoning
+//! (`reasoning_content`, or `reasoning`) opens a `thinking` block of `thinking_delta`s, without
+//! a signature (only Anthropic can sign its thinking); content opens a text block; each tool
+//! call opens a `tool_use` block whose argument pieces are `input_json_delta`s.
 //! OpenAI reports usage after the finish reason, so the closing events wait for `[DONE]`.
 
 use std::borrow::Cow;
@@ -9,6 +11,7 @@ use std::collections::HashSet;
 
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use crate::wire::chat::ChatUsage;
 use crate::wire::sse;
@@ -41,6 +44,7 @@ pub struct ToAnthropic {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Open {
     None,
+    Thinking { block: u64 },
     Text { block: u64 },
     Tool { block: u64, call: u64 },
 }
@@ -115,6 +119,7 @@ impl ToAnthropic {
         );
         self.open = match open {
             Open::None => Open::None,
+            Open::Thinking { .. } => Open::Thinking { block: index },
             Open::Text { .. } => Open::Text { block: index },
             Open::Tool { call, .. } => Open::Tool { block: index, call },
         };
@@ -123,7 +128,7 @@ impl ToAnthropic {
     fn close_block(&mut self, out: &mut BytesMut) {
         let index = match self.open {
             Open::None => return,
-            Open::Text { block } | Open::Tool { block, .. } => block,
+            Open::Thinking { block } | Open::Text { block } | Open::Tool { block, .. } => block,
         };
         write_event(
             out,
@@ -136,6 +141,26 @@ impl ToAnthropic {
         self.open = Open::None;
     }
 
+    /// Reasoning: the first output, as much as text is.
+    fn thinking(&mut self, out: &mut BytesMut, thinking: &str) {
+        self.content = true;
+        let block = match self.open {
+            Open::Thinking { block } => block,
+            _ => {
+                self.open_block(
+                    out,
+                    Open::Thinking { block: 0 },
+                    BlockOut::Thinking {
+                        thinking: "",
+                        signature: "",
+                    },
+                );
+                self.next_block.saturating_sub(1)
+            }
+        };
+        write_delta(out, block, DeltaBody::Thinking { thinking });
+    }
+
     fn text(&mut self, out: &mut BytesMut, text: &str) {
         self.content = true;
         let block = match self.open {
@@ -145,7 +170,7 @@ impl ToAnthropic {
                 self.next_block.saturating_sub(1)
             }
         };
-        write_delta(out, block, DeltaBody::TextDelta { text });
+        write_delta(out, block, DeltaBody::Text { text });
     }
 
     /// One piece of a tool call. A piece with a new id opens a new call, even at an index
@@ -193,7 +218,7 @@ impl ToAnthropic {
         };
         let arguments = call.function.and_then(|f| f.arguments);
         if let Some(partial_json) = arguments.as_deref().filter(|a| !a.is_empty()) {
-            write_delta(out, block, DeltaBody::InputJsonDelta { partial_json });
+            write_delta(out, block, DeltaBody::InputJson { partial_json });
         }
         Some(())
     }
@@ -240,6 +265,14 @@ impl ToAnthropic {
         self.start(out, &chunk.id, &chunk.model);
         for choice in chunk.choices.into_iter().filter(|c| c.index == 0) {
             let delta = choice.delta;
+            let reasoning = delta
+                .reasoning
+                .and_then(|raw| serde_json::from_str::<Cow<'_, str>>(raw.get()).ok());
+            for thinking in [delta.reasoning_content, reasoning].into_iter().flatten() {
+                if !thinking.is_empty() {
+                    self.thinking(out, &thinking);
+                }
+            }
             for text in [delta.content, delta.refusal].into_iter().flatten() {
                 if !text.is_empty() {
                     self.text(out, &text);
@@ -334,6 +367,12 @@ struct ChoiceIn<'a> {
 
 #[derive(Deserialize, Default)]
 struct DeltaIn<'a> {
+    /// Reasoning, as DeepSeek, vLLM and others stream it.
+    #[serde(borrow, default)]
+    reasoning_content: Option<Cow<'a, str>>,
+    /// Reasoning, as OpenRouter and Ollama stream it (a string; any other shape is ignored).
+    #[serde(borrow, default)]
+    reasoning: Option<&'a RawValue>,
     #[serde(borrow, default)]
     content: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
@@ -446,6 +485,10 @@ struct BlockStartOut<'a> {
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 enum BlockOut<'a> {
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
     Text {
         text: &'a str,
     },
@@ -465,10 +508,14 @@ struct DeltaOut<'a> {
 }
 
 #[derive(Serialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(tag = "type")]
 enum DeltaBody<'a> {
-    TextDelta { text: &'a str },
-    InputJsonDelta { partial_json: &'a str },
+    #[serde(rename = "thinking_delta")]
+    Thinking { thinking: &'a str },
+    #[serde(rename = "text_delta")]
+    Text { text: &'a str },
+    #[serde(rename = "input_json_delta")]
+    InputJson { partial_json: &'a str },
 }
 
 #[derive(Serialize)]
@@ -520,6 +567,31 @@ mod tests {
             .lines()
             .filter_map(|l| l.strip_prefix("event: ").map(str::to_owned))
             .collect()
+    }
+
+    #[test]
+    fn reasoning_is_the_first_output_and_opens_a_thinking_block() {
+        for key in ["reasoning_content", "reasoning"] {
+            let mut t = ToAnthropic::new();
+            let mut out = BytesMut::new();
+            let role = chunk(r#"{"role":"assistant","content":""}"#, "null");
+            t.event(role.as_bytes(), &mut out);
+            assert!(!t.content_seen(), "a role chunk is not output");
+            let thought = chunk(&format!(r#"{{"{key}":"hmm"}}"#), "null");
+            t.event(thought.as_bytes(), &mut out);
+            assert!(t.content_seen(), "{key} holds no longer");
+            let text = String::from_utf8_lossy(&out);
+            assert!(
+                text.contains(
+                    r#""content_block":{"type":"thinking","thinking":"","signature":""}"#
+                ),
+                "{text}"
+            );
+            assert!(
+                text.contains(r#""delta":{"type":"thinking_delta","thinking":"hmm"}"#),
+                "{text}"
+            );
+        }
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! assistant role, text deltas become content, each `tool_use` block becomes one tool call whose
 //! `input_json_delta`s are its argument pieces, `message_delta` gives the `finish_reason`, and
 //! `message_stop` ends with the usage chunk (when the client asked) and `data: [DONE]`.
-//! Thinking and server-tool blocks are left out. Events are told apart by their `event:` name,
+//! Thinking becomes `reasoning_content` deltas (its signature, which only Anthropic can check,
+//! is dropped); server-tool blocks are left out. Events are told apart by their `event:` name,
 //! as Anthropic's SDKs do; only the fields read are parsed, borrowing from the event.
 
 use std::borrow::Cow;
@@ -15,6 +16,7 @@ use crate::wire::chat::ChatUsage;
 use crate::wire::sse;
 
 use super::super::mapping::{finish_reason, usage_to_openai};
+use super::super::request::OUTPUT_TOOL;
 use super::super::types::TokenUsage;
 use super::{Fault, Phase, Step, Translator, write_data};
 
@@ -35,18 +37,23 @@ pub struct ToOpenAi {
     usage: Option<TokenUsage>,
     finish: Option<&'static str>,
     content: bool,
+    /// The request asked for structured output: a call of the output tool is the text.
+    structured: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
 enum BlockKind {
     Text,
+    Thinking,
     /// A tool call: its OpenAI index, and whether any argument text has been sent.
     Tool {
         call: u32,
         arguments: bool,
     },
-    /// Thinking, server tools: left out.
+    /// Redacted thinking, server tools: left out.
     Skipped,
+    /// The structured output's tool call: its input is the answer's text.
+    Output,
 }
 
 impl ToOpenAi {
@@ -65,7 +72,15 @@ impl ToOpenAi {
             usage: None,
             finish: None,
             content: false,
+            structured: false,
         }
+    }
+
+    /// The request asked for structured output ([`OUTPUT_TOOL`]): that tool's input streams
+    /// as the text, and an answer that called no other tool finishes with `stop`.
+    pub fn structured(mut self) -> ToOpenAi {
+        self.structured = true;
+        self
     }
 
     /// Every chunk names `model` (not the upstream's model).
@@ -75,7 +90,9 @@ impl ToOpenAi {
     }
 
     fn chunk(&mut self, out: &mut BytesMut, delta: DeltaOut<'_>, finish_reason: Option<&str>) {
-        self.content |= delta.tool_calls.is_some() || delta.content.is_some_and(|c| !c.is_empty());
+        self.content |= delta.tool_calls.is_some()
+            || delta.content.is_some_and(|c| !c.is_empty())
+            || delta.reasoning_content.is_some_and(|c| !c.is_empty());
         let choice = ChoiceOut {
             index: 0,
             delta,
@@ -140,6 +157,10 @@ impl ToOpenAi {
                 let block = start.content_block;
                 let kind = match block.kind.as_ref() {
                     "text" => BlockKind::Text,
+                    "thinking" => BlockKind::Thinking,
+                    "tool_use" if self.structured && block.name.as_deref() == Some(OUTPUT_TOOL) => {
+                        BlockKind::Output
+                    }
                     "tool_use" => BlockKind::Tool {
                         call: self.calls,
                         arguments: false,
@@ -168,7 +189,12 @@ impl ToOpenAi {
                         };
                         self.chunk(out, DeltaOut::call(call), None);
                     }
-                    BlockKind::Skipped => {}
+                    BlockKind::Thinking => {
+                        if let Some(thinking) = block.thinking.filter(|t| !t.is_empty()) {
+                            self.chunk(out, DeltaOut::reasoning(&thinking), None);
+                        }
+                    }
+                    BlockKind::Skipped | BlockKind::Output => {}
                 }
             }
             b"content_block_delta" => {
@@ -187,6 +213,18 @@ impl ToOpenAi {
                             *arguments = true;
                             let call = *call;
                             self.chunk(out, DeltaOut::arguments(call, &json), None);
+                        }
+                    }
+                    (BlockKind::Output, "input_json_delta") => {
+                        let json = delta.delta.partial_json.unwrap_or_default();
+                        if !json.is_empty() {
+                            self.chunk(out, DeltaOut::text(&json), None);
+                        }
+                    }
+                    (BlockKind::Thinking, "thinking_delta") => {
+                        let thinking = delta.delta.thinking.unwrap_or_default();
+                        if !thinking.is_empty() {
+                            self.chunk(out, DeltaOut::reasoning(&thinking), None);
                         }
                     }
                     (BlockKind::Text, "citations_delta")
@@ -215,7 +253,10 @@ impl ToOpenAi {
                     self.usage = Some(total);
                 }
                 if let Some(reason) = delta.delta.stop_reason {
-                    let reason = finish_reason(&reason);
+                    let mut reason = finish_reason(&reason);
+                    if self.structured && reason == "tool_calls" && self.calls == 0 {
+                        reason = "stop";
+                    }
                     self.finish = Some(reason);
                     self.chunk(out, DeltaOut::default(), Some(reason));
                 }
@@ -322,6 +363,8 @@ struct StartBlock<'a> {
     id: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
 }
 
 /// `content_block_delta`'s data.
@@ -340,6 +383,8 @@ pub(super) struct DeltaIn<'a> {
     pub(super) text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     partial_json: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    thinking: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -440,6 +485,9 @@ struct DeltaOut<'a> {
     role: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<&'a str>,
+    /// Reasoning, as OpenAI-compatible servers stream it (DeepSeek, vLLM).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_calls: Option<[ToolCallOut<'a>; 1]>,
 }
@@ -448,6 +496,13 @@ impl<'a> DeltaOut<'a> {
     fn text(text: &'a str) -> DeltaOut<'a> {
         DeltaOut {
             content: Some(text),
+            ..DeltaOut::default()
+        }
+    }
+
+    fn reasoning(thinking: &'a str) -> DeltaOut<'a> {
+        DeltaOut {
+            reasoning_content: Some(thinking),
             ..DeltaOut::default()
         }
     }
@@ -500,6 +555,39 @@ mod tests {
             .map(|e| translator.event(e.as_bytes(), &mut out))
             .collect();
         (steps, String::from_utf8(out.to_vec()).unwrap())
+    }
+
+    #[test]
+    fn thinking_is_the_first_output_and_becomes_reasoning_content() {
+        let mut t = ToOpenAi::new(false, 1);
+        let start = r#"event: message_start
+data: {"type":"message_start","message":{"id":"m","model":"c","usage":{"input_tokens":1,"output_tokens":1}}}
+
+"#;
+        let block = r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"","signature":""}}
+
+"#;
+        let thought = r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}
+
+"#;
+        let signature = r#"event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}
+
+"#;
+        let (_, out) = run(&mut t, &[start, block]);
+        assert!(!t.content_seen(), "{out}");
+        let (_, out) = run(&mut t, &[thought, signature]);
+        assert!(t.content_seen());
+        assert!(
+            out.contains(r#""delta":{"reasoning_content":"hmm"}"#),
+            "{out}"
+        );
+        assert!(
+            !out.contains("EqQB"),
+            "a signature only Anthropic can check: {out}"
+        );
     }
 
     #[test]
