@@ -72,6 +72,8 @@ pub(crate) struct Record {
     failure: Option<ErrorKind>,
     /// What the request holds against its limits, settled with its usage when it ends.
     pub reservation: Option<Reservation>,
+    /// What it holds against the limits of the group target it is calling, settled likewise.
+    target_reservation: Option<Reservation>,
     /// The prices of the direct model that answered, for the settlement's spend.
     pub cost: Option<Cost>,
     /// Where the request's limits stood when it was admitted or refused (`x-ratelimit-*`).
@@ -122,6 +124,7 @@ impl Record {
             outcome: Outcome::ClientClosed,
             failure: None,
             reservation: None,
+            target_reservation: None,
             cost: None,
             limits: None,
             estimate: Tokens::default(),
@@ -162,6 +165,20 @@ impl Record {
             attempt.error = Some(meaning.code);
             attempt.result = meaning.outcome;
             attempt.failure = meaning.upstream_error;
+        }
+    }
+
+    /// Holds `reservation` on the limits of the group target being called, settled with the
+    /// request (a previous target's is settled with nothing first).
+    pub(crate) fn hold_target(&mut self, reservation: Reservation) {
+        self.release_target();
+        self.target_reservation = Some(reservation);
+    }
+
+    /// The target being called failed before any output: its limits are charged nothing.
+    pub(crate) fn release_target(&mut self) {
+        if let Some(held) = self.target_reservation.take() {
+            held.settle(Charge::default());
         }
     }
 
@@ -294,11 +311,15 @@ impl Drop for Record {
     fn drop(&mut self) {
         let used = self.settlement();
         let spend = self.cost.map(|cost| used.cost(&cost));
-        if let Some(reservation) = self.reservation.take() {
-            reservation.settle(Charge {
-                tokens: used.total(),
-                spend: spend.unwrap_or_default(),
-            });
+        let charge = Charge {
+            tokens: used.total(),
+            spend: spend.unwrap_or_default(),
+        };
+        for reservation in [self.reservation.take(), self.target_reservation.take()]
+            .into_iter()
+            .flatten()
+        {
+            reservation.settle(charge);
         }
         // A whole response is done when its head is (its body goes out with it); a stream
         // ends now.

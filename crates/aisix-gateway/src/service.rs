@@ -391,17 +391,18 @@ impl Inner {
                 Endpoint::Embeddings | Endpoint::CountTokens
             ),
         );
-        let charge = Charge {
+        // Kept even without limits here: a group's targets may have their own.
+        record.estimate = estimate;
+        let charge = || Charge {
             tokens: estimate.total(),
             spend: cost.map(|cost| estimate.cost(&cost)).unwrap_or_default(),
         };
         let limiter = &self.common.limiter;
         let reserved = match (key.limits.as_ref(), model_limits) {
             (None, None) => return Ok(()),
-            (Some(key), Some(model)) => limiter.reserve(&[key, model], charge).await,
-            (Some(one), None) | (None, Some(one)) => limiter.reserve(&[one], charge).await,
+            (Some(key), Some(model)) => limiter.reserve(&[key, model], charge()).await,
+            (Some(one), None) | (None, Some(one)) => limiter.reserve(&[one], charge()).await,
         };
-        record.estimate = estimate;
         match reserved {
             Ok(reservation) => {
                 record.limits = Some(*reservation.headroom());
