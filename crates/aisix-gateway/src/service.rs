@@ -36,6 +36,7 @@ use crate::models;
 use crate::relay::{SseRelay, Starting};
 use crate::route::Plan;
 use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
+use crate::spending;
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
@@ -252,6 +253,9 @@ impl Inner {
         record.body_read = Some(Instant::now());
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
+        if let Some(policy) = &key.spending {
+            spending::check(policy, &inbound)?;
+        }
         self.limit(key, &model, &inbound, record).await?;
         let plan = Plan::new(&model);
         let keepalive = self.common.settings.stream.keepalive;
