@@ -21,7 +21,7 @@ pub use resources::{
     ApiKey, Budget, BudgetPeriod, CollectionDiff, Continuation, Cost, DEFAULT_ANTHROPIC_VERSION,
     FallbackError, GroupTarget, KeyHash, LoadedResources, Model, ModelGroup, ModelPattern,
     OutputTokensField, ProviderKey, ProviderKind, RateLimit, Resources, ResourcesDiff, Routing,
-    Secret, Strategy, Usd, WhenAllUnavailable, hash_key, load_resources, load_resources_file,
-    parse_resources, sha256_hex,
+    Secret, SpendingPolicy, Strategy, Usd, WhenAllUnavailable, hash_key, load_resources,
+    load_resources_file, parse_resources, sha256_hex,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

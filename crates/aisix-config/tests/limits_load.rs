@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use aisix_config::{
     Bootstrap, Budget, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit,
-    RateLimitBackend, Resources, Usd, load_bootstrap, parse_resources,
+    RateLimitBackend, Resources, SpendingPolicy, Usd, load_bootstrap, parse_resources,
 };
 
 /// A provider key and a model `m`; `model_extra` and `key_extra` are indented fields appended
@@ -197,6 +197,45 @@ fn bad_budgets_are_each_named_by_path() {
     assert_eq!(
         resource_errors("", "    budget: {usd: 5}\n"),
         ["api_keys[0].budget.period: is required"]
+    );
+}
+
+#[test]
+fn a_spending_policy_loads_on_a_key_and_defaults_to_none() {
+    let loaded = resources(
+        "",
+        "    spending: {max_n: 2, service_tiers: [default], anthropic_betas: [prompt-caching-2024-07-31]}\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(
+        loaded.api_keys[0].spending,
+        SpendingPolicy {
+            max_n: Some(2),
+            service_tiers: Some(vec!["default".into()]),
+            anthropic_betas: Some(vec!["prompt-caching-2024-07-31".into()]),
+        }
+    );
+    let policy = &loaded.api_keys[0].spending;
+    assert!(policy.allows_n(2) && !policy.allows_n(3));
+    assert!(policy.allows_service_tier("default") && !policy.allows_service_tier("priority"));
+    let open = resources("", "", &[]).unwrap();
+    assert_eq!(open.api_keys[0].spending, SpendingPolicy::default());
+    assert!(open.api_keys[0].spending.allows_n(100));
+}
+
+#[test]
+fn bad_spending_policies_are_each_named_by_path() {
+    assert_eq!(
+        resource_errors(
+            "",
+            "    spending: {max_n: 0, service_tiers: [\"\"], colour: red}\n"
+        ),
+        [
+            "api_keys[0].spending.max_n: expected a positive integer (choices)",
+            "api_keys[0].spending.service_tiers[0]: must not be empty",
+            "api_keys[0].spending.colour: unknown field (expected one of: max_n, service_tiers, anthropic_betas)",
+        ]
     );
 }
 

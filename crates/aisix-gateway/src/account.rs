@@ -72,6 +72,10 @@ pub(crate) struct Record {
     failure: Option<ErrorKind>,
     /// What the request holds against its limits, settled with its usage when it ends.
     pub reservation: Option<Reservation>,
+    /// What it holds against the limits of the group target it is calling, settled likewise.
+    target_reservation: Option<Reservation>,
+    /// What the calls before a continuation used, and what that cost at their own prices.
+    carried: Option<(Tokens, Usd)>,
     /// The prices of the direct model that answered, for the settlement's spend.
     pub cost: Option<Cost>,
     /// Where the request's limits stood when it was admitted or refused (`x-ratelimit-*`).
@@ -122,6 +126,8 @@ impl Record {
             outcome: Outcome::ClientClosed,
             failure: None,
             reservation: None,
+            target_reservation: None,
+            carried: None,
             cost: None,
             limits: None,
             estimate: Tokens::default(),
@@ -163,6 +169,42 @@ impl Record {
             attempt.result = meaning.outcome;
             attempt.failure = meaning.upstream_error;
         }
+    }
+
+    /// Holds `reservation` on the limits of the group target being called, settled with the
+    /// request (a previous target's is settled with nothing first).
+    pub(crate) fn hold_target(&mut self, reservation: Reservation) {
+        self.release_target();
+        self.target_reservation = Some(reservation);
+    }
+
+    /// The target being called failed before any output: its limits are charged nothing.
+    pub(crate) fn release_target(&mut self) {
+        if let Some(held) = self.target_reservation.take() {
+            held.settle(Charge::default());
+        }
+    }
+
+    /// A cut stream is about to be continued on another target: what it used so far is priced
+    /// now, at the prices of the target that produced it; the continuation's own share will be
+    /// priced at its target's.
+    pub(crate) fn continuing(&mut self) {
+        let used = self.settlement();
+        let spend = self.cost.map(|cost| used.cost(&cost)).unwrap_or_default();
+        self.carried = Some((used, spend));
+    }
+
+    /// What `used` (the whole request's usage) costs: each call at its own target's prices.
+    fn spend(&self, used: Tokens) -> Option<Usd> {
+        let Some((before, spent)) = self.carried else {
+            return self.cost.map(|cost| used.cost(&cost));
+        };
+        let own = Tokens {
+            input: used.input.saturating_sub(before.input),
+            output: used.output.saturating_sub(before.output),
+        };
+        let own = self.cost.map(|cost| own.cost(&cost)).unwrap_or_default();
+        Some(Usd::from_nanos(spent.nanos().saturating_add(own.nanos())))
     }
 
     /// From here on the stream's ending is the client's leaving, until it ends otherwise.
@@ -293,12 +335,16 @@ impl Record {
 impl Drop for Record {
     fn drop(&mut self) {
         let used = self.settlement();
-        let spend = self.cost.map(|cost| used.cost(&cost));
-        if let Some(reservation) = self.reservation.take() {
-            reservation.settle(Charge {
-                tokens: used.total(),
-                spend: spend.unwrap_or_default(),
-            });
+        let spend = self.spend(used);
+        let charge = Charge {
+            tokens: used.total(),
+            spend: spend.unwrap_or_default(),
+        };
+        for reservation in [self.reservation.take(), self.target_reservation.take()]
+            .into_iter()
+            .flatten()
+        {
+            reservation.settle(charge);
         }
         // A whole response is done when its head is (its body goes out with it); a stream
         // ends now.
@@ -320,9 +366,8 @@ mod tests {
     use super::*;
     use crate::endpoint::Endpoint;
 
-    #[tokio::test(start_paused = true)]
-    async fn the_overhead_starts_when_the_body_has_been_read() {
-        let mut record = Record::new(
+    fn record() -> Record {
+        Record::new(
             HeaderValue::from_static("r"),
             Endpoint::ChatCompletions,
             Method::POST,
@@ -332,7 +377,47 @@ mod tests {
                 metrics: false,
                 access_log: false,
             },
+        )
+    }
+
+    fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_continued_stream_is_priced_at_each_target_s_own_prices() {
+        let cheap = Cost {
+            input_per_1k: Usd::parse("0.001").unwrap(),
+            output_per_1k: Usd::parse("0.002").unwrap(),
+        };
+        let dear = Cost {
+            input_per_1k: Usd::parse("0.01").unwrap(),
+            output_per_1k: Usd::parse("0.02").unwrap(),
+        };
+        let mut record = record();
+        // The first target streamed 10 prompt + 40 output tokens, then was cut.
+        record.cost = Some(cheap);
+        record.usage = Some(usage(10, 40));
+        record.continuing();
+        // The dear one continued: the summed usage adds its 60 prompt and 20 output tokens.
+        record.cost = Some(dear);
+        record.usage = Some(usage(70, 60));
+        let used = record.settlement();
+        assert_eq!((used.input, used.output), (70, 60));
+        // 10×1 + 40×2 micro-dollars, then 60×10 + 20×20.
+        assert_eq!(
+            record.spend(used),
+            Some(Usd::from_nanos((90 + 1000) * 1000))
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_overhead_starts_when_the_body_has_been_read() {
+        let mut record = record();
         // The client takes a second to upload its body.
         tokio::time::advance(Duration::from_secs(1)).await;
         record.body_read = Some(Instant::now());

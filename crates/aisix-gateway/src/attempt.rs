@@ -45,11 +45,12 @@ use crate::budget::Budget;
 use crate::deadline;
 use crate::error::{ErrorKind, GatewayError, Side};
 use crate::inbound::Inbound;
+use crate::limit::{Charge, Refused};
 use crate::provider::refusal::Refusal;
 use crate::provider::{self, Answer, Call, Carried, StreamMap};
 use crate::route::Plan;
 use crate::route::retry::{self, LONG_WAIT};
-use crate::route::state::{Admission, Clock, Verdict};
+use crate::route::state::{Admission, Clock, Excuse, Verdict};
 use crate::snapshot::{DirectRoute, GroupRoute};
 use crate::stream::{Events, StreamSettings};
 use crate::unary::Unary;
@@ -177,16 +178,28 @@ impl Attempts {
         let mut last_error = None;
         let mut cooling_until: Option<u64> = None;
         let mut ignore_cooling = false;
+        let mut last_refusal: Option<Refused> = None;
         loop {
             while let Some((target, probe)) = self.next_target(ignore_cooling, &mut cooling_until) {
+                if let Err(refused) = self.within_target_limits(&target, probe, record).await {
+                    last_refusal = Some(refused);
+                    continue;
+                }
                 match self.call_target(&target, probe, record).await {
                     Ok(served) => return Ok(served),
                     Err((error, Move::Stop)) => return Err(error),
-                    Err((error, _)) => last_error = Some(error),
+                    Err((error, _)) => {
+                        // It failed before any output: its own limits are charged nothing.
+                        record.release_target();
+                        last_error = Some(error);
+                    }
                 }
             }
             if let Some(error) = last_error {
                 return Err(error);
+            }
+            if let Some(refused) = last_refusal.take() {
+                return Err(refused.into());
             }
             match (cooling_until, self.plan.policy().when_all_unavailable) {
                 (Some(_), WhenAllUnavailable::TryAnyway) if !ignore_cooling => {
@@ -227,6 +240,43 @@ impl Attempts {
             return Some((target, probe));
         }
         None
+    }
+
+    /// Reserves on `target`'s own limits when a group calls it (a request naming it reserved
+    /// them up front): a target they refuse is passed over like a cooling one, its probe (if
+    /// this call was one) given back. A direct model without limits costs nothing here.
+    async fn within_target_limits(
+        &self,
+        target: &Arc<DirectRoute>,
+        probe: u64,
+        record: &mut Record,
+    ) -> Result<(), Refused> {
+        let (Some(_), Some(limits)) = (self.plan.group(), &target.limits) else {
+            return Ok(());
+        };
+        let estimate = record.estimate;
+        let charge = Charge {
+            tokens: estimate.total(),
+            spend: target.cost.map(|c| estimate.cost(&c)).unwrap_or_default(),
+        };
+        match limits.limiter().reserve(&[limits], charge).await {
+            Ok(reservation) => {
+                record.hold_target(reservation);
+                Ok(())
+            }
+            Err(refused) => {
+                tracing::debug!(target = %target.name, "passed over: its own limits refused");
+                if probe != 0 {
+                    let now = self.ctx.clock.now_ms();
+                    drop(
+                        target
+                            .state
+                            .ticket(self.ctx.clock, now, probe, false, Excuse::default()),
+                    );
+                }
+                Err(refused)
+            }
+        }
     }
 
     /// Whether another direct model may be called after the current one.

@@ -40,6 +40,8 @@ pub enum ErrorKind {
     ModelNotFound,
     /// A stored Responses answer that is unknown, expired, or another key's.
     ResponseNotFound,
+    /// The key's spending policy does not allow what the request asks for.
+    NotPermitted,
     InvalidJson,
     /// A required or known field is missing or has the wrong type.
     InvalidRequest,
@@ -167,6 +169,10 @@ impl ErrorKind {
             },
             ErrorKind::ModelNotFound => client(StatusCode::NOT_FOUND, "model_not_found"),
             ErrorKind::ResponseNotFound => client(StatusCode::NOT_FOUND, "response_not_found"),
+            ErrorKind::NotPermitted => Meaning {
+                error_type: "permission_error",
+                ..client(StatusCode::FORBIDDEN, "not_permitted_by_key")
+            },
             ErrorKind::InvalidJson => client(StatusCode::BAD_REQUEST, "invalid_json"),
             ErrorKind::InvalidRequest => client(StatusCode::BAD_REQUEST, "invalid_request"),
             ErrorKind::BodyTooLarge => client(StatusCode::PAYLOAD_TOO_LARGE, "request_too_large"),

@@ -29,6 +29,7 @@ mod relay;
 mod route;
 mod service;
 mod snapshot;
+mod spending;
 mod stored;
 mod stream;
 #[cfg(feature = "test-hooks")]

@@ -162,6 +162,7 @@ impl State {
         {
             tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
             record.answer_broke(&error);
+            record.continuing();
             let carried = events.map().carried();
             let at = events.map().blocks();
             return (

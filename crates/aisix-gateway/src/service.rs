@@ -36,6 +36,7 @@ use crate::models;
 use crate::relay::{SseRelay, Starting};
 use crate::route::Plan;
 use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
+use crate::spending;
 use crate::stream::Outbox;
 use crate::unary::UnaryRelay;
 use crate::upstream::Pool;
@@ -275,6 +276,9 @@ impl Inner {
         record.body_read = Some(Instant::now());
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
+        if let Some(policy) = &key.spending {
+            spending::check(policy, &inbound)?;
+        }
         if endpoint == Endpoint::Responses {
             inbound.stored = Some(crate::stored::Keeper {
                 store: Arc::clone(&self.common.responses),
@@ -429,17 +433,18 @@ impl Inner {
                 Endpoint::Embeddings | Endpoint::CountTokens
             ),
         );
-        let charge = Charge {
+        // Kept even without limits here: a group's targets may have their own.
+        record.estimate = estimate;
+        let charge = || Charge {
             tokens: estimate.total(),
             spend: cost.map(|cost| estimate.cost(&cost)).unwrap_or_default(),
         };
         let limiter = &self.common.limiter;
         let reserved = match (key.limits.as_ref(), model_limits) {
             (None, None) => return Ok(()),
-            (Some(key), Some(model)) => limiter.reserve(&[key, model], charge).await,
-            (Some(one), None) | (None, Some(one)) => limiter.reserve(&[one], charge).await,
+            (Some(key), Some(model)) => limiter.reserve(&[key, model], charge()).await,
+            (Some(one), None) | (None, Some(one)) => limiter.reserve(&[one], charge()).await,
         };
-        record.estimate = estimate;
         match reserved {
             Ok(reservation) => {
                 record.limits = Some(*reservation.headroom());

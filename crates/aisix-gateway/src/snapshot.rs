@@ -8,8 +8,8 @@ use std::time::SystemTime;
 
 use aisix_config::{
     Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup,
-    ModelPattern, OutputTokensField, ProviderKey, ProviderKind, Resilience, Resources, Strategy,
-    TimeoutOverrides, WhenAllUnavailable,
+    ModelPattern, OutputTokensField, ProviderKey, ProviderKind, Resilience, Resources,
+    SpendingPolicy, Strategy, TimeoutOverrides, WhenAllUnavailable,
 };
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -259,6 +259,8 @@ pub struct ApiKeyEntry {
     pub limits: Option<Arc<Subject>>,
     /// Its share of the worker's memory budget (`None` in tables built without one).
     pub(crate) share: Option<Share>,
+    /// Its `spending` policy, when it restricts anything.
+    pub spending: Option<Arc<SpendingPolicy>>,
 }
 
 impl ApiKeyEntry {
@@ -394,6 +396,8 @@ impl Snapshot {
                             key.budget,
                         ),
                         share: None,
+                        spending: (key.spending != SpendingPolicy::default())
+                            .then(|| Arc::new(key.spending.clone())),
                     },
                 )
             })

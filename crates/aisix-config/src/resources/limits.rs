@@ -5,7 +5,8 @@ use std::fmt;
 
 use serde_yaml::Value;
 
-use super::reader::{Fields, Report, positive_integer, string};
+use super::load::given;
+use super::reader::{Fields, Report, index_path, list, non_empty_string, positive_integer, string};
 
 /// `rate_limit`: request, token and concurrency limits of one API key or one model entry. Each
 /// is optional; an empty mapping limits nothing. Window limits count per fixed window of one
@@ -163,6 +164,70 @@ pub(super) fn read_rate_limit(report: &mut Report, value: &Value, path: &str) ->
     };
     fields.finish(report, "field");
     ok.then_some(rate_limit)
+}
+
+/// `api_keys[].spending`: what a key may buy beyond its tokens, so that a key holder cannot
+/// buy features outside the cost model. Every field unset allows anything.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Hash)]
+pub struct SpendingPolicy {
+    /// `max_n`: the most choices (`n`) one request may ask for.
+    pub max_n: Option<u32>,
+    /// `service_tiers`: the `service_tier` values a request may name (a request naming none
+    /// passes).
+    pub service_tiers: Option<Vec<String>>,
+    /// `anthropic_betas`: the `anthropic-beta` header values a request may send.
+    pub anthropic_betas: Option<Vec<String>>,
+}
+
+impl SpendingPolicy {
+    /// Whether `n` choices are allowed.
+    pub fn allows_n(&self, n: u32) -> bool {
+        self.max_n.is_none_or(|max| n <= max)
+    }
+
+    /// Whether `tier` may be named.
+    pub fn allows_service_tier(&self, tier: &str) -> bool {
+        self.service_tiers
+            .as_ref()
+            .is_none_or(|tiers| tiers.iter().any(|t| t == tier))
+    }
+
+    /// Whether the `anthropic-beta` value `beta` may be sent.
+    pub fn allows_anthropic_beta(&self, beta: &str) -> bool {
+        self.anthropic_betas
+            .as_ref()
+            .is_none_or(|betas| betas.iter().any(|b| b == beta))
+    }
+}
+
+/// Reads a `spending` mapping.
+pub(super) fn read_spending(
+    report: &mut Report,
+    value: &Value,
+    path: &str,
+) -> Option<SpendingPolicy> {
+    let mut fields = Fields::new(report, path.to_owned(), value)?;
+    let max_n = fields.optional(report, "max_n").map(|(v, p)| {
+        positive_integer(report, v, &p, "choices").and_then(|n| u32::try_from(n).ok())
+    });
+    let mut names = |field: &'static str, report: &mut Report| {
+        fields.optional(report, field).map(|(v, p)| {
+            let items = list(report, v, &p)?;
+            let mut names = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                names.push(non_empty_string(report, item, &index_path(&p, i))?.to_owned());
+            }
+            Some(names)
+        })
+    };
+    let service_tiers = names("service_tiers", report);
+    let anthropic_betas = names("anthropic_betas", report);
+    fields.finish(report, "field");
+    Some(SpendingPolicy {
+        max_n: given(max_n)?,
+        service_tiers: given(service_tiers)?,
+        anthropic_betas: given(anthropic_betas)?,
+    })
 }
 
 /// Reads a `cost` mapping; at least one price must be given, the other defaults to 0.

@@ -11,7 +11,9 @@ use super::cooldown::read_cooldown;
 use super::group::{self, GroupDraft};
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
-use super::limits::{Budget, Cost, RateLimit, read_budget, read_cost, read_rate_limit};
+use super::limits::{
+    Budget, Cost, RateLimit, SpendingPolicy, read_budget, read_cost, read_rate_limit, read_spending,
+};
 use super::pattern::ModelPattern;
 use super::reader::{
     Fields, Report, Slot, bool, duration, index_path, integer, list, non_empty_string, string,
@@ -854,6 +856,9 @@ fn read_api_key(
     let budget = fields
         .optional(report, "budget")
         .map(|(v, p)| read_budget(report, v, &p));
+    let spending = fields
+        .optional(report, "spending")
+        .map(|(v, p)| read_spending(report, v, &p));
     fields.finish(report, "field");
 
     let built = build_api_key(
@@ -865,6 +870,7 @@ fn read_api_key(
             expires_at,
             rate_limit,
             budget,
+            spending,
         },
     );
     ApiKeyDraft { name, hash, built }
@@ -876,6 +882,7 @@ struct ApiKeyOptions {
     expires_at: Option<Option<SystemTime>>,
     rate_limit: Option<Option<RateLimit>>,
     budget: Option<Option<Budget>>,
+    spending: Option<Option<SpendingPolicy>>,
 }
 
 fn build_api_key(
@@ -892,6 +899,7 @@ fn build_api_key(
         expires_at: given(options.expires_at)?,
         rate_limit: given(options.rate_limit)?.unwrap_or_default(),
         budget: given(options.budget)?,
+        spending: given(options.spending)?.unwrap_or_default(),
     })
 }
 

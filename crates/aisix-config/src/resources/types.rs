@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::group::ModelGroup;
 use super::key::KeyHash;
-use super::limits::{Budget, Cost, RateLimit};
+use super::limits::{Budget, Cost, RateLimit, SpendingPolicy};
 use super::pattern::ModelPattern;
 use crate::bootstrap::CooldownOverrides;
 use crate::timeouts::TimeoutOverrides;
@@ -258,6 +258,8 @@ pub struct ApiKey {
     pub rate_limit: RateLimit,
     /// `budget`: how much this key may spend per period.
     pub budget: Option<Budget>,
+    /// `spending`: what it may buy beyond its tokens (`n`, service tiers, Anthropic betas).
+    pub spending: SpendingPolicy,
 }
 
 impl ApiKey {
@@ -316,6 +318,7 @@ mod tests {
             expires_at,
             rate_limit: RateLimit::default(),
             budget: None,
+            spending: SpendingPolicy::default(),
         }
     }
 

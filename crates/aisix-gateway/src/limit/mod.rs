@@ -293,6 +293,13 @@ pub struct Subject {
     limiter: Limiter,
 }
 
+impl Subject {
+    /// The limiter this subject's counters belong to.
+    pub fn limiter(&self) -> &Limiter {
+        &self.limiter
+    }
+}
+
 impl fmt::Debug for Subject {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subject")

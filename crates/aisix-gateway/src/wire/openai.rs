@@ -31,6 +31,9 @@ pub struct Inspected {
     /// `max_completion_tokens`, else `max_tokens`, when given as a non-negative integer (the
     /// limiter's output estimate; anything else is left for the provider to judge).
     pub max_output_tokens: Option<u64>,
+    /// Byte range of the `service_tier` value (a JSON string), if present and not null: only a
+    /// key with a spending policy reads it.
+    service_tier_span: Option<(usize, usize)>,
     /// Byte range of the `model` value (the quoted string) in the body.
     model_span: (usize, usize),
     /// Byte range of the `stream_options` value, if present and not null.
@@ -61,6 +64,8 @@ struct Probe<'a> {
     /// The Responses API's output cap.
     #[serde(borrow)]
     max_output_tokens: Option<&'a RawValue>,
+    #[serde(borrow)]
+    service_tier: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -135,6 +140,10 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
         stream,
         choices,
         max_output_tokens,
+        service_tier_span: probe
+            .service_tier
+            .filter(|raw| raw.get() != "null")
+            .map(|raw| span_of(body, raw.get())),
         model_span: span_of(body, model_raw.get()),
         stream_options,
         object_start,
@@ -148,6 +157,17 @@ fn span_of(whole: &[u8], part: &str) -> (usize, usize) {
 }
 
 impl Inspected {
+    /// The request's `service_tier` as sent, `None` when absent or null; a value that is not a
+    /// string reads as its JSON text (the provider refuses it).
+    pub fn service_tier<'b>(&self, body: &'b [u8]) -> Option<Cow<'b, str>> {
+        let (start, end) = self.service_tier_span?;
+        let raw = body.get(start..end)?;
+        Some(match serde_json::from_slice::<Cow<'b, str>>(raw) {
+            Ok(tier) => tier,
+            Err(_) => String::from_utf8_lossy(raw),
+        })
+    }
+
     /// Whether the client asked for the usage-only final chunk of a stream.
     pub fn client_wants_usage(&self) -> bool {
         self.stream_options
