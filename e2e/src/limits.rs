@@ -183,3 +183,19 @@ pub async fn tokens_counted(gateway: &Gateway, tpm: u64) -> u64 {
     );
     tpm - number(&reply, "x-ratelimit-remaining-tokens")
 }
+
+/// Reads the streamed `response` until `n` content deltas (`"content":"x…"`) have arrived.
+pub async fn read_deltas(response: &mut http::Response<hyper::body::Incoming>, n: usize) {
+    use http_body_util::BodyExt;
+    let mut text = String::new();
+    while text.matches("\"content\":\"x").count() < n {
+        let frame = tokio::time::timeout(Duration::from_secs(10), response.body_mut().frame())
+            .await
+            .expect("the stream sends its deltas")
+            .expect("the stream is open")
+            .expect("a frame");
+        if let Ok(data) = frame.into_data() {
+            text.push_str(&String::from_utf8_lossy(&data));
+        }
+    }
+}

@@ -11,7 +11,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::limits::{
     Limits, Rig, advance, align, answer, burst, chat, chat_body, chat_request, code, estimate,
-    number, tokens_counted,
+    number, read_deltas, tokens_counted,
 };
 use aisix_e2e::mock::{Frame, Reply as Mock};
 use aisix_e2e::prom::sample;
@@ -112,21 +112,6 @@ both_modes! {
         let reply = chat(&rig.gateway, &body).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(tokens_counted(&rig.gateway, tpm).await, 10 + 4_500, "usage beyond the estimate is charged");
-    }
-}
-
-/// Reads SSE from `response` until `n` content deltas have arrived.
-async fn read_deltas(response: &mut http::Response<hyper::body::Incoming>, n: usize) {
-    let mut text = String::new();
-    while text.matches("\"content\":\"x").count() < n {
-        let frame = tokio::time::timeout(Duration::from_secs(10), response.body_mut().frame())
-            .await
-            .expect("the stream sends its deltas")
-            .expect("the stream is open")
-            .expect("a frame");
-        if let Ok(data) = frame.into_data() {
-            text.push_str(&String::from_utf8_lossy(&data));
-        }
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use aisix_e2e::both_modes;
 use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
-use aisix_e2e::limits::{advance, align, answer, number};
+use aisix_e2e::limits::{advance, align, answer, number, read_deltas};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
 use aisix_e2e::prom::sample;
 use aisix_e2e::third_party::redis::Redis;
@@ -255,21 +255,6 @@ fn broken_stream(pieces: usize, then: fn(Mock) -> Mock) -> Mock {
     then(Mock::sse(deltas(pieces)).without_done())
 }
 
-/// Reads the streamed `response` until `n` content deltas arrived.
-async fn read_deltas(response: &mut http::Response<hyper::body::Incoming>, n: usize) {
-    let mut text = String::new();
-    while text.matches("\"content\":\"x").count() < n {
-        let frame = tokio::time::timeout(Duration::from_secs(10), response.body_mut().frame())
-            .await
-            .expect("the stream sends its deltas")
-            .expect("the stream is open")
-            .expect("a frame");
-        if let Ok(data) = frame.into_data() {
-            text.push_str(&String::from_utf8_lossy(&data));
-        }
-    }
-}
-
 /// Reads `response` to its end.
 async fn read_to_end(response: http::Response<hyper::body::Incoming>) -> String {
     let body = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
@@ -278,6 +263,17 @@ async fn read_to_end(response: http::Response<hyper::body::Incoming>) -> String 
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     String::from_utf8_lossy(&body).into_owned()
+}
+
+/// A unary request the upstream answers with `status` (an error of `kind`), which the client
+/// gets as `relayed`: an error before any output, charged nothing.
+async fn refused_upstream(rig: &Rig, status: u16, kind: &str, relayed: u16) -> Charged {
+    rig.mock
+        .enqueue(Mock::openai_error(status, kind, "refused"));
+    let unary = chat_body("chat", MAX_TOKENS, false);
+    let reply = rig.post("/v1/chat/completions", &unary).await;
+    assert_eq!(reply.status, relayed, "{}", reply.text());
+    NOTHING
 }
 
 /// Runs one ending and returns what the rule charges for it.
@@ -325,27 +321,9 @@ async fn ending(rig: &Rig, name: &str) -> Charged {
             // One token per content chunk, the finish chunk (the model's stop token) too.
             charged(prompt_estimate(&streamed), 4 + 1, CHAT)
         }
-        "upstream 400" => {
-            rig.mock
-                .enqueue(Mock::openai_error(400, "invalid_request_error", "bad"));
-            let reply = rig.post("/v1/chat/completions", &unary).await;
-            assert_eq!(reply.status, 400, "{}", reply.text());
-            NOTHING
-        }
-        "upstream 500" => {
-            rig.mock
-                .enqueue(Mock::openai_error(500, "server_error", "boom"));
-            let reply = rig.post("/v1/chat/completions", &unary).await;
-            assert_eq!(reply.status, 502, "{}", reply.text());
-            NOTHING
-        }
-        "upstream 429" => {
-            rig.mock
-                .enqueue(Mock::openai_error(429, "rate_limit_error", "slow down"));
-            let reply = rig.post("/v1/chat/completions", &unary).await;
-            assert_eq!(reply.status, 429, "{}", reply.text());
-            NOTHING
-        }
+        "upstream 400" => refused_upstream(rig, 400, "invalid_request_error", 400).await,
+        "upstream 500" => refused_upstream(rig, 500, "server_error", 502).await,
+        "upstream 429" => refused_upstream(rig, 429, "rate_limit_error", 429).await,
         "connection refused" => {
             let reply = rig
                 .post(
