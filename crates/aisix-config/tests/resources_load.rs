@@ -1045,7 +1045,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, health_check)",
             "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
@@ -1270,4 +1270,29 @@ models: []
             "{expected}\n{errors:#?}"
         );
     }
+}
+
+#[test]
+fn a_provider_key_health_check_loads_with_its_defaults_and_bounds() {
+    let yaml = |check: &str| {
+        format!(
+            "_format_version: \"1\"\nprovider_keys:\n  - {{display_name: p, provider: openai, api_key: k, {check}}}\n"
+        )
+    };
+    let loaded = load(&yaml("health_check: {interval: 10s}"), &[]);
+    let check = loaded.provider_keys[0].health_check.unwrap();
+    assert_eq!(check.interval, Duration::from_secs(10));
+    assert_eq!(check.timeout, aisix_config::HealthCheck::DEFAULT_TIMEOUT);
+    let loaded = load(&yaml("stream_usage: true"), &[]);
+    assert_eq!(
+        loaded.provider_keys[0].health_check, None,
+        "off unless given"
+    );
+    assert_eq!(
+        errors(&yaml("health_check: {interval: 10ms, every: 1s}"), &[]),
+        [
+            "provider_keys[0].health_check.interval: must be at least 100ms",
+            "provider_keys[0].health_check.every: unknown field (expected one of: interval, timeout)",
+        ]
+    );
 }

@@ -136,6 +136,13 @@ impl GatewayFactory {
         })
     }
 
+    /// Runs the active health checks of the provider keys that have one
+    /// (`provider_keys[].health_check`), for as long as the process lives, reading each
+    /// reload's resources. Spawn it on the control runtime: it never runs on a worker.
+    pub fn health_checks(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        crate::route::check::run(self.common.clone())
+    }
+
     /// The process's limiter, to flush at the end of a drain.
     pub fn limiter(&self) -> &Limiter {
         &self.common.limiter

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use aisix_config::{
-    Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, KeyHash, ModelGroup,
+    Continuation, Cost, DEFAULT_ANTHROPIC_VERSION, FallbackError, HealthCheck, KeyHash, ModelGroup,
     ModelPattern, OutputTokensField, ProviderKey, ProviderKind, Resilience, Resources,
     SpendingPolicy, Strategy, TimeoutOverrides, WhenAllUnavailable,
 };
@@ -174,6 +174,9 @@ pub struct Provider {
     pub anthropic_version: HeaderValue,
     /// Directly, or through the proxy the environment names.
     pub(crate) route: Route,
+    /// Its active health check, if the key has one, and the model list it requests
+    /// (`None` for a base that is no URI: the `mock` provider's).
+    pub(crate) health_check: Option<(HealthCheck, Uri)>,
 }
 
 /// The upstream URI of each proxied endpoint.
@@ -533,6 +536,32 @@ fn highest_prices(costs: impl Iterator<Item = Option<Cost>>) -> Option<Cost> {
     })
 }
 
+/// The cheapest request that proves a key works: the provider's model list.
+/// `{api_base}/models` (OpenAI and compatible servers), `{api_base}/v1/models` (Anthropic),
+/// `{api_base}/openai/models?api-version=…` (Azure), with `api_base`'s query string kept.
+fn health_uri(key: &ProviderKey) -> Option<Uri> {
+    let (base, query) = match key.api_base.split_once('?') {
+        Some((base, query)) => (base, Some(query.to_owned())),
+        None => (key.api_base.as_str(), None),
+    };
+    let (path, extra) = match key.provider {
+        ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
+        ProviderKind::Anthropic => ("/v1/models", None),
+        ProviderKind::AzureOpenAi => (
+            "/openai/models",
+            key.api_version
+                .as_deref()
+                .map(|v| format!("api-version={}", percent_encoded(v))),
+        ),
+    };
+    let query = match (query, extra) {
+        (Some(a), Some(b)) => format!("?{a}&{b}"),
+        (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+        (None, None) => String::new(),
+    };
+    format!("{base}{path}{query}").parse().ok()
+}
+
 impl Provider {
     /// The key to scrub from an error the provider sends back, whole or mid-stream (keys
     /// shorter than 8 characters are not looked for: they would match ordinary text).
@@ -578,6 +607,7 @@ impl Provider {
         if let Some(value) = auth_value.as_deref().and_then(sensitive) {
             headers.insert(auth_header, value);
         }
+        let health_check = key.health_check.zip(health_uri(key));
         // The route depends only on the scheme and host, the same for every endpoint.
         let route = key
             .api_base
@@ -597,6 +627,7 @@ impl Provider {
             ),
             stream_usage: key.stream_usage,
             responses: key.responses,
+            health_check,
             anthropic_version: key
                 .anthropic_version
                 .as_deref()

@@ -164,6 +164,8 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
                 metrics,
             ));
         }
+        // Active health checks of provider keys: here, on the control runtime, never a worker.
+        tokio::spawn(factory.health_checks());
         let (triggers, requests) = mpsc::channel(8);
         tokio::spawn(signals::forward_hangups(triggers.clone()));
         let _watch = match (&bootstrap.resources_file, bootstrap.resources_watch) {

@@ -20,7 +20,8 @@ use super::reader::{
 };
 use super::rfc3339;
 use super::types::{
-    ApiKey, Continuation, Model, OutputTokensField, ProviderKey, ProviderKind, Resources, Secret,
+    ApiKey, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey, ProviderKind,
+    Resources, Secret,
 };
 use crate::bootstrap::CooldownOverrides;
 use crate::duration::Unit;
@@ -266,6 +267,9 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let responses = fields
         .optional(report, "responses")
         .map(|(v, p)| bool(report, v, &p));
+    let health_check = fields
+        .optional(report, "health_check")
+        .map(|(v, p)| read_health_check(report, v, &p));
     fields.finish(report, "field");
 
     if let Some(provider) = provider {
@@ -312,6 +316,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         headers,
         stream_usage,
         responses,
+        health_check,
     );
     ProviderKeyDraft {
         name,
@@ -334,6 +339,7 @@ fn build_provider_key(
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
     responses: Option<Option<bool>>,
+    health_check: Option<Option<HealthCheck>>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
     let api_base = match given(api_base)? {
@@ -355,6 +361,29 @@ fn build_provider_key(
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
         responses,
+        health_check: given(health_check)?,
+    })
+}
+
+/// `health_check: {interval, timeout}`, each a duration (`30s`, or milliseconds).
+fn read_health_check(report: &mut Report, value: &Value, path: &str) -> Option<HealthCheck> {
+    let mut fields = Fields::new(report, path.to_owned(), value)?;
+    let interval = fields.optional(report, "interval").map(|(v, p)| {
+        duration(
+            report,
+            v,
+            &p,
+            Unit::Milliseconds,
+            Duration::from_millis(100),
+        )
+    });
+    let timeout = fields
+        .optional(report, "timeout")
+        .map(|(v, p)| duration(report, v, &p, Unit::Milliseconds, Duration::from_millis(1)));
+    fields.finish(report, "field");
+    Some(HealthCheck {
+        interval: given(interval)?.unwrap_or(HealthCheck::DEFAULT_INTERVAL),
+        timeout: given(timeout)?.unwrap_or(HealthCheck::DEFAULT_TIMEOUT),
     })
 }
 

@@ -21,6 +21,6 @@ pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, SpendingPolicy, Usd};
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{
-    ApiKey, Continuation, DEFAULT_ANTHROPIC_VERSION, Model, OutputTokensField, ProviderKey,
-    ProviderKind, Resources, Secret,
+    ApiKey, Continuation, DEFAULT_ANTHROPIC_VERSION, HealthCheck, Model, OutputTokensField,
+    ProviderKey, ProviderKind, Resources, Secret,
 };

@@ -110,6 +110,24 @@ pub struct ProviderKey {
     /// `openai` with OpenAI's own `api_base` and `azure_openai` yes; an `openai` key with any
     /// other `api_base` (vLLM, Ollama, most compatible servers) no; `anthropic` and `mock` never.
     pub responses: bool,
+    /// `health_check`: an active check of this key, off when not given.
+    pub health_check: Option<HealthCheck>,
+}
+
+/// `provider_keys[].health_check`: a cheap request (the provider's model list) every
+/// `interval`, on the control side; a failure counts against every model on the key as a
+/// failed call would, a success ends their cooldown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct HealthCheck {
+    /// `interval`: how often (default 30 s, at least 100 ms).
+    pub interval: std::time::Duration,
+    /// `timeout`: how long one check may take (default 5 s).
+    pub timeout: std::time::Duration,
+}
+
+impl HealthCheck {
+    pub const DEFAULT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(30);
+    pub const DEFAULT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 }
 
 /// `models[]`: a name clients send, and where requests for it go.
