@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 const MAX: u64 = u64::MAX;
 
 /// A priced, token-limited direct model on the primary mock, and a group that continues a
-/// stream the primary cuts on the backup (the rig's `primary` and `backup` have no limits).
+/// stream the primary cuts on the backup's vLLM-style model (`continue_final_message`; the
+/// rig's `primary` and `backup-vllm` have no limits).
 const MODELS: &str = "  - {display_name: priced, provider: openai, model_name: up-primary, provider_key: p1, cost: {input_per_1k: 0.01, output_per_1k: 0.03}, rate_limit: {tpm: 1000000}}
   - display_name: chat
     routing:
-      targets: [{model: primary}, {model: backup}]
+      targets: [{model: primary}, {model: backup-vllm}]
       continue_on_cut: true
 ";
 
