@@ -248,3 +248,44 @@ both_modes! {
         }
     }
 }
+
+/// Runs `e2e/python/test_continuation_anthropic_sdk.py`'s `case` against the group `model`.
+async fn anthropic_sdk(rig: &Rig, model: &str, case: &str) {
+    let env = vec![
+        (
+            "AISIX_SDK_BASE_URL",
+            format!("http://{}", rig.gateway.addr()),
+        ),
+        ("AISIX_SDK_API_KEY", aisix_e2e::routing::KEY.to_owned()),
+        ("AISIX_SDK_MODEL", model.to_owned()),
+        ("AISIX_SDK_CASE", case.to_owned()),
+        ("AISIX_SDK_TEXT", "Hello, world!".to_owned()),
+    ];
+    let (status, printed) =
+        aisix_e2e::sdk::run_python("test_continuation_anthropic_sdk.py", env).await;
+    aisix_e2e::sdk::assert_passed(status, &printed, || rig.gateway.logs());
+}
+
+both_modes! {
+    async fn the_anthropic_sdk_rebuilds_a_continued_stream_and_is_told_of_a_tool_call_cut(mode: Mode) {
+        let rig = start(mode);
+        rig.script("an", "an");
+        anthropic_sdk(&rig, "an-an", "continued").await;
+
+        // Cut inside a tool_use block's input: never continued, the cut is the answer.
+        let mut frames = vec![anthropic::message_start(
+            "msg_tool",
+            "up-an1",
+            json!({"input_tokens": 10, "output_tokens": 1}),
+        )];
+        frames.extend(
+            anthropic::tool_use_block(0, "toolu_1", "get_weather", &["{\"city\": ", "\"Par"])
+                .into_iter()
+                .take(3),
+        );
+        rig.an1.enqueue(Mock::sse(frames).disconnect());
+        let before = rig.an2.request_count();
+        anthropic_sdk(&rig, "an-an", "tool-cut").await;
+        assert_eq!(rig.an2.request_count(), before, "a tool call is never continued");
+    }
+}
