@@ -49,7 +49,8 @@ cargo build --locked --workspace --all-targets
 # The release binary a user runs, built once (fat LTO is slow); release_build.rs and container.rs
 # test this one.
 cargo build --locked --release -p aisix-server
-E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace
+# Every test binary runs even after one fails, so a failure never hides the next one.
+E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspace --no-fail-fast
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).
