@@ -140,6 +140,12 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         .thread_name("aisix-control")
         .build()
         .map_err(|e| RunError::Startup(format!("cannot start the control runtime: {e}")))?;
+    // Installed before the listeners say "listening": a stop signal from then on is never
+    // lost to the default action (a supervisor may send one at once).
+    let stop_signals = {
+        let _runtime = control.enter();
+        StopSignals::install()
+    };
     let readiness = Readiness::new();
     let settings = ServeSettings::from_config(&bootstrap);
     let server = Server::start(
@@ -156,7 +162,6 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     let notifier = Notifier::from_env();
     let limiter = factory.limiter().clone();
     let stopped = control.block_on(async {
-        let stop_signals = StopSignals::install();
         if let (Some(metrics), Some(listener)) = (metrics, metrics_listener) {
             tokio::spawn(crate::metrics::serve(
                 listener,
