@@ -550,20 +550,11 @@ impl Translating {
     }
 
     fn closing(&self, error: &GatewayError) -> Bytes {
-        let (code, message) = match &self.reported {
-            Some(reported) => (
-                reported.code.as_deref().unwrap_or("server_error"),
-                reported
-                    .message
-                    .as_deref()
-                    .unwrap_or("The upstream reported an error in the stream."),
-            ),
-            None => ("server_error", error.message.as_str()),
-        };
-        let message = match self.provider.error_secret() {
-            Some(secret) if message.contains(secret) => message.replace(secret, "***"),
-            _ => message.to_owned(),
-        };
+        let reported = self
+            .reported
+            .as_ref()
+            .map(|r| (r.code.as_deref(), r.message.as_deref()));
+        let (code, message) = failure_words(reported, &self.provider, error);
         self.from.failed(code, &message)
     }
 }
@@ -689,22 +680,31 @@ impl Relay {
         if let Some(failed) = &self.failed {
             return failed.clone();
         }
-        let (code, message) = match &self.reported {
-            Some(reported) => (
-                reported.code.as_deref().unwrap_or("server_error"),
-                reported
-                    .message
-                    .as_deref()
-                    .unwrap_or("The upstream reported an error in the stream."),
-            ),
-            None => ("server_error", error.message.as_str()),
-        };
-        let message = match self.provider.error_secret() {
-            Some(secret) if message.contains(secret) => message.replace(secret, "***"),
-            _ => message.to_owned(),
-        };
+        let reported = self
+            .reported
+            .as_ref()
+            .map(|r| (r.code.as_deref(), r.message.as_deref()));
+        let (code, message) = failure_words(reported, &self.provider, error);
         failed_event(self.sequence, &self.who, code, &message)
     }
+}
+
+/// The code and message a Responses stream that failed after it started ends with: the
+/// upstream's own words when it reported any, else the gateway's; every value the gateway
+/// added upstream (the key, each static header) masked.
+fn failure_words<'a>(
+    reported: Option<(Option<&'a str>, Option<&'a str>)>,
+    provider: &Provider,
+    error: &'a GatewayError,
+) -> (&'a str, String) {
+    let (code, message) = match reported {
+        Some((code, message)) => (
+            code.unwrap_or("server_error"),
+            message.unwrap_or("The upstream reported an error in the stream."),
+        ),
+        None => ("server_error", error.message.as_str()),
+    };
+    (code, provider.masks.text(message).into_owned())
 }
 
 fn failure(kind: ErrorKind) -> Step {
