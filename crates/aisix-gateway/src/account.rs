@@ -14,10 +14,10 @@ use tokio::time::Instant;
 
 use aisix_config::{Cost, Usd};
 
-use crate::budget::Held;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::estimate::Tokens;
 use crate::limit::{Charge, Headroom, Reservation};
+use crate::request::budget::Held;
 use crate::wire::usage::Usage;
 
 /// The status recorded for a request whose client left before its response was ready.

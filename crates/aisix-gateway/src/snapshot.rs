@@ -17,14 +17,14 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
 use aisix_obs::metrics::labels::RateLimitScope;
 
-use crate::budget::{Budget, Share};
-use crate::egress::{Egress, Route};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::limit::{Limiter, Subject, SystemClock};
 use crate::mask::Masks;
 use crate::provider::refusal::Refusal;
+use crate::request::budget::{Budget, Share};
 use crate::route::state::{Clock, GroupState, States, TargetState};
 use crate::route::strategy::Tier;
+use crate::upstream::egress::{Egress, Route};
 use crate::wire::openai::json_string;
 
 /// One loaded configuration. Workers read it through an `ArcSwap` without locking.

@@ -9,7 +9,7 @@
 //! - A whole answer the gateway must hold (a translation, the in-process mock) comes back as
 //!   [`Answer::Complete`]: the body already in the client's dialect, with its usage and (for
 //!   groups) its `model` naming the direct model. One in the client's dialect comes back as
-//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::unary`]).
+//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::relay::unary`]).
 //! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
 //!   turns each upstream event into the client's (usage read, completeness and the first
 //!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
@@ -33,13 +33,13 @@ use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
-use crate::budget::{Budget, Held};
-use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
-use crate::inbound::Inbound;
+use crate::relay::unary::Unary;
+use crate::request::budget::{Budget, Held};
+use crate::request::deadline::Deadlines;
+use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
-use crate::unary::Unary;
-use crate::upstream::{Lease, Pool};
+use crate::upstream::pool::{Lease, Pool};
 use crate::wire::Dialect;
 use crate::wire::anthropic::stream::Blocks;
 use crate::wire::usage::Usage;

@@ -3,6 +3,7 @@
 //! group's targets ([`strategy`]) and the pauses between retries ([`retry`]). Walking a plan is
 //! the attempt loop's job.
 
+pub(crate) mod attempt;
 pub(crate) mod check;
 pub(crate) mod retry;
 pub(crate) mod state;

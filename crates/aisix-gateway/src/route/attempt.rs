@@ -41,20 +41,20 @@ use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use crate::account::Record;
-use crate::budget::Budget;
-use crate::deadline;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::inbound::Inbound;
 use crate::limit::{Charge, Refused};
 use crate::provider::refusal::Refusal;
 use crate::provider::{self, Answer, Call, Carried, StreamMap};
+use crate::relay::events::{Events, StreamSettings};
+use crate::relay::unary::Unary;
+use crate::request::budget::Budget;
+use crate::request::deadline;
+use crate::request::inbound::Inbound;
 use crate::route::Plan;
 use crate::route::retry::{self, LONG_WAIT};
 use crate::route::state::{Admission, Clock, Excuse, Verdict};
 use crate::snapshot::{DirectRoute, GroupRoute};
-use crate::stream::{Events, StreamSettings};
-use crate::unary::Unary;
-use crate::upstream::Pool;
+use crate::upstream::pool::Pool;
 use crate::wire::anthropic::stream::Blocks;
 
 /// What every attempt of one worker needs.
@@ -579,6 +579,6 @@ impl Attempts {
         } else {
             "every target asked to continue it refused or failed"
         };
-        Continued::Failed(crate::relay::cut_named(&cause, tokens, why), record)
+        Continued::Failed(crate::relay::stream::cut_named(&cause, tokens, why), record)
     }
 }

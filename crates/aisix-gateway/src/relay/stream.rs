@@ -23,10 +23,10 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Continued, Served};
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
-use crate::stream::{Events, Next};
+use crate::relay::events::{Events, Next};
+use crate::route::attempt::{Attempts, Continued, Served};
 use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;

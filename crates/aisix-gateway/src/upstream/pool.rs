@@ -40,7 +40,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::egress::{Proxy, Route};
+use crate::upstream::egress::{Proxy, Route};
 
 type Body = Full<Bytes>;
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
