@@ -16,8 +16,8 @@ use aisix_config::{Cost, Usd};
 
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::estimate::Tokens;
+use crate::limit::memory_budget::Held;
 use crate::limit::{Charge, Headroom, Reservation};
-use crate::request::budget::Held;
 use crate::wire::usage::Usage;
 
 /// The status recorded for a request whose client left before its response was ready.

@@ -9,10 +9,10 @@ use aisix_obs::metrics::Metrics;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
+use crate::limit::memory_budget::Budget;
 use crate::limit::{Limiter, LimiterInitError};
+use crate::provider::events::StreamSettings;
 use crate::relay::body::GatewayBody;
-use crate::relay::events::StreamSettings;
-use crate::request::budget::Budget;
 use crate::request::deadline;
 use crate::service::Gateway;
 use crate::snapshot::Loaded;

@@ -24,6 +24,7 @@ mod route;
 mod service;
 mod snapshot;
 mod stored;
+mod target;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 #[cfg(test)]

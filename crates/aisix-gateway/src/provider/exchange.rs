@@ -13,15 +13,15 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::refusal;
 use super::{Answer, Call, StreamMap};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::relay::events::Outbox;
+use crate::limit::memory_budget::{Budget, Held};
+use crate::provider::events::Outbox;
 use crate::relay::unary::Unary;
-use crate::request::budget::{Budget, Held};
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
+use crate::target::refusal;
 use crate::upstream::pool::{ConnectError, Lease, Pool, SendError};
 use crate::wire::anthropic::response::Malformed;
 use crate::wire::usage::Usage;

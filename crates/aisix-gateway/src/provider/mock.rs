@@ -17,7 +17,7 @@ use http::{HeaderValue, StatusCode};
 use super::{Answer, Call};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::request::budget::Held;
+use crate::limit::memory_budget::Held;
 use crate::wire::usage::Usage;
 
 /// The assistant's reply to every chat and completion request.

@@ -19,10 +19,10 @@
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
 
 pub(crate) mod anthropic;
+pub(crate) mod events;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
-pub(crate) mod refusal;
 pub(crate) mod responses;
 pub(crate) mod translated;
 
@@ -34,8 +34,8 @@ use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
 
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::{Budget, Held};
 use crate::relay::unary::Unary;
-use crate::request::budget::{Budget, Held};
 use crate::request::deadline::Deadlines;
 use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};

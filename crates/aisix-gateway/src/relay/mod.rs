@@ -3,6 +3,5 @@
 //! whole-answer body (unary), and the one body type every route returns (body).
 
 pub(crate) mod body;
-pub(crate) mod events;
 pub(crate) mod stream;
 pub(crate) mod unary;

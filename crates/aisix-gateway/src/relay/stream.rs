@@ -25,7 +25,7 @@ use tokio::time::{Instant, Sleep};
 use crate::account::Record;
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
-use crate::relay::events::{Events, Next};
+use crate::provider::events::{Events, Next};
 use crate::route::attempt::{Attempts, Continued, Served};
 use crate::wire::sse;
 

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError};
-use crate::route::state::{Ticket, Verdict};
+use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
 use crate::wire::rename::{Renamer, join};

@@ -3,7 +3,6 @@
 //! of targets, providers or upstream connections.
 
 pub(crate) mod auth;
-pub(crate) mod budget;
 pub(crate) mod deadline;
 pub(crate) mod inbound;
 pub(crate) mod spending;

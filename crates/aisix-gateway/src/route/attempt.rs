@@ -42,18 +42,18 @@ use tokio::time::Instant;
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError, Side};
+use crate::limit::memory_budget::Budget;
 use crate::limit::{Charge, Refused};
-use crate::provider::refusal::Refusal;
+use crate::provider::events::{Events, StreamSettings};
 use crate::provider::{self, Answer, Call, Carried, StreamMap};
-use crate::relay::events::{Events, StreamSettings};
 use crate::relay::unary::Unary;
-use crate::request::budget::Budget;
 use crate::request::deadline;
 use crate::request::inbound::Inbound;
 use crate::route::Plan;
-use crate::route::retry::{self, LONG_WAIT};
-use crate::route::state::{Admission, Clock, Excuse, Verdict};
 use crate::snapshot::{DirectRoute, GroupRoute};
+use crate::target::refusal::Refusal;
+use crate::target::retry::{self, LONG_WAIT};
+use crate::target::state::{Admission, Clock, Excuse, Verdict};
 use crate::upstream::pool::Pool;
 use crate::wire::anthropic::stream::Blocks;
 

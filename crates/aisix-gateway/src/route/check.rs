@@ -13,8 +13,8 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use crate::factory::Common;
-use crate::route::state::{Admission, Excuse, TargetState, Verdict};
 use crate::snapshot::{Loaded, Named, Provider, Snapshot};
+use crate::target::state::{Admission, Excuse, TargetState, Verdict};
 use crate::upstream::pool::Pool;
 use aisix_config::ProviderKind;
 

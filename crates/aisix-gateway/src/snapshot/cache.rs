@@ -8,8 +8,8 @@ use arc_swap::ArcSwap;
 
 use super::Snapshot;
 use crate::limit::Limiter;
-use crate::request::budget::Budget;
-use crate::route::state::States;
+use crate::limit::memory_budget::Budget;
+use crate::target::state::States;
 use crate::upstream::egress::Egress;
 
 /// A worker's snapshot, tagged with the resources it was built from. A request compares that

@@ -11,9 +11,9 @@ use http::HeaderValue;
 
 use super::DirectRoute;
 use crate::limit::Subject;
-use crate::provider::refusal::Refusal;
-use crate::route::state::{GroupState, States};
-use crate::route::strategy::Tier;
+use crate::target::refusal::Refusal;
+use crate::target::state::{GroupState, States};
+use crate::target::strategy::Tier;
 use crate::wire::openai::json_string;
 
 /// A group: a name clients send, answered by one of its direct models.

@@ -17,9 +17,9 @@ use http::HeaderValue;
 
 use aisix_obs::metrics::labels::RateLimitScope;
 
+use crate::limit::memory_budget::Share;
 use crate::limit::{Limiter, Subject, SystemClock};
-use crate::request::budget::Share;
-use crate::route::state::{Clock, States, TargetState};
+use crate::target::state::{Clock, States, TargetState};
 use crate::upstream::egress::Egress;
 use crate::wire::openai::json_string;
 

@@ -34,11 +34,11 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::{Budget, Held};
 use crate::provider::{Edit, StreamMap};
-use crate::request::budget::{Budget, Held};
 use crate::request::deadline::Deadlines;
-use crate::route::state::{Ticket, Verdict};
 use crate::snapshot::Provider;
+use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
 use crate::wire::sse::{self, Splitter};
