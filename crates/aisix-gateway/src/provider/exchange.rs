@@ -13,12 +13,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::{Answer, Call, StreamMap};
+use super::{Answer, Call, StreamMap, Unary};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::memory_budget::{Budget, Held};
 use crate::provider::events::Outbox;
-use crate::relay::unary::Unary;
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
 use crate::target::refusal;

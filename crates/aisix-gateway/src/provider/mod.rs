@@ -32,13 +32,14 @@ use aisix_config::ProviderKind;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::memory_budget::{Budget, Held};
-use crate::relay::unary::Unary;
 use crate::request::deadline::Deadlines;
 use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
+use crate::target::state::Ticket;
 use crate::upstream::pool::{Lease, Pool};
 use crate::wire::Dialect;
 use crate::wire::anthropic::stream::Blocks;
@@ -63,6 +64,25 @@ pub(crate) struct Call<'a> {
     pub budget: &'a Budget,
     /// When the request stops waiting for room in `budget` (its body deadline).
     pub room_by: tokio::time::Instant,
+}
+
+/// A direct model's whole answer whose head has arrived, its body still upstream.
+pub(crate) struct Unary {
+    pub status: StatusCode,
+    pub content_type: HeaderValue,
+    pub body: Incoming,
+    pub lease: Option<Lease>,
+    /// The direct model's name as a JSON string, put in the answer's `model` (groups).
+    pub rename: Option<Bytes>,
+    /// The shape of the answer's `usage` object (`None`: it reports none).
+    pub usage: Option<Dialect>,
+    /// The whole request's deadline.
+    pub end: Instant,
+    /// Counts the call in its direct model's load while the body is relayed, and reports how
+    /// the body ended to the model's state.
+    pub ticket: Option<Ticket>,
+    /// A native Responses answer: its id is pinned to the provider key when the body has passed.
+    pub pin: Option<crate::stored::Pin>,
 }
 
 /// A direct model's answer, in the client's dialect.

@@ -26,7 +26,7 @@ use crate::account::Record;
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::events::{Events, Next};
-use crate::route::attempt::{Attempts, Continued, Served};
+use crate::route::attempt::{Attempts, Continued, Served, cut_named};
 use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
@@ -119,18 +119,6 @@ fn continuable(error: &GatewayError) -> bool {
             | ErrorKind::StreamEventTooLarge
             | ErrorKind::UpstreamMalformed
             | ErrorKind::UpstreamServerError(_)
-    )
-}
-
-/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
-/// was not continued: the cut, not a later refusal, is what the client is told.
-pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
-    GatewayError::new(
-        cause.kind,
-        format!(
-            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
-            cause.message.trim_end_matches('.')
-        ),
     )
 }
 

@@ -45,8 +45,7 @@ use crate::error::{ErrorKind, GatewayError, Side};
 use crate::limit::memory_budget::Budget;
 use crate::limit::{Charge, Refused};
 use crate::provider::events::{Events, StreamSettings};
-use crate::provider::{self, Answer, Call, Carried, StreamMap};
-use crate::relay::unary::Unary;
+use crate::provider::{self, Answer, Call, Carried, StreamMap, Unary};
 use crate::request::deadline;
 use crate::request::inbound::Inbound;
 use crate::route::Plan;
@@ -579,6 +578,18 @@ impl Attempts {
         } else {
             "every target asked to continue it refused or failed"
         };
-        Continued::Failed(crate::relay::stream::cut_named(&cause, tokens, why), record)
+        Continued::Failed(cut_named(&cause, tokens, why), record)
     }
+}
+
+/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
+/// was not continued: the cut, not a later refusal, is what the client is told.
+pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
+    GatewayError::new(
+        cause.kind,
+        format!(
+            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
+            cause.message.trim_end_matches('.')
+        ),
+    )
 }
