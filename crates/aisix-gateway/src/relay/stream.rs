@@ -132,23 +132,19 @@ impl State {
         error: GatewayError,
     ) -> (State, Bytes) {
         let before = events.take_out();
-        record.ttft = record.ttft.or(events.ttft());
-        if let Some(usage) = events.usage() {
-            record.usage = Some(usage);
-        }
-        record.produced = Some(events.map().produced());
+        record.streamed(events.ttft(), events.usage(), events.map().produced());
         let mut error = error;
         if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
             // The text alone would rebuild a corrupted call: the cut is the client's answer.
             error = cut_named(
                 &error,
-                record.produced.unwrap_or(0),
+                record.produced().unwrap_or(0),
                 "inside a tool call, which is never continued",
             );
         } else if let (Some(rest), true) = (rest, continuable(&error))
             && let Some(text) = events.map().text().map(str::to_owned)
         {
-            tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
+            tracing::info!(request_id = ?record.request_id(), code = error.code(), "continuing a cut stream on the next target");
             record.answer_broke(&error);
             record.continuing();
             let carried = events.map().carried();
@@ -160,10 +156,10 @@ impl State {
                 before,
             );
         }
-        tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+        tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
         record.stream_failed(&error);
         let mut last = BytesMut::from(&before[..]);
-        last.extend_from_slice(&events.map().closing(&error, record.endpoint.dialect()));
+        last.extend_from_slice(&events.map().closing(&error, record.endpoint().dialect()));
         (State::Closing(last.freeze(), record), Bytes::new())
     }
 }
@@ -185,11 +181,7 @@ impl Body for SseRelay {
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                     Poll::Ready(Next::End) => {
-                        record.ttft = record.ttft.or(events.ttft());
-                        if let Some(usage) = events.usage() {
-                            record.usage = Some(usage);
-                        }
-                        record.produced = Some(events.map().produced());
+                        record.streamed(events.ttft(), events.usage(), events.map().produced());
                         record.succeeded();
                         this.state = State::Done;
                         return Poll::Ready(None);
@@ -231,12 +223,12 @@ impl Body for SseRelay {
                                     "The upstream answered a stream request with a whole answer.",
                                 );
                                 record.failed(&error);
-                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                                State::Closing(error.to_event(record.endpoint().dialect()), record)
                             }
                             Err(error) => {
-                                tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                                tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
                                 record.failed(&error);
-                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                                State::Closing(error.to_event(record.endpoint().dialect()), record)
                             }
                         };
                     }
@@ -256,9 +248,9 @@ impl Body for SseRelay {
                         };
                     }
                     Poll::Ready(Continued::Failed(error, mut record)) => {
-                        tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                        tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
                         record.stream_failed(&error);
-                        let last = error.to_event(record.endpoint.dialect());
+                        let last = error.to_event(record.endpoint().dialect());
                         this.state = State::Closing(last, record);
                     }
                 },
@@ -287,7 +279,7 @@ impl Drop for SseRelay {
     /// with it as it drops.
     fn drop(&mut self) {
         if let State::Relaying { events, record, .. } = &mut self.state {
-            record.produced = Some(events.map().produced());
+            record.streamed(None, None, events.map().produced());
         }
     }
 }

@@ -85,8 +85,7 @@ impl UnaryRelay {
             ticket.settle(Verdict::Answered);
         }
         if let Some(mut record) = self.record.take() {
-            record.usage = self.usage.usage();
-            record.succeeded();
+            record.completed(self.usage.usage());
         }
         if let Some(pin) = self.pin.take() {
             pin.answered(self.usage.head());
@@ -106,9 +105,8 @@ impl UnaryRelay {
             ticket.settle_error(error);
         }
         if let Some(mut record) = self.record.take() {
-            tracing::warn!(request_id = ?record.request_id, code = error.code(), "answer to client cut off");
-            record.usage = self.usage.usage();
-            record.stream_failed(error);
+            tracing::warn!(request_id = ?record.request_id(), code = error.code(), "answer to client cut off");
+            record.cut(self.usage.usage(), error);
         }
     }
 }

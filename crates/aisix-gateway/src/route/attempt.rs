@@ -34,8 +34,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_config::WhenAllUnavailable;
-use aisix_obs::access_log::Attempt;
-use aisix_obs::metrics::labels::Outcome;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
@@ -171,9 +169,11 @@ impl Attempts {
 
     /// The attempt loop: the first answer of the plan's direct models, or the error to return.
     pub(crate) async fn run(&mut self, record: &mut Record) -> Result<Served, GatewayError> {
-        record.group = self.plan.group().map(|g| g.name.clone());
         // Until a direct model is called, the request is counted against the name it used.
-        record.model = Some(self.plan.name().clone());
+        record.routed(
+            self.plan.group().map(|g| g.name.clone()),
+            self.plan.name().clone(),
+        );
         let mut last_error = None;
         let mut cooling_until: Option<u64> = None;
         let mut ignore_cooling = false;
@@ -253,7 +253,7 @@ impl Attempts {
         let (Some(_), Some(limits)) = (self.plan.group(), &target.limits) else {
             return Ok(());
         };
-        let estimate = record.estimate;
+        let estimate = record.estimate();
         let charge = Charge {
             tokens: estimate.total(),
             spend: target.cost.map(|c| estimate.cost(&c)).unwrap_or_default(),
@@ -319,7 +319,7 @@ impl Attempts {
                 Move::Retry(pause) => {
                     tracing::debug!(target = %target.name, retry = retry + 1, ?pause, "retrying");
                     tokio::time::sleep(pause).await;
-                    record.upstream_wait += pause;
+                    record.paused(pause);
                     retry += 1;
                 }
                 next => return Err((error, next)),
@@ -408,9 +408,11 @@ impl Attempts {
             excuse,
         );
         // Named before the call: a client that leaves during it is counted against this model.
-        record.model = Some(target.name.clone());
-        record.provider = Some(target.provider.name.clone());
-        record.cost = target.cost;
+        record.calling(
+            target.name.clone(),
+            target.provider.name.clone(),
+            target.cost,
+        );
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,
@@ -435,10 +437,9 @@ impl Attempts {
                 waited,
             }) => {
                 status = Some(answered);
-                record.held.merge(held);
                 ticket.first_token(waited);
                 ticket.settle(Verdict::Answered);
-                record.usage = usage;
+                record.answered(usage, held);
                 Ok(Served::Complete {
                     status: answered,
                     content_type,
@@ -488,21 +489,13 @@ impl Attempts {
             }
         };
         let duration = sent_at.elapsed();
-        record.upstream_wait += duration;
-        let error = result.as_ref().err();
-        record.upstream_status = status
-            .map(|s| s.as_u16())
-            .or_else(|| error.and_then(GatewayError::upstream_status));
-        let meaning = error.map(GatewayError::meaning);
-        record.attempts.push(Attempt {
-            target: target.name.clone(),
-            provider: target.provider.name.clone(),
-            status: record.upstream_status,
+        record.attempted(
+            target.name.clone(),
+            target.provider.name.clone(),
+            status.map(|s| s.as_u16()),
             duration,
-            error: meaning.map(|m| m.code),
-            result: meaning.map_or(Outcome::Success, |m| m.outcome),
-            failure: meaning.and_then(|m| m.upstream_error),
-        });
+            result.as_ref().err(),
+        );
         result
     }
 
@@ -536,7 +529,7 @@ impl Attempts {
         at: Blocks,
         cause: GatewayError,
     ) -> Continued {
-        let tokens = record.produced.unwrap_or(0);
+        let tokens = record.produced().unwrap_or(0);
         let mut cooling = None;
         let mut tried = 0u32;
         while let Some((target, probe)) = self.next_target(false, &mut cooling) {
