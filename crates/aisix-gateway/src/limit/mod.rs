@@ -48,7 +48,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use aisix_config::{
-    Budget, BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, Usd,
+    BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, SpendBudget, Usd,
 };
 use aisix_obs::metrics::emit;
 use aisix_obs::metrics::labels::{RateLimitKind, RateLimitScope};
@@ -175,7 +175,7 @@ impl Limiter {
         scope: RateLimitScope,
         name: &str,
         limits: &RateLimit,
-        budget: Option<Budget>,
+        budget: Option<SpendBudget>,
     ) -> Option<Arc<Subject>> {
         if limits.is_empty() && budget.is_none() {
             return None;

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use super::{Answer, Call, StreamMap, Unary};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::memory_budget::{Budget, Held};
+use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::provider::events::Outbox;
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
@@ -344,7 +344,7 @@ async fn read_body(
     limit: usize,
     deadline: Instant,
     provider: &str,
-    mut room: Option<(&Budget, &mut Held)>,
+    mut room: Option<(&MemoryBudget, &mut Held)>,
 ) -> Result<Bytes, GatewayError> {
     let read = async move {
         let (mut body, mut pieces) = (body, Outbox::default());

@@ -35,7 +35,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::memory_budget::{Budget, Held};
+use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::request::deadline::Deadlines;
 use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
@@ -61,7 +61,7 @@ pub(crate) struct Call<'a> {
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
     /// The request's memory budget, where a whole answer held to translate reserves room.
-    pub budget: &'a Budget,
+    pub budget: &'a MemoryBudget,
     /// When the request stops waiting for room in `budget` (its body deadline).
     pub room_by: tokio::time::Instant,
 }

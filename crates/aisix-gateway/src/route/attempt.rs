@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::limit::memory_budget::Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Refused};
 use crate::provider::events::{Events, StreamSettings};
 use crate::provider::{self, Answer, Call, Carried, StreamMap, Unary};
@@ -63,7 +63,7 @@ pub(crate) struct Ctx {
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
     /// The request's memory budget: the worker's, and its key's share.
-    pub budget: Budget,
+    pub budget: MemoryBudget,
     pub clock: Clock,
 }
 
