@@ -91,7 +91,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         // A token count names no model and reports no usage: nothing was generated.
         let messages = endpoint == Endpoint::Messages;
         let usage = messages.then_some(Dialect::Anthropic);
-        return Ok(call.relay(head, call.rename && messages, usage));
+        return Ok(call.unary(head, call.rename && messages, usage));
     }
     call.translate(head, reserved, |body| {
         let answer = response::to_openai_with(body, exchange::unix_now(), structured)?;

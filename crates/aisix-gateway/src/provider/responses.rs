@@ -68,7 +68,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
     }
-    let mut answer = call.relay(head, call.rename, Some(Dialect::Responses));
+    let mut answer = call.unary(head, call.rename, Some(Dialect::Responses));
     if let Answer::Unary { answer, .. } = &mut answer {
         answer.pin = pin;
     }
@@ -272,7 +272,7 @@ fn echo_id(response: &[u8]) -> String {
 /// the Responses answer, which is kept when asked.
 async fn answered(
     call: &Call<'_>,
-    head: exchange::Head,
+    head: exchange::UpstreamHead,
     reserved: Option<exchange::Reserved>,
     echo: Echo,
     keep: Option<(Keeper, Bytes)>,

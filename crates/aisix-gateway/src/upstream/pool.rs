@@ -131,7 +131,7 @@ enum Handoff {
 }
 
 /// What a request does next for its host.
-enum Next {
+enum Acquire {
     Use(Checkout),
     Wait(oneshot::Receiver<Handoff>),
     Connect(Slot),
@@ -262,9 +262,9 @@ impl Pool {
         };
         let slot = loop {
             let conn = match self.inner.next(&key) {
-                Next::Use(conn) => conn,
-                Next::Connect(slot) => break slot,
-                Next::Wait(handoff) => match handoff.await {
+                Acquire::Use(conn) => conn,
+                Acquire::Connect(slot) => break slot,
+                Acquire::Wait(handoff) => match handoff.await {
                     Ok(Handoff::Conn(sender)) => Checkout::Http1(sender),
                     Ok(Handoff::Connect(slot)) => break slot,
                     Ok(Handoff::Failed(error)) => return Err(SendError::Connect(error)),
@@ -374,7 +374,7 @@ impl Inner {
     }
 
     /// A pooled connection for `key`, or a place in line, or room to connect.
-    fn next(self: &Arc<Self>, key: &HostKey) -> Next {
+    fn next(self: &Arc<Self>, key: &HostKey) -> Acquire {
         let mut hosts = self.hosts();
         let host = match hosts.get_mut(key) {
             Some(host) => host,
@@ -382,26 +382,26 @@ impl Inner {
         };
         if let Some(sender) = &host.http2 {
             if !sender.is_closed() {
-                return Next::Use(Checkout::Http2(sender.clone()));
+                return Acquire::Use(Checkout::Http2(sender.clone()));
             }
             host.http2 = None;
         }
         while let Some(conn) = host.idle.pop() {
             if !conn.sender.is_closed() {
-                return Next::Use(Checkout::Http1(conn.sender));
+                return Acquire::Use(Checkout::Http1(conn.sender));
             }
         }
         if host.probing || (self.max_open > 0 && host.open >= self.max_open) {
             let (handoff, wait) = oneshot::channel();
             host.waiters.push_back(handoff);
-            return Next::Wait(wait);
+            return Acquire::Wait(wait);
         }
         host.open += 1;
         // Plain HTTP never negotiates HTTP/2, and a host known to speak HTTP/1.1 gains nothing
         // from waiting: only others connect alongside.
         let probing = host.protocol != Protocol::Http1 && key.scheme == Scheme::HTTPS;
         host.probing = probing;
-        Next::Connect(self.slot(key, probing))
+        Acquire::Connect(self.slot(key, probing))
     }
 
     /// Records what a connection attempt learned about the host: requests that waited for a
