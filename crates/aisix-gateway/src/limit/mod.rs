@@ -3,7 +3,8 @@
 //! to use before it is dispatched (refused up front if that would cross a limit), keeps the
 //! [`Reservation`] until it ends, and **settles** it with what it used; the unused part goes
 //! back. Rendering a refusal is the error renderer's job; estimating a request is
-//! [`estimate`]'s.
+//! [`estimate`]'s. The bytes a worker's requests hold in memory are limited apart, by
+//! [`memory_budget`].
 //!
 //! # One set of counters
 //!

@@ -9,11 +9,12 @@
 //! - A whole answer the gateway must hold (a translation, the in-process mock) comes back as
 //!   [`Answer::Complete`]: the body already in the client's dialect, with its usage and (for
 //!   groups) its `model` naming the direct model. One in the client's dialect comes back as
-//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::relay::unary`]).
+//!   [`Answer::Unary`], its head only: the relay's whole-answer body passes the rest on.
 //! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
 //!   turns each upstream event into the client's (usage read, completeness and the first
 //!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
-//!   its first token when another attempt could still follow.
+//!   its first token when another attempt could still follow; [`events`] reads it event by
+//!   event into the client's dialect.
 //!
 //! A new provider (another dialect) is a module with its `call`, an arm in [`call`], and, for
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
