@@ -76,7 +76,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call.send(uri, body, &extra, error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
-            TranslatedStream::relay(call.rename.then(|| call.shown_json().clone()))
+            TranslatedStream::passthrough(call.rename.then(|| call.shown_json().clone()))
         } else {
             TranslatedStream::to_openai(
                 inbound.client_wants_usage(),

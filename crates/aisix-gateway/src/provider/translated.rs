@@ -49,7 +49,7 @@ pub(crate) struct TranslatedStream {
 #[derive(Debug)]
 enum Way {
     /// Anthropic to an Anthropic client, unchanged.
-    Relay(UsageScan),
+    Passthrough(UsageScan),
     /// Anthropic to an OpenAI client.
     ToOpenAi(ToOpenAi),
     /// OpenAI to an Anthropic client.
@@ -59,8 +59,8 @@ enum Way {
 impl TranslatedStream {
     /// An Anthropic stream for an Anthropic client; `rename` (a JSON string literal) is the
     /// model its `message_start` names (a group's direct model).
-    pub(crate) fn relay(rename: Option<Bytes>) -> Self {
-        let mut map = Self::new(Way::Relay(UsageScan::new()));
+    pub(crate) fn passthrough(rename: Option<Bytes>) -> Self {
+        let mut map = Self::new(Way::Passthrough(UsageScan::new()));
         map.rename = rename;
         map
     }
@@ -120,7 +120,7 @@ impl TranslatedStream {
 
     pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
         let (step, translated) = match &mut self.way {
-            Way::Relay(scan) => (scan.event(event), false),
+            Way::Passthrough(scan) => (scan.event(event), false),
             Way::ToOpenAi(t) => (t.event(event, &mut self.out), true),
             Way::ToAnthropic(t) => (t.event(event, &mut self.out), true),
         };
@@ -175,7 +175,7 @@ impl TranslatedStream {
             self.tool_call = true;
         }
         match self.way {
-            Way::Relay(_) | Way::ToOpenAi(_) => {
+            Way::Passthrough(_) | Way::ToOpenAi(_) => {
                 if sse::fields(event).name != Some(b"content_block_delta") {
                     return;
                 }
@@ -242,7 +242,7 @@ impl TranslatedStream {
 
     fn token_usage(&self) -> Option<crate::wire::anthropic::types::TokenUsage> {
         match &self.way {
-            Way::Relay(scan) => scan.usage(),
+            Way::Passthrough(scan) => scan.usage(),
             Way::ToOpenAi(t) => t.usage(),
             Way::ToAnthropic(t) => t.usage(),
         }
@@ -252,13 +252,13 @@ impl TranslatedStream {
     pub(super) fn dialect(&self) -> Dialect {
         match self.way {
             Way::ToOpenAi(_) => Dialect::OpenAi,
-            Way::Relay(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
+            Way::Passthrough(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
         }
     }
 
     pub(super) fn started(&self) -> bool {
         match &self.way {
-            Way::Relay(scan) => scan.content_seen(),
+            Way::Passthrough(scan) => scan.content_seen(),
             Way::ToOpenAi(t) => t.content_seen(),
             Way::ToAnthropic(t) => t.content_seen(),
         }
@@ -269,7 +269,7 @@ impl TranslatedStream {
     pub(super) fn finish(&mut self) -> Option<Bytes> {
         let mut out = BytesMut::new();
         let complete = match &mut self.way {
-            Way::Relay(scan) => scan.end(&mut out),
+            Way::Passthrough(scan) => scan.end(&mut out),
             Way::ToOpenAi(t) => t.end(&mut out),
             Way::ToAnthropic(t) => t.end(&mut out),
         };
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_relayed_stream_is_kept_and_its_usage_read() {
-        let mut map = TranslatedStream::relay(None);
+        let mut map = TranslatedStream::passthrough(None);
         let step = map.event(START);
         assert!(matches!(step.edit, Edit::Keep));
         assert_eq!(step.usage.map(|u| u.prompt_tokens), Some(3));
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_group_s_stream_names_the_direct_model_in_either_dialect() {
-        let mut relay = TranslatedStream::relay(Some(Bytes::from_static(b"\"primary\"")));
+        let mut relay = TranslatedStream::passthrough(Some(Bytes::from_static(b"\"primary\"")));
         let Edit::Replace(start) = relay.event(START).edit else {
             panic!("message_start was not renamed")
         };
@@ -412,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_relayed_anthropic_stream_continued_goes_on_in_the_client_s_open_block() {
-        let mut cut = TranslatedStream::relay(None);
+        let mut cut = TranslatedStream::passthrough(None);
         cut.keep_text("");
         for event in [START, BLOCK, TEXT] {
             assert!(
@@ -436,7 +436,7 @@ mod tests {
             Some((3, 1))
         );
 
-        let mut next = TranslatedStream::relay(None);
+        let mut next = TranslatedStream::passthrough(None);
         next.keep_text("Hi");
         next.continuing(carried, cut.blocks());
         assert_eq!(
