@@ -19,6 +19,7 @@ mod health;
 pub mod limit;
 mod mask;
 mod models;
+mod pieces;
 mod provider;
 mod relay;
 mod request;
