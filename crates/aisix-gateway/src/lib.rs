@@ -19,6 +19,8 @@ mod egress;
 mod endpoint;
 mod error;
 mod factory;
+#[cfg(test)]
+mod golden;
 mod health;
 mod inbound;
 pub mod limit;

@@ -1,54 +1,25 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Golden files for the translation of OpenAI's Responses API to and from chat completions:
 //! requests (Responses → chat), whole answers and streams (chat → Responses). Inputs are
 //! `tests/golden/responses/<kind>/<case>.in.*`; the expected output sits beside each as
 //! `<case>.out.*` (JSON compared as values, SSE byte for byte after the random item ids are
 //! replaced by their order of appearance). A request case whose translation is refused has a
-//! `<case>.out.json` holding `{"refused": message, "param": field}`.
-//!
-//! After a deliberate change, `AISIX_BLESS=1 cargo test -p aisix-gateway --test
-//! responses_golden` rewrites the expected files; review the diff before committing it.
+//! `<case>.out.json` holding `{"refused": message, "param": field}`. Streams go through the
+//! relay's own path, so a stream's `response.failed` is the one clients get.
 
 use std::path::{Path, PathBuf};
 
-use aisix_gateway::wire::responses::answer;
-use aisix_gateway::wire::responses::object::Echo;
-use aisix_gateway::wire::responses::request::{self, RequestError};
-use aisix_gateway::wire::responses::stream::{FromChat, Outcome};
-use aisix_gateway::wire::sse;
-use bytes::BytesMut;
 use serde_json::{Map, Value, json};
+
+use super::bless;
+use crate::wire::responses::answer;
+use crate::wire::responses::object::Echo;
+use crate::wire::responses::request::{self, RequestError};
 
 const UPSTREAM_MODEL: &str = "chat-upstream";
 
-fn golden(dir: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/responses")
-        .join(dir)
-}
-
-fn bless() -> bool {
-    std::env::var_os("AISIX_BLESS").is_some_and(|v| v == "1")
-}
-
+/// Every `<case>.in.<ext>` of `dir` (under `tests/golden/responses`), sorted, with its bytes.
 fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
-    let suffix = format!(".in.{ext}");
-    let mut cases: Vec<_> = std::fs::read_dir(golden(dir))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter_map(|path| {
-            let name = path
-                .file_name()?
-                .to_str()?
-                .strip_suffix(&suffix)?
-                .to_owned();
-            let bytes = std::fs::read(&path).unwrap();
-            Some((name, path, bytes))
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!cases.is_empty(), "no golden cases in {dir}");
-    cases
+    super::cases(&format!("responses/{dir}"), ext)
 }
 
 /// `text` with every id the translator minted (`msg_…`, `fc_…`, `call_…` of 32 hex digits)
@@ -171,35 +142,9 @@ fn chat_answers_translate_to_responses_as_the_golden_files_say() {
     assert!(diffs.is_empty(), "{}", diffs.join("\n"));
 }
 
-/// Translates a chat stream whole, as the relay does: events in order until one ends it; a
-/// body that ends without `[DONE]` is finished if a choice finished, else failed as cut.
-pub fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
-    let mut from = FromChat::new(echo(request));
-    let mut out = BytesMut::new();
-    let mut pending = Vec::new();
-    for chunk in chunks {
-        pending.extend_from_slice(chunk);
-        let mut at = 0;
-        while let Some(len) = sse::event_end(&pending[at..]) {
-            let mut piece = BytesMut::new();
-            let outcome = from.event(&pending[at..at + len], &mut piece);
-            out.extend_from_slice(&piece);
-            at += len;
-            match outcome {
-                Outcome::Continue => {}
-                Outcome::Complete => return String::from_utf8(out.to_vec()).unwrap(),
-                Outcome::UpstreamError | Outcome::Malformed => {
-                    out.extend_from_slice(&from.failed("server_error", "failed"));
-                    return String::from_utf8(out.to_vec()).unwrap();
-                }
-            }
-        }
-        pending.drain(..at);
-    }
-    if !from.finish(&mut out) {
-        out.extend_from_slice(&from.failed("server_error", "cut"));
-    }
-    String::from_utf8(out.to_vec()).unwrap()
+/// Relays a chat stream (its body arriving as `chunks`) to a Responses client.
+fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
+    String::from_utf8(super::to_responses(echo(request), chunks)).unwrap()
 }
 
 #[test]
