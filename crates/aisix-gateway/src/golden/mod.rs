@@ -20,6 +20,7 @@ use crate::provider::responses::{ResponsesStream, Translating};
 use crate::provider::translated::Translated;
 use crate::testing;
 use crate::wire::Dialect;
+use crate::wire::anthropic::stream::ToOpenAi;
 use crate::wire::anthropic::types::TokenUsage;
 use crate::wire::responses::object::Echo;
 
@@ -101,11 +102,13 @@ fn passthrough(chunks: &[impl AsRef<[u8]>]) -> Streamed {
     streamed(Translated::relay(None), Dialect::Anthropic, chunks)
 }
 
-/// A chat stream translated for a Responses client whose request `echo` stands for.
-fn to_responses(echo: Echo, chunks: &[impl AsRef<[u8]>]) -> Vec<u8> {
+/// A chat stream (an Anthropic one, translated to chat first, when `from_anthropic`)
+/// translated for a Responses client whose request `echo` stands for.
+fn to_responses(echo: Echo, from_anthropic: bool, chunks: &[impl AsRef<[u8]>]) -> Vec<u8> {
     let chunks: Vec<&[u8]> = chunks.iter().map(AsRef::as_ref).collect();
     let provider = testing::provider("sk-golden-key");
-    let map = Translating::new(echo, Arc::clone(&provider), None, None);
+    let to_chat = from_anthropic.then(|| Box::new(ToOpenAi::new(true, 1)));
+    let map = Translating::new(echo, Arc::clone(&provider), None, to_chat);
     let map = StreamMap::Responses(Box::new(ResponsesStream::Translated(map)));
     testing::relay(map, Dialect::Responses, &chunks).out
 }

@@ -144,7 +144,7 @@ fn chat_answers_translate_to_responses_as_the_golden_files_say() {
 
 /// Relays a chat stream (its body arriving as `chunks`) to a Responses client.
 fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
-    String::from_utf8(super::to_responses(echo(request), chunks)).unwrap()
+    String::from_utf8(super::to_responses(echo(request), false, chunks)).unwrap()
 }
 
 #[test]
@@ -174,4 +174,25 @@ fn a_stream_split_anywhere_translates_the_same() {
         let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(stable_ids(&translate(&request, &bytewise)), whole);
     }
+}
+
+#[test]
+fn an_anthropic_error_event_fails_a_responses_stream_with_the_upstream_s_words() {
+    let stream = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded, key sk-golden-key\"}}\n\n",
+    );
+    let out = super::to_responses(echo(b"{}"), true, &[stream]);
+    let out = String::from_utf8(out).unwrap();
+    let last = out.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: response.failed\n"), "{out}");
+    let data: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+    assert_eq!(data["response"]["error"]["code"], "server_error");
+    assert_eq!(
+        data["response"]["error"]["message"], "Overloaded, key ***",
+        "the upstream's words, the key masked"
+    );
+    assert_eq!(out.matches("event: error").count(), 0, "{out}");
 }

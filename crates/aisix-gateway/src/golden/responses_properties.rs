@@ -28,7 +28,7 @@ fn echo() -> Echo {
 
 /// Relays `chunks` to a Responses client; the events it got, in order.
 fn translate(chunks: &[&[u8]]) -> Vec<u8> {
-    super::to_responses(echo(), chunks)
+    super::to_responses(echo(), false, chunks)
 }
 
 /// Ids minted by the translator, made comparable between runs.

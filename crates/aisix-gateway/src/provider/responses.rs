@@ -468,6 +468,9 @@ impl Translating {
             return outcome;
         };
         let step = to_chat.event(raw, &mut self.chat);
+        if step == anthropic_stream::Step::UpstreamError {
+            self.reported = sse::reported(raw);
+        }
         let outcome = self.feed_chat();
         match (step, outcome) {
             (anthropic_stream::Step::Malformed, _) => Outcome::Malformed,

@@ -14,8 +14,6 @@ use std::borrow::Cow;
 use memchr::memmem;
 use serde::Deserialize;
 
-use bytes::Bytes;
-
 use super::usage::Usage;
 
 /// Finds the ends of events in a stream fed piece by piece.
@@ -257,15 +255,6 @@ pub fn fields(event: &[u8]) -> Fields<'_> {
         }
     }
     fields
-}
-
-/// The in-band error that ends an OpenAI-style stream which cannot complete (no `[DONE]`
-/// follows it).
-pub fn error_event(code: &str, message: &str) -> Bytes {
-    let event = serde_json::json!({
-        "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
-    });
-    Bytes::from(format!("event: error\ndata: {event}\n\n"))
 }
 
 #[cfg(test)]
