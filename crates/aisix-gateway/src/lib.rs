@@ -11,6 +11,8 @@ compile_error!(
 
 mod account;
 mod attempt;
+#[cfg(test)]
+mod attempt_tests;
 mod auth;
 mod body;
 mod budget;

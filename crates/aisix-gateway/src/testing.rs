@@ -41,6 +41,21 @@ pub(crate) async fn raw_response(raw: Vec<u8>, close: bool) -> Response<Incoming
     sender.send_request(request).await.unwrap()
 }
 
+/// An SSE response whose body is `chunks` (each its own chunk of a chunked HTTP/1.1 body),
+/// then the body's end.
+pub(crate) fn chunked(chunks: &[&[u8]]) -> Vec<u8> {
+    let mut raw =
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+            .to_vec();
+    for chunk in chunks.iter().filter(|chunk| !chunk.is_empty()) {
+        raw.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        raw.extend_from_slice(chunk);
+        raw.extend_from_slice(b"\r\n");
+    }
+    raw.extend_from_slice(b"0\r\n\r\n");
+    raw
+}
+
 /// What a client got of one upstream stream relayed through the gateway's own stream path.
 pub(crate) struct Relayed {
     /// The bytes the client got, its error event included.
@@ -56,15 +71,7 @@ pub(crate) struct Relayed {
 /// client of `dialect`: every frame the reader gives, and after a failure what it read before
 /// it and the map's closing event.
 pub(crate) fn relay(map: StreamMap, dialect: Dialect, chunks: &[&[u8]]) -> Relayed {
-    let mut raw =
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-            .to_vec();
-    for chunk in chunks.iter().filter(|chunk| !chunk.is_empty()) {
-        raw.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
-        raw.extend_from_slice(chunk);
-        raw.extend_from_slice(b"\r\n");
-    }
-    raw.extend_from_slice(b"0\r\n\r\n");
+    let raw = chunked(chunks);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
