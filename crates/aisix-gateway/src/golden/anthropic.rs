@@ -233,3 +233,38 @@ fn upstream_error_bodies_cross_to_the_other_envelope_as_the_golden_files_say() {
     }
     diffs.check();
 }
+
+#[test]
+fn every_golden_stream_split_anywhere_reaches_the_client_the_same() {
+    let split = |input: &[u8], at: usize| -> Vec<Vec<u8>> {
+        vec![input[..at].to_vec(), input[at..].to_vec()]
+    };
+    for (name, path, input) in cases("stream/to_openai", "sse") {
+        let structured = name.starts_with("structured_");
+        let whole = super::to_openai(true, CREATED, structured, &[&input]);
+        let relayed = super::passthrough(&[&input]);
+        // Every 7th byte and the last few keep the run short; a byte at a time covers the rest.
+        let ends = input.len().saturating_sub(3)..=input.len();
+        for at in (0..=input.len()).step_by(7).chain(ends) {
+            let parts = split(&input, at);
+            let cut = super::to_openai(true, CREATED, structured, &parts);
+            assert_eq!(cut, whole, "{} split at {at}", path.display());
+            let cut = super::passthrough(&parts);
+            assert_eq!(cut, relayed, "{} relayed, split at {at}", path.display());
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(super::to_openai(true, CREATED, structured, &bytes), whole);
+        assert_eq!(super::passthrough(&bytes), relayed);
+    }
+    for (_, path, input) in cases("stream/to_anthropic", "sse") {
+        let whole = super::to_anthropic(&[&input]);
+        let ends = input.len().saturating_sub(3)..=input.len();
+        for at in (0..=input.len()).step_by(7).chain(ends) {
+            let parts = split(&input, at);
+            let cut = super::to_anthropic(&parts);
+            assert_eq!(cut, whole, "{} split at {at}", path.display());
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(super::to_anthropic(&bytes), whole, "{}", path.display());
+    }
+}

@@ -34,6 +34,12 @@ enum LineState {
 }
 
 impl Splitter {
+    /// Whether the last event ended at a CR whose LF has not come yet: an LF next is still
+    /// that event's.
+    pub fn owes_lf(&self) -> bool {
+        self.state == LineState::AfterCr
+    }
+
     /// Scans `bytes`, the stream's next unscanned bytes, up to the end of the first event that
     /// ends in them: returns the offset just past it, or `None` when no event ends in `bytes`
     /// (all of which are then scanned).
