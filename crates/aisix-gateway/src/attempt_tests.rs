@@ -9,13 +9,11 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use aisix_config::UpstreamConfig;
-use aisix_obs::metrics::labels::Endpoint as EndpointLabel;
 use bytes::Bytes;
-use http::{HeaderValue, Method, StatusCode, Uri};
+use http::{HeaderValue, StatusCode};
 use http_body::Body;
 use tokio::time::Instant;
 
-use crate::account::{Record, Sinks};
 use crate::attempt::{Attempts, Ctx, Served};
 use crate::budget::Budget;
 use crate::deadline;
@@ -28,6 +26,7 @@ use crate::relay::SseRelay;
 use crate::route::Plan;
 use crate::snapshot::Snapshot;
 use crate::stream::{Events, Next, StreamSettings};
+use crate::testing::record;
 use crate::upstream::{Pool, tls_client_config};
 
 /// Direct models `a`, `b`, `c` (`c` continues a cut answer, as vLLM does), and groups of them.
@@ -51,20 +50,6 @@ fn snapshot() -> Snapshot {
         aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
             .unwrap();
     Snapshot::from_resources(&resources)
-}
-
-fn record() -> Record {
-    Record::new(
-        HeaderValue::from_static("req-1"),
-        EndpointLabel::ChatCompletions,
-        Method::POST,
-        Uri::from_static("/v1/chat/completions"),
-        Instant::now(),
-        Sinks {
-            metrics: false,
-            access_log: false,
-        },
-    )
 }
 
 /// The attempt loop of one chat request (a stream when `stream`) to `model`.

@@ -4,14 +4,16 @@ use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::Duration;
 
+use aisix_obs::metrics::labels::Endpoint as EndpointLabel;
 use bytes::Bytes;
-use http::{Request, Response};
+use http::{HeaderValue, Method, Request, Response, Uri};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
+use crate::account::{Record, Sinks};
 use crate::deadline::Deadlines;
 use crate::provider::StreamMap;
 use crate::snapshot::{Named, Provider, Snapshot};
@@ -134,4 +136,19 @@ pub(crate) fn provider(api_key: &str) -> Arc<Provider> {
         Some(Named::Direct(route)) => Arc::clone(&route.provider),
         other => panic!("{other:?}"),
     }
+}
+
+/// The record of a chat completions request, feeding no metrics and no access log.
+pub(crate) fn record() -> Record {
+    Record::new(
+        HeaderValue::from_static("r"),
+        EndpointLabel::ChatCompletions,
+        Method::POST,
+        Uri::from_static("/v1/chat/completions"),
+        Instant::now(),
+        Sinks {
+            metrics: false,
+            access_log: false,
+        },
+    )
 }
