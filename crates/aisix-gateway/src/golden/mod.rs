@@ -15,6 +15,8 @@ mod responses_properties;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use serde_json::Value;
+
 use crate::provider::StreamMap;
 use crate::provider::responses::{ResponsesStream, Translating};
 use crate::provider::translated::Translated;
@@ -54,6 +56,64 @@ fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
     cases.sort_by(|a, b| a.0.cmp(&b.0));
     assert!(!cases.is_empty(), "no golden cases in {dir}");
     cases
+}
+
+/// Mismatches of one test, reported together at its end.
+#[derive(Default)]
+struct Diffs(Vec<String>);
+
+impl Diffs {
+    fn expect(&mut self, input: &Path, suffix: &str, actual: Vec<u8>, as_json: bool) {
+        let name = input.file_name().unwrap().to_str().unwrap();
+        let stem = name.split(".in.").next().unwrap();
+        let path = input.with_file_name(format!("{stem}.{suffix}"));
+        let actual = if as_json {
+            let value: Value = serde_json::from_slice(&actual).unwrap_or_else(|e| {
+                panic!(
+                    "{name}: output is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&actual)
+                )
+            });
+            let mut pretty = serde_json::to_vec_pretty(&value).unwrap();
+            pretty.push(b'\n');
+            pretty
+        } else {
+            actual
+        };
+        if bless() {
+            std::fs::write(&path, &actual).unwrap();
+            return;
+        }
+        let Ok(expected) = std::fs::read(&path) else {
+            self.0.push(format!(
+                "{}: missing (run with AISIX_BLESS=1)",
+                path.display()
+            ));
+            return;
+        };
+        let same = if as_json {
+            serde_json::from_slice::<Value>(&expected).ok()
+                == serde_json::from_slice::<Value>(&actual).ok()
+        } else {
+            expected == actual
+        };
+        if !same {
+            self.0.push(format!(
+                "{}:\n--- expected\n{}\n--- actual\n{}",
+                path.display(),
+                String::from_utf8_lossy(&expected),
+                String::from_utf8_lossy(&actual)
+            ));
+        }
+    }
+
+    fn check(self) {
+        assert!(
+            self.0.is_empty(),
+            "golden mismatches:\n{}",
+            self.0.join("\n\n")
+        );
+    }
 }
 
 /// What a client got of a stream that crosses or carries Anthropic's dialect.

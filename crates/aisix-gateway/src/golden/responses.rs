@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value, json};
 
-use super::bless;
+use super::Diffs;
 use crate::wire::responses::answer;
 use crate::wire::responses::object::Echo;
 use crate::wire::responses::request::{self, RequestError};
@@ -77,46 +77,9 @@ fn request_of(path: &Path) -> Vec<u8> {
         .unwrap_or_else(|_| br#"{"model":"m","input":"Hi"}"#.to_vec())
 }
 
-fn check_json(path: &Path, got: &Value, diffs: &mut Vec<String>) {
-    let out = path.with_file_name(
-        path.file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .replace(".in.", ".out."),
-    );
-    let pretty = serde_json::to_string_pretty(got).unwrap() + "\n";
-    if bless() {
-        std::fs::write(&out, pretty).unwrap();
-        return;
-    }
-    let want: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    if &want != got {
-        diffs.push(format!("{}:\n{pretty}", out.display()));
-    }
-}
-
-fn check_text(path: &Path, got: &str, diffs: &mut Vec<String>) {
-    let out = path.with_file_name(
-        path.file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .replace(".in.", ".out."),
-    );
-    if bless() {
-        std::fs::write(&out, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&out).unwrap();
-    if want != got {
-        diffs.push(format!("{}:\n{got}", out.display()));
-    }
-}
-
 #[test]
 fn responses_requests_translate_to_chat_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("request", "json") {
         let got = match request::to_chat(&bytes, UPSTREAM_MODEL, &[], true) {
             Ok(chat) => serde_json::from_slice(&chat.body).unwrap(),
@@ -125,21 +88,21 @@ fn responses_requests_translate_to_chat_as_the_golden_files_say() {
             }
             Err(RequestError::InvalidJson(message)) => json!({"invalid_json": message}),
         };
-        check_json(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.json", serde_json::to_vec(&got).unwrap(), true);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
 #[test]
 fn chat_answers_translate_to_responses_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("answer", "json") {
         let answer = answer::from_chat(&bytes, &echo(&request_of(&path))).unwrap();
         let text = stable_ids(std::str::from_utf8(&answer.body).unwrap());
         let got: Value = serde_json::from_str(&text).unwrap();
-        check_json(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.json", serde_json::to_vec(&got).unwrap(), true);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
 /// Relays a chat stream (its body arriving as `chunks`) to a Responses client.
@@ -149,12 +112,12 @@ fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
 
 #[test]
 fn chat_streams_translate_to_responses_events_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("stream", "sse") {
         let got = stable_ids(&translate(&request_of(&path), &[&bytes]));
-        check_text(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.sse", got.into_bytes(), false);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
 #[test]
