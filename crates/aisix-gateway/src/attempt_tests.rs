@@ -22,12 +22,13 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::inbound;
 use crate::provider::refusal::Refusal;
 use crate::provider::scripted::{self, Reply};
-use crate::relay::SseRelay;
+use crate::relay::{SseRelay, Starting};
 use crate::route::Plan;
 use crate::snapshot::Snapshot;
 use crate::stream::{Events, Next, StreamSettings};
 use crate::testing::record;
 use crate::upstream::{Pool, tls_client_config};
+use crate::wire::sse::KEEPALIVE;
 
 /// Direct models `a`, `b`, `c` (`c` continues a cut answer, as vLLM does), and groups of them.
 const RESOURCES: &str = r#"
@@ -344,4 +345,60 @@ async fn a_stream_cut_mid_answer_without_continuation_ends_with_an_error_event_a
     assert!(out.contains("event: error\ndata: "), "{out}");
     assert!(out.contains("stream_cut"), "{out}");
     assert!(!out.contains("[DONE]"), "{out}");
+}
+
+/// The body of a stream whose attempt loop (for `model`) is still running when its head goes
+/// out: keep-alive comments every second until the loop answers.
+async fn held_body(snapshot: &Snapshot, model: &str) -> String {
+    let mut attempts = attempts(snapshot, model, true);
+    let starting: Starting = Box::pin(async move {
+        let mut record = record();
+        let answer = attempts.run(&mut record).await;
+        (answer, attempts, record)
+    });
+    body(SseRelay::starting(starting, Duration::from_secs(1))).await
+}
+
+/// `out` without the keep-alive comments it starts with, and how many there were.
+fn after_keepalives(out: &str) -> (usize, &str) {
+    let keepalive = std::str::from_utf8(KEEPALIVE).unwrap();
+    let rest = out.trim_start_matches(keepalive);
+    ((out.len() - rest.len()) / keepalive.len(), rest)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_whose_answer_is_slow_to_start_gets_keepalives_then_the_whole_answer() {
+    let snapshot = snapshot();
+    let mut answer = vec![role(), text("late")];
+    answer.extend(finished());
+    let slow = Reply::After(
+        Duration::from_millis(2500),
+        Box::new(Reply::Stream(answer.clone())),
+    );
+    scripted::script([("a", slow)]);
+    let out = held_body(&snapshot, "ab").await;
+    let (keepalives, rest) = after_keepalives(&out);
+    assert!(keepalives >= 1, "{out}");
+    assert_eq!(rest, answer.concat());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_held_stream_whose_every_model_fails_ends_with_one_error_event_after_the_keepalives() {
+    let snapshot = snapshot();
+    let slow = Reply::After(
+        Duration::from_millis(2500),
+        Box::new(Reply::Fail(status(502))),
+    );
+    scripted::script([("a", slow), ("b", Reply::Fail(status(503)))]);
+    let out = held_body(&snapshot, "ab").await;
+    assert_eq!(scripted::called(), ["a", "b"]);
+    let (keepalives, rest) = after_keepalives(&out);
+    assert!(keepalives >= 1, "{out}");
+    assert!(rest.starts_with("event: error\ndata: {"), "{out}");
+    assert_eq!(rest.matches("event: error").count(), 1, "{out}");
+    assert!(
+        rest.contains("upstream 503"),
+        "the last model's error: {out}"
+    );
+    assert!(!rest.contains("[DONE]"), "{out}");
 }

@@ -5,6 +5,7 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
@@ -21,6 +22,8 @@ pub(crate) enum Reply {
     Whole(&'static str),
     /// An OpenAI stream whose body is these chunks, then its end.
     Stream(Vec<String>),
+    /// This reply, after the upstream took this long.
+    After(Duration, Box<Reply>),
 }
 
 /// One call the loop made: the direct model and the request body it sent.
@@ -86,7 +89,13 @@ pub(super) async fn answer(call: &Call<'_>) -> Option<Result<Answer, GatewayErro
             .and_then(|(_, queue)| queue.pop_front());
         Some(reply.unwrap_or_else(|| panic!("no reply scripted for call to {target}")))
     })?;
+    let mut reply = reply;
+    while let Reply::After(wait, then) = reply {
+        tokio::time::sleep(wait).await;
+        reply = *then;
+    }
     Some(match reply {
+        Reply::After(..) => unreachable!("waited for above"),
         Reply::Fail(error) => Err(error),
         Reply::Whole(body) => Ok(Answer::Complete {
             status: StatusCode::OK,
@@ -94,7 +103,7 @@ pub(super) async fn answer(call: &Call<'_>) -> Option<Result<Answer, GatewayErro
             body: Bytes::from_static(body.as_bytes()),
             usage: None,
             held: Held::default(),
-            waited: std::time::Duration::ZERO,
+            waited: Duration::ZERO,
         }),
         Reply::Stream(chunks) => {
             let chunks: Vec<&[u8]> = chunks.iter().map(String::as_bytes).collect();
