@@ -14,20 +14,20 @@ use http::{HeaderValue, StatusCode};
 use http_body::Body;
 use tokio::time::Instant;
 
-use crate::attempt::{Attempts, Ctx, Served};
-use crate::budget::Budget;
-use crate::deadline;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::inbound;
-use crate::provider::refusal::Refusal;
+use crate::limit::memory_budget::Budget;
+use crate::provider::events::{Events, Next, StreamSettings};
 use crate::provider::scripted::{self, Reply};
-use crate::relay::{SseRelay, Starting};
+use crate::relay::stream::{SseRelay, Starting};
+use crate::request::deadline;
+use crate::request::inbound;
 use crate::route::Plan;
+use crate::route::attempt::{Attempts, Ctx, Served};
 use crate::snapshot::Snapshot;
-use crate::stream::{Events, Next, StreamSettings};
+use crate::target::refusal::Refusal;
 use crate::testing::record;
-use crate::upstream::{Pool, tls_client_config};
+use crate::upstream::pool::{Pool, tls_client_config};
 use crate::wire::sse::KEEPALIVE;
 
 /// Direct models `a`, `b`, `c` (`c` continues a cut answer, as vLLM does), and groups of them.

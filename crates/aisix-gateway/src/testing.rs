@@ -14,10 +14,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
 
 use crate::account::{Record, Sinks};
-use crate::deadline::Deadlines;
 use crate::provider::StreamMap;
+use crate::provider::events::{Events, Next, StreamSettings};
+use crate::request::deadline::Deadlines;
 use crate::snapshot::{Named, Provider, Snapshot};
-use crate::stream::{Events, Next, StreamSettings};
 use crate::wire::Dialect;
 
 /// A real hyper HTTP/1.1 response whose raw bytes (head and body) an upstream writes in one go

@@ -1,6 +1,6 @@
 //! Golden files and properties of the translations between dialects (OpenAI chat, Anthropic
 //! Messages, the Responses API). A stream runs through the path its client gets: the upstream
-//! body read by [`crate::stream::Events`] through the adapter's [`StreamMap`], ended as the
+//! body read by [`crate::provider::events::Events`] through the adapter's [`StreamMap`], ended as the
 //! relay ends it ([`testing::relay`]). Requests, whole answers and error bodies go through the
 //! wire functions the adapters call.
 //!

@@ -12,8 +12,8 @@ use http::{HeaderValue, StatusCode};
 
 use super::openai::Passthrough;
 use super::{Answer, Call, StreamMap};
-use crate::budget::Held;
 use crate::error::GatewayError;
+use crate::limit::memory_budget::Held;
 
 /// What one call to a direct model gets.
 pub(crate) enum Reply {
