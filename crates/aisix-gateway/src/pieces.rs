@@ -31,6 +31,13 @@ impl Pieces {
         self.first.is_none() && self.more.is_empty()
     }
 
+    pub(crate) fn last(&self) -> Option<u8> {
+        match &self.first {
+            Some(first) => first.last().copied(),
+            None => self.more.last().copied(),
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
     }
