@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 /// Top first; folders of one rank may not name each other.
 const LAYERS: &[&[&str]] = &[
-    // Test-only: the golden runners drive the translators through the relay's stream path.
-    &["golden"],
     &["relay"],
     &["route"],
     &["provider"],
