@@ -3,6 +3,7 @@
 
 mod cli;
 mod control;
+mod etcd;
 mod limits;
 mod metrics;
 mod run;
