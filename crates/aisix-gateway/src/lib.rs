@@ -44,5 +44,6 @@ pub use body::GatewayBody;
 pub use endpoint::Endpoint;
 pub use error::{Allow, AuthFailure, ErrorKind, GatewayError, Side};
 pub use factory::{GatewayFactory, GatewayInitError};
+pub use route::status::{Health, ModelStatus};
 pub use service::Gateway;
 pub use snapshot::Snapshot;

@@ -1,6 +1,7 @@
 //! The composition root of `aisix`: command line, configuration, the control thread (signals,
 //! drain), and the serving core wired to the gateway.
 
+mod admin;
 mod cli;
 mod control;
 mod etcd;

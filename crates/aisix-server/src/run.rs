@@ -133,6 +133,10 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         None
     };
     let (metrics, metrics_listener) = metrics.unzip();
+    let admin_listener = match &bootstrap.admin {
+        Some(admin) => Some(crate::admin::bind(admin).map_err(RunError::Startup)?),
+        None => None,
+    };
 
     let factory = Arc::new(
         GatewayFactory::new(&bootstrap, resources.clone(), metrics)
@@ -194,6 +198,20 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             (Some(file), true) => Some(watch::start(file, triggers).map_err(RunError::Startup)?),
             _ => None,
         };
+        if let (Some(config), Some(listener)) = (&bootstrap.admin, admin_listener) {
+            let source = match &bootstrap.etcd {
+                Some(etcd) => {
+                    crate::admin::Source::Etcd(Box::new(crate::admin::Store::new(etcd.clone())))
+                }
+                None => crate::admin::Source::File(bootstrap.resources_file.clone()),
+            };
+            tokio::spawn(crate::admin::serve(
+                listener,
+                config.clone(),
+                factory.clone(),
+                source,
+            ));
+        }
         if let Some(etcd) = &bootstrap.etcd {
             tokio::spawn(
                 EtcdSource {

@@ -6,6 +6,7 @@
 pub(crate) mod check;
 pub(crate) mod retry;
 pub(crate) mod state;
+pub mod status;
 pub(crate) mod strategy;
 
 use std::sync::Arc;
