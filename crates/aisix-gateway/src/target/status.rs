@@ -1,4 +1,4 @@
-//! Each direct model's shared state as an operator reads it (the admin API's
+//! Each target's shared state as an operator reads it (the admin API's
 //! `/admin/v1/models/status`): health, cooldown left, calls in flight, latency estimate. Read on
 //! the control side; nothing on the request path calls it.
 
