@@ -2,7 +2,8 @@
 //! with `etcdctl`), in both serving modes: two gateways on one etcd apply every change within a
 //! second; readiness waits for the first snapshot; a bad document is refused, named by its key,
 //! while the last good snapshot serves; etcd stopped and restarted, or compacted past the
-//! watch, loses no change. `aisix export`/`import` round-trip the example resources.
+//! watch, loses no change; etcd's own authentication takes its password from a variable and
+//! never logs it. `aisix export`/`import` round-trip the example resources.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::Command;
@@ -53,8 +54,13 @@ fn put_key(etcd: &Etcd, name: &str, key: &str, disabled: bool) {
 }
 
 fn config(mode: Mode, etcd: &Etcd) -> GatewayConfig {
+    config_with(mode, etcd, "")
+}
+
+/// [`config`] with more keys under `etcd:` (indented two spaces).
+fn config_with(mode: Mode, etcd: &Etcd, more: &str) -> GatewayConfig {
     GatewayConfig::new(mode).metrics().extra(&format!(
-        "etcd:\n  endpoints: [\"{}\"]\n  prefix: /aisix\n  dial_timeout_ms: 1000\n",
+        "etcd:\n  endpoints: [\"{}\"]\n  prefix: /aisix\n  dial_timeout_ms: 1000\n{more}",
         etcd.url()
     ))
 }
@@ -337,4 +343,35 @@ fn an_invalid_file_is_refused_whole_and_nothing_is_written() {
         "{:?}",
         etcd.keys("/aisix/")
     );
+}
+
+both_modes! {
+    async fn etcd_authentication_takes_the_password_from_a_variable_and_never_logs_it(mode: Mode) {
+        let mock = MockProvider::start();
+        let etcd = Etcd::start();
+        seed(&etcd, &mock);
+        etcd.ctl(&["role", "add", "root"]);
+        etcd.ctl(&["user", "add", "root:etcd-root-password-123"]);
+        etcd.ctl(&["user", "grant-role", "root", "root"]);
+        etcd.ctl(&["auth", "enable"]);
+        let auth = "  user: root\n  password_env: ETCD_PASSWORD\n";
+        let good = config_with(mode, &etcd, auth).env("ETCD_PASSWORD", "etcd-root-password-123");
+        let gateway = Gateway::start(&good);
+        assert_eq!(status(&gateway, "sk-etcd-first", "gpt-x").await, 200);
+        etcd.ctl(&[
+            "--user", "root:etcd-root-password-123", "put", "/aisix/api_keys/first",
+            &format!(r#"{{"display_name":"first","key_hash":"{}","allowed_models":["*"],"disabled":true}}"#, hash("sk-etcd-first")),
+        ]);
+        agree(&[&gateway], "sk-etcd-first", "gpt-x", 401, AGREE_WITHIN).await;
+
+        // A wrong password: never ready, and the log says why without the password.
+        let bad = config_with(mode, &etcd, auth).env("ETCD_PASSWORD", "not-the-etcd-password");
+        let refused = Gateway::start_listening(&bad);
+        assert!(refused.wait_for_log("connection lost", Duration::from_secs(10)), "{}", refused.logs());
+        assert_eq!(client::get(refused.addr(), "/readyz").await.status, 503);
+        for gateway in [&gateway, &refused] {
+            let logs = gateway.logs();
+            assert!(!logs.contains("etcd-root-password-123") && !logs.contains("not-the-etcd-password"), "{logs}");
+        }
+    }
 }
