@@ -1,8 +1,6 @@
 //! Each target's shared state as an operator reads it (the admin API's
 //! `/admin/v1/models/status`): health, cooldown left, calls in flight, latency estimate. Read on
-//! the control side; nothing on the request path calls it.
-
-use crate::snapshot::Loaded;
+//! the control side (the snapshot gathers it per loaded model); never on a request.
 
 /// A direct model's health now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,31 +36,4 @@ pub struct ModelStatus {
     /// The moving average of its time to first token (with failure penalties), in ms; a prior
     /// of one second before the first sample.
     pub latency_estimate_ms: u64,
-}
-
-/// The state of every direct model in `loaded`, in resources order.
-pub(crate) fn of(loaded: &Loaded) -> Vec<ModelStatus> {
-    let now = loaded.states.clock.now_ms();
-    loaded
-        .resources
-        .models
-        .iter()
-        .filter_map(|model| {
-            let state = loaded.states.target(&model.display_name)?;
-            let (health, remaining) = state.health(now);
-            Some(ModelStatus {
-                model: model.display_name.clone(),
-                provider_key: loaded
-                    .resources
-                    .provider_keys
-                    .get(model.provider_key_index)
-                    .map(|k| k.display_name.clone())
-                    .unwrap_or_default(),
-                health,
-                cooldown_remaining_ms: remaining,
-                in_flight: state.in_flight(),
-                latency_estimate_ms: state.latency_us() / 1000,
-            })
-        })
-        .collect()
 }
