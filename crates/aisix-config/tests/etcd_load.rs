@@ -50,6 +50,13 @@ fn endpoints_come_comma_separated_from_a_variable() {
     assert_eq!(etcd.endpoints, ["http://a:2379", "http://b:2379"]);
     assert_eq!(etcd.prefix, "/aisix");
     assert_eq!(etcd.dial_timeout, Duration::from_millis(250));
+    // A duration like every other: humantime in the file too.
+    let config = load(
+        "etcd:\n  endpoints: [\"http://a:2379\"]\n  dial_timeout_ms: \"1m 30s\"\n",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.etcd.unwrap().dial_timeout, Duration::from_secs(90));
 }
 
 #[test]
