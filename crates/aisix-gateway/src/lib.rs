@@ -43,3 +43,4 @@ pub use factory::{GatewayFactory, GatewayInitError};
 pub use relay::body::GatewayBody;
 pub use service::Gateway;
 pub use snapshot::Snapshot;
+pub use target::status::{Health, ModelStatus};
