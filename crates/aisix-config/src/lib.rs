@@ -13,7 +13,8 @@ mod timeouts;
 pub use bootstrap::{
     Balance, Bootstrap, CooldownOverrides, DownstreamConfig, MetricsConfig, ObservabilityConfig,
     OnRedisError, PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig,
-    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    RedisMode, RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig,
+    UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
