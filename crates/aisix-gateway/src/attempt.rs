@@ -412,6 +412,7 @@ impl Attempts {
         record.model = Some(target.name.clone());
         record.provider = Some(target.provider.name.clone());
         record.cost = target.cost;
+        record.bill_prompt_on_error = target.provider.bill_prompt_on_error;
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,
