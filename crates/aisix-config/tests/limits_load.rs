@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use aisix_config::{
-    Bootstrap, Budget, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit,
-    RateLimitBackend, RedisMode, RedisUrl, Resources, SpendingPolicy, Usd, load_bootstrap,
+    Bootstrap, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit, RateLimitBackend,
+    RedisMode, RedisUrl, Resources, SpendBudget, SpendingPolicy, Usd, load_bootstrap,
     parse_resources,
 };
 
@@ -86,7 +86,7 @@ fn rate_limits_cost_and_budget_load_on_models_and_keys() {
     );
     assert_eq!(
         loaded.api_keys[0].budget,
-        Some(Budget {
+        Some(SpendBudget {
             usd: Usd::from_nanos(12_500_000_000),
             period: BudgetPeriod::Week,
         })
@@ -137,7 +137,7 @@ fn limits_prices_and_budgets_come_from_variables_too() {
     );
     assert_eq!(
         loaded.api_keys[0].budget,
-        Some(Budget {
+        Some(SpendBudget {
             usd: Usd::from_nanos(100_000_000_000),
             period: BudgetPeriod::Month,
         })
