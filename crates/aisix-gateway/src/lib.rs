@@ -12,9 +12,13 @@ compile_error!(
 );
 
 mod account;
+#[cfg(test)]
+mod attempt_tests;
 mod endpoint;
 mod error;
 mod factory;
+#[cfg(test)]
+mod golden;
 mod health;
 pub mod limit;
 mod mask;

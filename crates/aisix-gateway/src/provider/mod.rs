@@ -25,6 +25,8 @@ pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
 pub(crate) mod responses;
+#[cfg(test)]
+pub(crate) mod scripted;
 pub(crate) mod translated;
 
 use std::time::Duration;
@@ -115,6 +117,10 @@ pub(crate) enum Answer {
 
 /// Calls the direct model of `call` with its provider's adapter.
 pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
+    #[cfg(test)]
+    if let Some(answer) = scripted::answer(&call).await {
+        return answer;
+    }
     match call.route.provider.kind {
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
@@ -128,14 +134,14 @@ pub(crate) enum StreamMap {
     /// OpenAI events to an OpenAI client, relayed as they are.
     OpenAi(openai::Passthrough),
     /// Anthropic events relayed to an Anthropic client, or either dialect translated.
-    Translated(Box<translated::Translated>),
+    Translated(Box<translated::TranslatedStream>),
     /// Responses events relayed to a Responses client, or chat chunks translated for one.
     Responses(Box<responses::ResponsesStream>),
 }
 
 /// What the client gets for one upstream event.
 #[derive(Debug, Default)]
-pub(crate) struct Step {
+pub(crate) struct Mapped {
     pub edit: Edit,
     /// The event ends the stream (`data: [DONE]`).
     pub done: bool,
@@ -158,7 +164,7 @@ pub(crate) enum Edit {
 
 impl StreamMap {
     /// Reads one complete event.
-    pub(crate) fn event(&mut self, event: &[u8]) -> Step {
+    pub(crate) fn event(&mut self, event: &[u8]) -> Mapped {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),
