@@ -285,8 +285,11 @@ pub enum RateLimitBackend {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `ratelimit.redis.url`: `redis://[[user]:password@]host[:port][/db]`.
+    /// `ratelimit.redis.url`: `redis://[[user]:password@]host[:port][/db]`; with
+    /// `mode: cluster`, the first of the cluster's nodes given.
     pub url: RedisUrl,
+    /// `ratelimit.redis.mode`: one server, or a Redis Cluster.
+    pub mode: RedisMode,
     /// `ratelimit.redis.on_error`: what a request gets while Redis cannot be reached.
     pub on_error: OnRedisError,
     /// `ratelimit.redis.budget_on_error`: what a request that counts against a budget gets
@@ -296,6 +299,16 @@ pub struct RedisConfig {
     /// `ratelimit.redis.timeout_ms`: the longest one Redis call may take before the request
     /// goes on as `on_error` says.
     pub timeout: Duration,
+}
+
+/// `ratelimit.redis.mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server (`url`).
+    Single,
+    /// A Redis Cluster, found through these nodes (`url` is the first); every script touches
+    /// one slot.
+    Cluster(Vec<RedisUrl>),
 }
 
 /// `ratelimit.redis.on_error`.
@@ -380,6 +393,13 @@ impl RedisUrl {
     /// The URL with its password as `***`, for logs.
     pub fn redacted(&self) -> &str {
         &self.redacted
+    }
+
+    /// The database number after the host, if one is given.
+    pub fn database(&self) -> Option<u64> {
+        let text = self.url.expose();
+        let rest = &text[text.find("://").map_or(0, |i| i + 3)..];
+        rest.split_once('/').and_then(|(_, db)| db.parse().ok())
     }
 }
 

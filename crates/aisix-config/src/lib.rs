@@ -14,7 +14,8 @@ mod timeouts;
 pub use bootstrap::{
     Balance, Bootstrap, CooldownOverrides, DownstreamConfig, MetricsConfig, ObservabilityConfig,
     OnRedisError, PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig,
-    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    RedisMode, RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig,
+    UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use etcd::{AdminConfig, EtcdConfig, EtcdTls};

@@ -12,8 +12,8 @@ use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
 use crate::bootstrap::{
     Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
-    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisMode,
+    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::duration::{self, Unit};
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -451,6 +451,7 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     );
     let redis_given = r.table_present("ratelimit.redis");
     let url = r.string("ratelimit.redis.url");
+    let mode = r.string("ratelimit.redis.mode");
     let on_error = r.string("ratelimit.redis.on_error");
     let budget_on_error = r.string("ratelimit.redis.budget_on_error");
     let timeout = r
@@ -497,9 +498,20 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     };
     let on_error = on_redis_error("ratelimit.redis.on_error", on_error);
     let budget_on_error = on_redis_error("ratelimit.redis.budget_on_error", budget_on_error);
+    let cluster = match mode.as_deref() {
+        None | Some("single") => false,
+        Some("cluster") => true,
+        Some(other) => {
+            r.refuse(
+                "ratelimit.redis.mode",
+                format!("expected single or cluster, got {other:?}"),
+            );
+            false
+        }
+    };
     let origin = r.origin_of("ratelimit.redis.url");
-    let url = match url.map(|url| RedisUrl::parse(&url)) {
-        Some(Ok(url)) => Some(url),
+    let urls = match url.map(|url| redis_urls(&url, cluster)) {
+        Some(Ok(urls)) => Some(urls),
         Some(Err(message)) => {
             r.error("ratelimit.redis.url", message, origin);
             None
@@ -514,9 +526,16 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
         }
     };
     RateLimitConfig {
-        backend: url.map_or(RateLimitBackend::Memory, |url| {
+        backend: urls.map_or(RateLimitBackend::Memory, |mut urls| {
+            let url = urls[0].clone();
+            let mode = if cluster {
+                RedisMode::Cluster(std::mem::take(&mut urls))
+            } else {
+                RedisMode::Single
+            };
             RateLimitBackend::Redis(RedisConfig {
                 url,
+                mode,
                 on_error,
                 budget_on_error,
                 timeout,
@@ -524,6 +543,34 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
         }),
         concurrency_ttl,
     }
+}
+
+/// `ratelimit.redis.url`: one URL, or with `mode: cluster` one or more separated by commas
+/// (the nodes the cluster is first asked about). Never empty when `Ok`.
+fn redis_urls(text: &str, cluster: bool) -> Result<Vec<RedisUrl>, String> {
+    let texts: Vec<&str> = text.split(',').map(str::trim).collect();
+    if texts.len() > 1 && !cluster {
+        return Err(
+            "names several servers; set ratelimit.redis.mode: cluster to use a Redis Cluster"
+                .to_owned(),
+        );
+    }
+    let mut urls = Vec::with_capacity(texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        let nth = if texts.len() > 1 {
+            format!("node {}: ", i + 1)
+        } else {
+            String::new()
+        };
+        let url = RedisUrl::parse(text).map_err(|message| format!("{nth}{message}"))?;
+        if cluster && url.database().is_some_and(|db| db != 0) {
+            return Err(format!(
+                "{nth}a Redis Cluster has only database 0; drop the /db after the host"
+            ));
+        }
+        urls.push(url);
+    }
+    Ok(urls)
 }
 
 /// Every leaf key of the bootstrap config (`proxy.addr`, `shutdown.drain_timeout_secs`, …), in

@@ -281,6 +281,9 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let responses = fields
         .optional(report, "responses")
         .map(|(v, p)| bool(report, v, &p));
+    let bill_prompt_on_error = fields
+        .optional(report, "bill_prompt_on_error")
+        .map(|(v, p)| bool(report, v, &p));
     let health_check = fields
         .optional(report, "health_check")
         .map(|(v, p)| read_health_check(report, v, &p));
@@ -330,6 +333,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         headers,
         stream_usage,
         responses,
+        bill_prompt_on_error,
         health_check,
     );
     ProviderKeyDraft {
@@ -353,6 +357,7 @@ fn build_provider_key(
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
     responses: Option<Option<bool>>,
+    bill_prompt_on_error: Option<Option<bool>>,
     health_check: Option<Option<HealthCheck>>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
@@ -375,6 +380,7 @@ fn build_provider_key(
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
         responses,
+        bill_prompt_on_error: given(bill_prompt_on_error)?.unwrap_or(false),
         health_check: given(health_check)?,
     })
 }

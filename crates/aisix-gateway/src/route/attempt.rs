@@ -412,6 +412,7 @@ impl Attempts {
             target.name.clone(),
             target.provider.name.clone(),
             target.cost,
+            target.provider.bill_prompt_on_error,
         );
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
