@@ -158,7 +158,7 @@ pub struct Provider {
     /// The provider key's `api_base` joined with each endpoint's path, parsed once.
     pub uris: Arc<EndpointUris>,
     /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
-    /// or `api-key` for Azure) and its static `headers`, all marked sensitive so hyper never
+    /// `api-key` for Azure, `x-goog-api-key` for Gemini) and its static `headers`, all marked sensitive so hyper never
     /// logs them.
     pub headers: HeaderMap,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
@@ -190,6 +190,9 @@ pub struct EndpointUris {
     count_tokens: Option<Uri>,
     /// OpenAI's `/responses`; Azure's is the resource's `/openai/v1/responses`.
     responses: Option<Uri>,
+    /// Where a provider that names streams in its URL streams chat (Gemini's
+    /// `:streamGenerateContent?alt=sse`); `None` for the others.
+    stream: Option<Uri>,
 }
 
 impl EndpointUris {
@@ -217,7 +220,41 @@ impl EndpointUris {
             messages: uri(Endpoint::Messages),
             count_tokens: uri(Endpoint::CountTokens),
             responses: uri(Endpoint::Responses),
+            stream: None,
         }
+    }
+
+    /// A Gemini model's URIs: chat completions (either client dialect) at
+    /// `{api_base}/models/{model}:generateContent` and, streamed,
+    /// `:streamGenerateContent?alt=sse`; embeddings at `:batchEmbedContents`. The model is
+    /// percent-encoded (a leading `models/` is the resource name's and is dropped).
+    fn gemini(api_base: &str, model: &str) -> Self {
+        let (base, query) = match api_base.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (api_base, None),
+        };
+        let model = percent_encoded(model.strip_prefix("models/").unwrap_or(model));
+        let uri = |method: &str, extra: Option<&str>| {
+            let query = match (query, extra) {
+                (Some(a), Some(b)) => format!("?{a}&{b}"),
+                (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+                (None, None) => String::new(),
+            };
+            format!("{base}/models/{model}:{method}{query}")
+                .parse()
+                .ok()
+        };
+        Self {
+            chat_completions: uri("generateContent", None),
+            embeddings: uri("batchEmbedContents", None),
+            stream: uri("streamGenerateContent", Some("alt=sse")),
+            ..Self::default()
+        }
+    }
+
+    /// The streaming URI of chat, where the provider names streams in its URL (Gemini).
+    pub fn stream(&self) -> Option<&Uri> {
+        self.stream.as_ref()
     }
 
     /// An Azure OpenAI deployment's URIs:
@@ -326,6 +363,10 @@ impl Snapshot {
                             &model.model_name,
                             key.api_version.as_deref().unwrap_or_default(),
                         )),
+                        None,
+                    ),
+                    (ProviderKind::Gemini, Some(key)) => (
+                        Arc::new(EndpointUris::gemini(&key.api_base, &model.model_name)),
                         None,
                     ),
                     _ => (provider.uris.clone(), Some(json_string(&model.model_name))),
@@ -547,6 +588,7 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
     let (path, extra) = match key.provider {
         ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
         ProviderKind::Anthropic => ("/v1/models", None),
+        ProviderKind::Gemini => ("/models", None),
         ProviderKind::AzureOpenAi => (
             "/openai/models",
             key.api_version
@@ -574,6 +616,11 @@ impl Provider {
             ProviderKind::AzureOpenAi => (
                 EndpointUris::default(),
                 HeaderName::from_static("api-key"),
+                key.api_key.as_ref().map(|k| k.expose().to_owned()),
+            ),
+            ProviderKind::Gemini => (
+                EndpointUris::default(),
+                HeaderName::from_static("x-goog-api-key"),
                 key.api_key.as_ref().map(|k| k.expose().to_owned()),
             ),
             ProviderKind::Anthropic => (
@@ -816,6 +863,51 @@ api_keys:
         assert!(
             snapshot.api_key(&key).unwrap().limits.is_some(),
             "a budget alone"
+        );
+    }
+
+    #[test]
+    fn gemini_models_get_method_paths_and_the_goog_api_key_header() {
+        let yaml = r#"_format_version: "1"
+provider_keys:
+  - display_name: g
+    provider: gemini
+    api_key: AIza-secret
+  - display_name: g2
+    provider: gemini
+    api_base: http://127.0.0.1:9/v1beta?tenant=t1
+models:
+  - {display_name: flash, provider: gemini, model_name: gemini-2.5-flash, provider_key: g}
+  - {display_name: named, provider: gemini, model_name: models/text-embedding-004, provider_key: g2}
+"#;
+        let resources = parse(yaml);
+        let snapshot = Snapshot::from_resources(&resources);
+        let flash = direct(&snapshot, "flash");
+        let base = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash";
+        assert_eq!(
+            flash
+                .uris
+                .get(Endpoint::ChatCompletions)
+                .unwrap()
+                .to_string(),
+            format!("{base}:generateContent")
+        );
+        assert_eq!(
+            flash.uris.stream().unwrap().to_string(),
+            format!("{base}:streamGenerateContent?alt=sse")
+        );
+        assert_eq!(
+            flash.uris.get(Endpoint::Embeddings).unwrap().to_string(),
+            format!("{base}:batchEmbedContents")
+        );
+        assert!(flash.uris.get(Endpoint::Messages).is_none());
+        assert_eq!(flash.provider.headers["x-goog-api-key"], "AIza-secret");
+        assert!(flash.provider.headers["x-goog-api-key"].is_sensitive());
+        assert!(!flash.provider.headers.contains_key("authorization"));
+        let named = direct(&snapshot, "named");
+        assert_eq!(
+            named.uris.stream().unwrap().to_string(),
+            "http://127.0.0.1:9/v1beta/models/text-embedding-004:streamGenerateContent?tenant=t1&alt=sse"
         );
     }
 
