@@ -6,6 +6,7 @@
 
 pub mod asgi;
 pub mod balancer;
+pub mod gemini;
 pub mod nginx;
 pub mod redis;
 
