@@ -323,7 +323,7 @@ both_modes! {
 }
 
 both_modes! {
-    async fn a_group_mixing_gemini_and_openai_falls_over_on_unavailable(mode: Mode) {
+    async fn a_group_mixing_gemini_and_openai_falls_over_on_unavailable_and_exhausted(mode: Mode) {
         let rig = start(mode);
         let reply = rig.chat(json!({"model": "gem-first", "messages": [{"role": "user", "content": "hi"}]})).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
@@ -335,12 +335,16 @@ both_modes! {
         assert_eq!(reply.header("x-aisix-served-by"), Some("gpt"));
         assert_eq!(reply.json()["choices"][0]["message"]["content"], openai::REPLY_TEXT);
 
+        let reply = rig.chat(json!({"model": "gem-first", "messages": [{"role": "user", "content": "hi [429]"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-served-by"), Some("gpt"), "RESOURCE_EXHAUSTED falls over");
+
         let reply = rig.messages(json!({"model": "gem-first", "max_tokens": 5, "stream": true,
             "messages": [{"role": "user", "content": "hi [503]"}]})).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(reply.header("x-aisix-served-by"), Some("gpt"));
         let events = events(&reply.text());
         assert_eq!(events.last().unwrap().0.as_deref(), Some("message_stop"));
-        assert_eq!(rig.openai.requests().len(), 2);
+        assert_eq!(rig.openai.requests().len(), 3);
     }
 }
