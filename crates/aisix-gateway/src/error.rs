@@ -13,9 +13,9 @@ use http::{HeaderValue, Response, StatusCode, header};
 pub use aisix_obs::metrics::labels::AuthFailure;
 use aisix_obs::metrics::labels::{Outcome, RateLimitKind, UpstreamErrorKind};
 
-use crate::body::GatewayBody;
 use crate::limit::Refused;
-use crate::provider::refusal::Refusal;
+use crate::relay::body::GatewayBody;
+use crate::target::refusal::Refusal;
 use crate::wire::Dialect;
 use crate::wire::anthropic::error as anthropic;
 

@@ -9,14 +9,14 @@ use aisix_obs::metrics::Metrics;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
-use crate::body::GatewayBody;
-use crate::budget::Budget;
-use crate::deadline;
-use crate::egress::Egress;
+use crate::limit::memory_budget::Budget;
 use crate::limit::{Limiter, LimiterInitError};
+use crate::provider::events::StreamSettings;
+use crate::relay::body::GatewayBody;
+use crate::request::deadline;
 use crate::service::Gateway;
 use crate::snapshot::Loaded;
-use crate::stream::StreamSettings;
+use crate::upstream::egress::Egress;
 
 /// Settings the request path reads.
 #[derive(Debug, Clone)]
@@ -125,7 +125,7 @@ impl GatewayFactory {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
                 },
-                tls: crate::upstream::tls_client_config()?,
+                tls: crate::upstream::pool::tls_client_config()?,
                 metrics,
                 limiter,
                 responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
@@ -160,7 +160,7 @@ impl GatewayFactory {
 
 impl ServiceFactory for GatewayFactory {
     type Body = GatewayBody;
-    type BodyError = crate::unary::Cut;
+    type BodyError = crate::relay::unary::Cut;
     type Service = Gateway;
 
     fn thread_started(&self, worker: &WorkerContext) {

@@ -10,39 +10,31 @@ compile_error!(
 );
 
 mod account;
-mod attempt;
-mod auth;
-mod body;
-mod budget;
-mod deadline;
-mod egress;
 mod endpoint;
 mod error;
 mod factory;
 mod health;
-mod inbound;
 pub mod limit;
 mod mask;
 mod models;
 mod provider;
 mod relay;
+mod request;
 mod route;
 mod service;
 mod snapshot;
-mod spending;
 mod stored;
-mod stream;
+mod target;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 #[cfg(test)]
 mod testing;
-mod unary;
 mod upstream;
 pub mod wire;
 
-pub use body::GatewayBody;
 pub use endpoint::Endpoint;
 pub use error::{Allow, AuthFailure, ErrorKind, GatewayError, Side};
 pub use factory::{GatewayFactory, GatewayInitError};
+pub use relay::body::GatewayBody;
 pub use service::Gateway;
 pub use snapshot::Snapshot;

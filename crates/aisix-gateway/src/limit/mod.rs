@@ -37,6 +37,7 @@
 mod clock;
 pub mod estimate;
 mod memory;
+pub(crate) mod memory_budget;
 mod redis;
 mod refusal;
 pub mod window;

@@ -21,9 +21,6 @@ use crate::wire::anthropic::{error as anthropic_error, response, roles};
 
 static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
-/// The client headers an Anthropic passthrough forwards: they select the API's behaviour.
-pub(crate) const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
-
 /// Calls an Anthropic direct model with the client's request, relayed or translated.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if call.inbound.endpoint == Endpoint::Responses {

@@ -252,7 +252,7 @@ pub(crate) fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
         content_type: http::HeaderValue::from_static(content_type),
         body,
         usage: Some(reply.usage),
-        held: crate::budget::Held::default(),
+        held: crate::limit::memory_budget::Held::default(),
         waited: std::time::Duration::ZERO,
     })
 }

@@ -24,8 +24,8 @@ use aisix_obs::metrics::emit;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::provider::refusal::Refusal;
-use crate::route::retry::{self, LONG_WAIT};
+use crate::target::refusal::Refusal;
+use crate::target::retry::{self, LONG_WAIT};
 
 /// The retry budget's window.
 const BUDGET_WINDOW_SECS: u64 = 10;

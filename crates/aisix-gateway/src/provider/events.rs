@@ -33,13 +33,13 @@ use http_body::Body;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use crate::budget::{Budget, Held};
-use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::{Budget, Held};
 use crate::provider::{Edit, StreamMap};
-use crate::route::state::{Ticket, Verdict};
+use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
-use crate::upstream::Lease;
+use crate::target::state::{Ticket, Verdict};
+use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::usage::Usage;
