@@ -3,7 +3,8 @@
 //! embeddings at `:batchEmbedContents`. Every request is translated: an OpenAI client's chat
 //! request to a `generateContent` body, an Anthropic client's Messages request first to chat
 //! completions and then the same way; answers, streams and errors come back the same two
-//! steps. Gemini models are never continued (a cut stream ends with its error).
+//! steps; a Responses request goes through chat the same way ([`super::responses`]). Gemini
+//! models are never continued (a cut stream ends with its error).
 
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
@@ -25,6 +26,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     match inbound.endpoint {
         Endpoint::ChatCompletions | Endpoint::Messages => {}
+        Endpoint::Responses => return super::responses::via_gemini(call).await,
         Endpoint::Embeddings => return embeddings(call).await,
         other => {
             return Err(GatewayError::new(
@@ -108,7 +110,7 @@ async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
     .await
 }
 
-fn no_uri(provider: &str) -> GatewayError {
+pub(super) fn no_uri(provider: &str) -> GatewayError {
     tracing::error!(provider, "api_base is not a usable URI");
     GatewayError::new(
         ErrorKind::Internal,
@@ -117,7 +119,12 @@ fn no_uri(provider: &str) -> GatewayError {
 }
 
 /// Gemini's error object (its key masked) in the client's envelope.
-fn error_body(status: u16, body: &[u8], secret: Option<&str>, client: Dialect) -> Option<Bytes> {
+pub(super) fn error_body(
+    status: u16,
+    body: &[u8],
+    secret: Option<&str>,
+    client: Dialect,
+) -> Option<Bytes> {
     match client {
         Dialect::Anthropic => anthropic_error::upstream_to_anthropic(status, body, secret),
         Dialect::OpenAi | Dialect::Responses => {
