@@ -8,6 +8,8 @@ dumped in the API's camelCase JSON, so what the gateway reads is what the SDK it
     POST /v1beta/models/{model}:generateContent                  one GenerateContentResponse
     POST /v1beta/models/{model}:streamGenerateContent?alt=sse    SSE, one response per event
     POST /v1beta/models/{model}:batchEmbedContents               {"embeddings": [...]}
+    POST /v1beta/models/{model}:countTokens                      {"totalTokens": n}, words of
+                                                                 a generateContentRequest
 
 Authentication is `x-goog-api-key`: none is 403 PERMISSION_DENIED, a wrong one 400
 INVALID_ARGUMENT ("API key not valid"), as the real API answers. Errors use Google's envelope
@@ -260,6 +262,25 @@ async def app(scope, receive, send) -> None:
         # The SDK reads batchEmbedContents' answer as an EmbedContentResponse.
         answer = dump(types.EmbedContentResponse(embeddings=vectors))
         types.EmbedContentResponse.model_validate(answer)
+        return await finish(200, answer)
+
+    if method == "countTokens":
+        inner = dict(body.get("generateContentRequest") or {}) if isinstance(body, dict) else {}
+        problem = None
+        if set(body or {}) - {"generateContentRequest", "contents"}:
+            problem = "Unknown name in countTokens body"
+        elif inner.pop("model", None) != f"models/{model}":
+            problem = f"generateContentRequest.model must be models/{model}"
+        else:
+            problem, _, contents, _ = validate_generate(inner)
+        if problem:
+            entry["invalid"] = problem
+            return await finish(*google_error(400, "INVALID_ARGUMENT", problem))
+        prompt = " ".join(texts(c) for c in contents)
+        if "systemInstruction" in inner:
+            prompt += " " + texts(types.Content.model_validate(inner["systemInstruction"]))
+        answer = dump(types.CountTokensResponse(total_tokens=words(prompt)))
+        types.CountTokensResponse.model_validate(answer)
         return await finish(200, answer)
 
     if method not in ("generateContent", "streamGenerateContent"):

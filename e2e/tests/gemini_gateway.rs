@@ -248,6 +248,15 @@ both_modes! {
         let delta = events.iter().find(|e| e.0.as_deref() == Some("message_delta")).unwrap();
         assert_eq!(delta.1["delta"]["stop_reason"], "tool_use");
         assert_eq!(rig.sent()["path"], "/v1beta/models/gemini-2.5-flash:streamGenerateContent");
+
+        // count_tokens counts the whole request (system included) with countTokens.
+        let reply = rig.post("/v1/messages/count_tokens", json!({"model": "gem", "system": "Be brief.",
+            "messages": [{"role": "user", "content": "Hello there"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json(), json!({"input_tokens": 4}));
+        let seen = rig.sent();
+        assert_eq!(seen["path"], "/v1beta/models/gemini-2.5-flash:countTokens");
+        assert_eq!(seen["body"]["generateContentRequest"]["model"], "models/gemini-2.5-flash");
     }
 }
 

@@ -28,6 +28,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         Endpoint::ChatCompletions | Endpoint::Messages => {}
         Endpoint::Responses => return super::responses::via_gemini(call).await,
         Endpoint::Embeddings => return embeddings(call).await,
+        Endpoint::CountTokens => return count_tokens(call).await,
         other => {
             return Err(GatewayError::new(
                 ErrorKind::InvalidRequest,
@@ -90,11 +91,35 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     .await
 }
 
+/// Anthropic's count_tokens as `countTokens` (which Gemini does not bill: no usage).
+async fn count_tokens(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let route = call.route;
+    let chat = anthropic_request::count_tokens_to_openai(
+        &call.inbound.body,
+        &route.upstream_model,
+        OutputTokensField::MaxCompletionTokens,
+    )
+    .map_err(super::anthropic::request_error)?;
+    let body = request::count_tokens(&chat, &resource_name(&route.upstream_model))
+        .map_err(super::anthropic::request_error)?;
+    let uri = call.uri(Endpoint::CountTokens)?;
+    let reserved = call.reserve().await?;
+    let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
+    call.translate(head, Some(reserved), |body| {
+        Ok((response::count_tokens_to_anthropic(body)?, None))
+    })
+    .await
+}
+
+/// Gemini's resource name of a model: `models/{model}`.
+fn resource_name(model: &str) -> String {
+    format!("models/{}", model.strip_prefix("models/").unwrap_or(model))
+}
+
 /// `/v1/embeddings` as `batchEmbedContents`, the answer back as OpenAI's list.
 async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let route = call.route;
-    let model = route.upstream_model.as_str();
-    let model = format!("models/{}", model.strip_prefix("models/").unwrap_or(model));
+    let model = resource_name(&route.upstream_model);
     let translated =
         request::embeddings(&call.inbound.body, &model).map_err(super::anthropic::request_error)?;
     let uri = call.uri(Endpoint::Embeddings)?;

@@ -370,6 +370,10 @@ models:
             flash.uris.get(Endpoint::Embeddings).unwrap().to_string(),
             format!("{base}:batchEmbedContents")
         );
+        assert_eq!(
+            flash.uris.get(Endpoint::CountTokens).unwrap().to_string(),
+            format!("{base}:countTokens")
+        );
         assert!(flash.uris.get(Endpoint::Messages).is_none());
         assert_eq!(flash.provider.headers["x-goog-api-key"], "AIza-secret");
         assert!(flash.provider.headers["x-goog-api-key"].is_sensitive());

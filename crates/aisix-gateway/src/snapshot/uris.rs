@@ -52,7 +52,8 @@ impl EndpointUris {
 
     /// A Gemini model's URIs: chat completions (either client dialect) at
     /// `{api_base}/models/{model}:generateContent` and, streamed,
-    /// `:streamGenerateContent?alt=sse`; embeddings at `:batchEmbedContents`. The model is
+    /// `:streamGenerateContent?alt=sse`; embeddings at `:batchEmbedContents`, Anthropic's
+    /// count_tokens at `:countTokens`. The model is
     /// percent-encoded (a leading `models/` is the resource name's and is dropped).
     pub(super) fn gemini(api_base: &str, model: &str) -> Self {
         let (base, query) = match api_base.split_once('?') {
@@ -73,6 +74,7 @@ impl EndpointUris {
         Self {
             chat_completions: uri("generateContent", None),
             embeddings: uri("batchEmbedContents", None),
+            count_tokens: uri("countTokens", None),
             stream: uri("streamGenerateContent", Some("alt=sse")),
             ..Self::default()
         }

@@ -169,6 +169,7 @@ pub fn chat_to_gemini(request: ChatRequest) -> Result<GenerateContentRequest, Re
     });
     let tool_config = request.tool_choice.as_ref().map(tool_config).transpose()?;
     Ok(GenerateContentRequest {
+        model: None,
         contents,
         system_instruction: (!system.is_empty()).then_some(Content {
             role: None,
@@ -386,6 +387,25 @@ fn media(url: &str) -> Result<Part, &'static str> {
         });
     }
     Err("an image must be an http(s) URL or a base64 data URL")
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CountTokens {
+    generate_content_request: GenerateContentRequest,
+}
+
+/// An OpenAI chat body (an Anthropic count_tokens request made chat) as a `countTokens` body
+/// for `model` (`models/{name}`): the whole request (system, tools) counted, as Anthropic
+/// counts it; the generation settings, which count nothing, left out.
+pub fn count_tokens(body: &[u8], model: &str) -> Result<Bytes, RequestError> {
+    let request: ChatRequest = json::parse(body)?;
+    let mut generate = chat_to_gemini(request)?;
+    generate.model = Some(model.to_owned());
+    generate.generation_config = None;
+    to_bytes(&CountTokens {
+        generate_content_request: generate,
+    })
 }
 
 /// `POST /v1/embeddings`, as far as the translation reads it.

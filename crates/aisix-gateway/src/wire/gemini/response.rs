@@ -217,6 +217,21 @@ fn choice(candidate: &Candidate, id: &str) -> ChoiceOut {
     }
 }
 
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CountTokensResponse {
+    total_tokens: u64,
+}
+
+/// A `countTokens` answer as Anthropic's count_tokens answer, `{"input_tokens": n}`.
+pub fn count_tokens_to_anthropic(body: &[u8]) -> Result<Bytes, Malformed> {
+    let count: CountTokensResponse =
+        json::parse(body).map_err(|e| Malformed(e.message().into()))?;
+    serde_json::to_vec(&serde_json::json!({ "input_tokens": count.total_tokens }))
+        .map(Bytes::from)
+        .map_err(|e| Malformed(e.to_string()))
+}
+
 #[derive(Serialize)]
 struct EmbeddingList<'a> {
     object: &'static str,

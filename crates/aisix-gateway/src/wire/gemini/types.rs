@@ -9,6 +9,8 @@ use serde_json::Value;
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GenerateContentRequest {
+    /// `models/{model}`: only inside a `countTokens` body (the URL names it otherwise).
+    pub model: Option<String>,
     pub contents: Vec<Content>,
     pub system_instruction: Option<Content>,
     pub tools: Option<Vec<Tool>>,
