@@ -15,7 +15,7 @@ use aisix_obs::metrics::labels::{Outcome, RateLimitKind, UpstreamErrorKind};
 
 use crate::limit::Refused;
 use crate::relay::body::GatewayBody;
-use crate::target::refusal::Refusal;
+use crate::target::refusal::UpstreamRefusal;
 use crate::wire::Dialect;
 use crate::wire::anthropic::error as anthropic;
 
@@ -335,7 +335,7 @@ pub struct GatewayError {
     /// the envelope of an error an upstream reported mid-stream ([`GatewayError::reported`]).
     pub upstream_body: Option<Bytes>,
     /// What an upstream's refusal was about, when routing recognises it.
-    pub refusal: Option<Refusal>,
+    pub refusal: Option<UpstreamRefusal>,
 }
 
 impl GatewayError {

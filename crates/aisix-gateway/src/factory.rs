@@ -9,7 +9,7 @@ use aisix_obs::metrics::Metrics;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
-use crate::limit::memory_budget::Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Limiter, LimiterInitError};
 use crate::provider::events::StreamSettings;
 use crate::relay::body::GatewayBody;
@@ -86,7 +86,7 @@ impl Settings {
     /// The memory budget of the service built for `worker`: the setting in thread-per-core
     /// mode, workers × the setting in the shared runtime (one service for the process), each
     /// key's share its percentage of that, never less than one body at the limit.
-    pub(crate) fn budget(&self, worker: &WorkerContext) -> Budget {
+    pub(crate) fn budget(&self, worker: &WorkerContext) -> MemoryBudget {
         let bytes = match worker.mode {
             Mode::Shared => self
                 .buffered_per_worker
@@ -96,7 +96,7 @@ impl Settings {
         let share = (bytes / 100)
             .saturating_mul(u64::from(self.buffered_percent_per_key))
             .max(self.body_limit);
-        Budget::new(bytes, share)
+        MemoryBudget::new(bytes, share)
     }
 }
 
@@ -125,7 +125,7 @@ impl GatewayFactory {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
                 },
-                tls: crate::upstream::pool::tls_client_config()?,
+                tls: crate::upstream::tls::tls_client_config()?,
                 metrics,
                 limiter,
                 responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),

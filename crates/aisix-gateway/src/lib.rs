@@ -1,6 +1,8 @@
 //! The LLM gateway: OpenAI-compatible endpoints in front of configured providers, with
 //! authentication, model groups (retries, fallback, cooldown), per-worker upstream pools, SSE
-//! relay and usage accounting.
+//! relay and usage accounting. Folders follow a request's life and are layered, arrows running
+//! one way: relay → route → provider → request → snapshot → target, limit, upstream, wire
+//! (`docs/architecture.md`).
 
 // The `test-hooks` feature compiles in `/__aisix/test/advance-clock`, which moves the
 // limiter's clock. No build a user can run may carry it.
@@ -10,9 +12,13 @@ compile_error!(
 );
 
 mod account;
+#[cfg(test)]
+mod attempt_tests;
 mod endpoint;
 mod error;
 mod factory;
+#[cfg(test)]
+mod golden;
 mod health;
 pub mod limit;
 mod mask;

@@ -26,7 +26,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
 use crate::health;
 use crate::limit::estimate::Tokens;
-use crate::limit::memory_budget::Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Headroom};
 use crate::models;
 use crate::provider::events::Outbox;
@@ -62,7 +62,7 @@ struct Inner {
     pool: Pool,
     ids: RequestIds,
     /// The request bytes this worker may hold at once (the process, in the shared runtime).
-    budget: Budget,
+    budget: MemoryBudget,
 }
 
 impl Gateway {
@@ -330,7 +330,7 @@ impl Inner {
     async fn read(
         &self,
         request: Request<Incoming>,
-        budget: &Budget,
+        budget: &MemoryBudget,
         record: &mut Record,
     ) -> Result<Bytes, GatewayError> {
         let settings = &self.common.settings;
@@ -462,7 +462,7 @@ impl Inner {
         &self,
         plan: Plan,
         inbound: Inbound,
-        budget: Budget,
+        budget: MemoryBudget,
         record: &Record,
         snapshot: &Snapshot,
     ) -> Attempts {

@@ -34,7 +34,7 @@ use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::memory_budget::{Budget, Held};
+use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::provider::{Edit, StreamMap};
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
@@ -127,6 +127,13 @@ impl Outbox {
 
     fn is_empty(&self) -> bool {
         self.first.is_none() && self.more.is_empty()
+    }
+
+    fn last(&self) -> Option<u8> {
+        match &self.first {
+            Some(first) => first.last().copied(),
+            None => self.more.last().copied(),
+        }
     }
 
     fn len(&self) -> usize {
@@ -305,7 +312,7 @@ impl Events {
     /// the stream fails first. What it holds is charged to `budget` until it returns; past
     /// the cap (`upstream.max_sse_event_bytes`) or the budget's room it returns early, the
     /// stream committed.
-    pub(crate) async fn hold(&mut self, budget: &Budget) -> Result<(), GatewayError> {
+    pub(crate) async fn hold(&mut self, budget: &MemoryBudget) -> Result<(), GatewayError> {
         let mut held = Held::default();
         poll_fn(|cx| self.poll_held(cx, budget, &mut held)).await
     }
@@ -313,7 +320,7 @@ impl Events {
     fn poll_held(
         &mut self,
         cx: &mut Context<'_>,
-        budget: &Budget,
+        budget: &MemoryBudget,
         held: &mut Held,
     ) -> Poll<Result<(), GatewayError>> {
         loop {
@@ -401,6 +408,22 @@ impl Events {
                     return Poll::Ready(());
                 }
                 if self.done {
+                    // The LF of the last event's CRLF, come apart from its CR, is still that
+                    // event's: the client gets it with the event (when the event went out as it
+                    // came), and the connection stays reusable.
+                    let data = match data.first() {
+                        Some(b'\n') if self.splitter.owes_lf() => {
+                            self.splitter = Splitter::default();
+                            if self.out.last() == Some(b'\r') {
+                                self.out.push(data.slice(..1));
+                            }
+                            data.slice(1..)
+                        }
+                        _ => data,
+                    };
+                    if data.is_empty() {
+                        return Poll::Ready(());
+                    }
                     // Bytes after `[DONE]`: not relayed, and the connection is not reused.
                     self.lease = None;
                     self.finish();
@@ -741,7 +764,9 @@ mod tests {
         events.extend(burst(1));
         events.push("data: [DONE]\n\n".to_owned());
         let mut held = events_of(chunked(&events), false, 1 << 20).await;
-        held.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
+        held.hold(&MemoryBudget::new(1 << 20, 1 << 20))
+            .await
+            .unwrap();
         assert!(held.map().started() && held.ttft().is_some());
         let (frames, failure, _) = frames(held).await;
         assert!(failure.is_none());
@@ -751,7 +776,7 @@ mod tests {
         raw.extend_from_slice(b"0\r\n\r\n");
         let mut cut = events_of(raw, true, 1 << 20).await;
         assert_eq!(
-            cut.hold(&Budget::new(1 << 20, 1 << 20))
+            cut.hold(&MemoryBudget::new(1 << 20, 1 << 20))
                 .await
                 .map_err(|e| e.kind),
             Err(ErrorKind::StreamCut)
@@ -764,7 +789,7 @@ mod tests {
         .await;
         assert_eq!(
             malformed
-                .hold(&Budget::new(1 << 20, 1 << 20))
+                .hold(&MemoryBudget::new(1 << 20, 1 << 20))
                 .await
                 .map_err(|e| e.kind),
             Err(ErrorKind::UpstreamMalformed)
@@ -777,7 +802,7 @@ mod tests {
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let mut events = events_of(chunked(&[role]), false, 1 << 20).await;
         let error = events
-            .hold(&Budget::new(1 << 20, 1 << 20))
+            .hold(&MemoryBudget::new(1 << 20, 1 << 20))
             .await
             .unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamTimeout);
@@ -790,13 +815,16 @@ mod tests {
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let preamble: Vec<String> = (0..40).map(|_| role.clone()).collect();
         let mut events = events_of(chunked(&preamble), false, 1024).await;
-        events.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
+        events
+            .hold(&MemoryBudget::new(1 << 20, 1 << 20))
+            .await
+            .unwrap();
         assert!(!events.map().started(), "committed before its first token");
         assert!(events.out.len() > 1024);
 
         let mut events = events_of(chunked(&preamble), false, 1 << 20).await;
         // A budget of one KiB covers less than the preamble.
-        events.hold(&Budget::new(1024, 1024)).await.unwrap();
+        events.hold(&MemoryBudget::new(1024, 1024)).await.unwrap();
         assert!(!events.map().started());
     }
 }

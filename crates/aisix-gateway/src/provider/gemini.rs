@@ -9,8 +9,8 @@
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::translated::Translated;
-use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
+use super::translated::TranslatedStream;
+use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::wire::anthropic::request::{self as anthropic_request, OutputTokensField};
@@ -165,7 +165,7 @@ pub(crate) struct GeminiStream {
     to_chat: ToChat,
     out: BytesMut,
     /// An Anthropic client's: the chunks' translation to its events.
-    anthropic: Option<Translated>,
+    anthropic: Option<TranslatedStream>,
     usage: Option<Usage>,
 }
 
@@ -174,13 +174,13 @@ impl GeminiStream {
         Self {
             to_chat: ToChat::new(include_usage, exchange::unix_now(), rename),
             out: BytesMut::new(),
-            anthropic: anthropic.then(|| Translated::to_anthropic(rename)),
+            anthropic: anthropic.then(|| TranslatedStream::to_anthropic(rename)),
             usage: None,
         }
     }
 
-    pub(super) fn event(&mut self, event: &[u8]) -> Step {
-        let mut step = Step::default();
+    pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
+        let mut step = Mapped::default();
         match self.to_chat.event(event, &mut self.out) {
             anthropic_stream::Step::Continue => {}
             anthropic_stream::Step::Complete => step.done = true,

@@ -9,11 +9,12 @@
 //! - A whole answer the gateway must hold (a translation, the in-process mock) comes back as
 //!   [`Answer::Complete`]: the body already in the client's dialect, with its usage and (for
 //!   groups) its `model` naming the direct model. One in the client's dialect comes back as
-//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::relay::unary`]).
+//!   [`Answer::Unary`], its head only: the relay's whole-answer body passes the rest on.
 //! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
 //!   turns each upstream event into the client's (usage read, completeness and the first
 //!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
-//!   its first token when another attempt could still follow.
+//!   its first token when another attempt could still follow; [`events`] reads it event by
+//!   event into the client's dialect.
 //!
 //! A new provider (another dialect) is a module with its `call`, an arm in [`call`], and, for
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
@@ -25,6 +26,8 @@ pub(crate) mod gemini;
 pub(crate) mod mock;
 pub(crate) mod openai;
 pub(crate) mod responses;
+#[cfg(test)]
+pub(crate) mod scripted;
 pub(crate) mod translated;
 
 use std::time::Duration;
@@ -36,7 +39,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::memory_budget::{Budget, Held};
+use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::request::deadline::Deadlines;
 use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
@@ -62,7 +65,7 @@ pub(crate) struct Call<'a> {
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
     /// The request's memory budget, where a whole answer held to translate reserves room.
-    pub budget: &'a Budget,
+    pub budget: &'a MemoryBudget,
     /// When the request stops waiting for room in `budget` (its body deadline).
     pub room_by: tokio::time::Instant,
 }
@@ -115,6 +118,10 @@ pub(crate) enum Answer {
 
 /// Calls the direct model of `call` with its provider's adapter.
 pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
+    #[cfg(test)]
+    if let Some(answer) = scripted::answer(&call).await {
+        return answer;
+    }
     match call.route.provider.kind {
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
@@ -129,7 +136,7 @@ pub(crate) enum StreamMap {
     /// OpenAI events to an OpenAI client, relayed as they are.
     OpenAi(openai::Passthrough),
     /// Anthropic events relayed to an Anthropic client, or either dialect translated.
-    Translated(Box<translated::Translated>),
+    Translated(Box<translated::TranslatedStream>),
     /// Responses events relayed to a Responses client, or chat chunks translated for one.
     Responses(Box<responses::ResponsesStream>),
     /// Gemini events translated for either client.
@@ -138,7 +145,7 @@ pub(crate) enum StreamMap {
 
 /// What the client gets for one upstream event.
 #[derive(Debug, Default)]
-pub(crate) struct Step {
+pub(crate) struct Mapped {
     pub edit: Edit,
     /// The event ends the stream (`data: [DONE]`).
     pub done: bool,
@@ -161,7 +168,7 @@ pub(crate) enum Edit {
 
 impl StreamMap {
     /// Reads one complete event.
-    pub(crate) fn event(&mut self, event: &[u8]) -> Step {
+    pub(crate) fn event(&mut self, event: &[u8]) -> Mapped {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
+use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
@@ -70,7 +70,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
     }
-    let mut answer = call.relay(head, call.rename, Some(Dialect::Responses));
+    let mut answer = call.unary(head, call.rename, Some(Dialect::Responses));
     if let Answer::Unary { answer, .. } = &mut answer {
         answer.pin = pin;
     }
@@ -151,7 +151,7 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
         .send(uri, chat, &HeaderMap::new(), super::openai::error_body)
         .await?;
     if head.is_stream(inbound.stream) {
-        let map = Translating::new(echo, call, keep, None);
+        let map = Translating::new(echo, Arc::clone(&call.route.provider), keep, None);
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
                 map,
@@ -189,7 +189,7 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
         let to_chat = ToOpenAi::new(true, exchange::unix_now());
         let map = Translating::new(
             echo,
-            call,
+            Arc::clone(&call.route.provider),
             keep,
             Some(Box::new(ToChatChunks::Anthropic(to_chat))),
         );
@@ -238,7 +238,7 @@ pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> 
         let to_chat = GeminiToChat::new(true, exchange::unix_now(), None);
         let map = Translating::new(
             echo,
-            call,
+            Arc::clone(&call.route.provider),
             keep,
             Some(Box::new(ToChatChunks::Gemini(to_chat))),
         );
@@ -328,7 +328,7 @@ fn echo_id(response: &[u8]) -> String {
 /// the Responses answer, which is kept when asked.
 async fn answered(
     call: &Call<'_>,
-    head: exchange::Head,
+    head: exchange::UpstreamHead,
     reserved: Option<exchange::Reserved>,
     echo: Echo,
     keep: Option<(Keeper, Bytes)>,
@@ -434,7 +434,7 @@ pub(crate) enum ResponsesStream {
 }
 
 impl ResponsesStream {
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         match self {
             ResponsesStream::Relay(map) => map.event(raw),
             ResponsesStream::Translated(map) => map.event(raw),
@@ -499,9 +499,9 @@ pub(crate) struct Translating {
 }
 
 impl Translating {
-    fn new(
+    pub(crate) fn new(
         echo: Echo,
-        call: &Call<'_>,
+        provider: Arc<Provider>,
         keep: Option<(Keeper, Bytes)>,
         upstream: Option<Box<ToChatChunks>>,
     ) -> Self {
@@ -509,7 +509,7 @@ impl Translating {
             from: FromChat::new(echo),
             out: BytesMut::new(),
             reported: None,
-            provider: Arc::clone(&call.route.provider),
+            provider,
             usage: None,
             keep,
             upstream,
@@ -531,6 +531,9 @@ impl Translating {
             ToChatChunks::Anthropic(to_chat) => to_chat.event(raw, &mut self.chat),
             ToChatChunks::Gemini(to_chat) => to_chat.event(raw, &mut self.chat),
         };
+        if step == anthropic_stream::Step::UpstreamError {
+            self.reported = sse::reported(raw);
+        }
         let outcome = self.feed_chat();
         match (step, outcome) {
             (anthropic_stream::Step::Malformed, _) => Outcome::Malformed,
@@ -591,9 +594,9 @@ impl Translating {
         );
     }
 
-    fn event(&mut self, raw: &[u8]) -> Step {
+    fn event(&mut self, raw: &[u8]) -> Mapped {
         let outcome = self.read(raw);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         let usage = self.from.usage().map(|u| u.to_usage());
         if usage.is_some() && usage != self.usage {
             self.usage = usage;
@@ -670,18 +673,18 @@ impl Relay {
         }
     }
 
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         let fields = sse::fields(raw);
         let Some(data) = fields.data.as_deref() else {
             // Comments pass as they are.
-            return Step::default();
+            return Mapped::default();
         };
         self.sequence += 1;
         if !chunk::is_object(data) {
             return failure(ErrorKind::UpstreamMalformed);
         }
         let kind = event::event_type(&fields).map_or(Kind::Other, event::kind_of);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         match kind {
             Kind::Created => {
                 self.who = event::identity(data).unwrap_or_default();
@@ -776,27 +779,20 @@ fn failure_words<'a>(
     (code, provider.masks.text(message).into_owned())
 }
 
-fn failure(kind: ErrorKind) -> Step {
-    Step {
+fn failure(kind: ErrorKind) -> Mapped {
+    Mapped {
         failure: Some(kind),
-        ..Step::default()
+        ..Mapped::default()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Named, Snapshot};
 
     /// The provider key of an `openai` model whose key is `sk-responses-secret`.
     fn provider() -> Arc<Provider> {
-        let yaml = "_format_version: \"1\"\nprovider_keys: [{display_name: p, provider: openai, api_key: sk-responses-secret}]\nmodels: [{display_name: m, provider: openai, model_name: gpt, provider_key: p}]\n";
-        let resources =
-            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
-        match Snapshot::from_resources(&resources).model("m") {
-            Some(Named::Direct(route)) => Arc::clone(&route.provider),
-            other => panic!("{other:?}"),
-        }
+        crate::testing::provider("sk-responses-secret")
     }
 
     const CREATED: &[u8] = b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":5,\"status\":\"in_progress\",\"model\":\"gpt-up\",\"output\":[]}}\n\n";

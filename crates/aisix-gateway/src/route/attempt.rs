@@ -40,7 +40,7 @@ use tokio::time::Instant;
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::limit::memory_budget::Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Refused};
 use crate::provider::events::{Events, StreamSettings};
 use crate::provider::{self, Answer, Call, Carried, StreamMap, Unary};
@@ -48,9 +48,9 @@ use crate::request::deadline;
 use crate::request::inbound::Inbound;
 use crate::route::Plan;
 use crate::snapshot::{DirectRoute, GroupRoute};
-use crate::target::refusal::Refusal;
+use crate::target::refusal::UpstreamRefusal;
 use crate::target::retry::{self, LONG_WAIT};
-use crate::target::state::{Admission, Clock, Excuse, Verdict};
+use crate::target::state::{Admission, Excuse, StateClock, Verdict};
 use crate::upstream::pool::Pool;
 use crate::wire::anthropic::stream::Blocks;
 
@@ -63,8 +63,8 @@ pub(crate) struct Ctx {
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
     /// The request's memory budget: the worker's, and its key's share.
-    pub budget: Budget,
-    pub clock: Clock,
+    pub budget: MemoryBudget,
+    pub clock: StateClock,
 }
 
 /// A direct model's answer, ready for the relay.
@@ -341,7 +341,7 @@ impl Attempts {
         if now >= end {
             return Move::Stop;
         }
-        let key_refused = error.refusal.is_some_and(Refusal::of_the_key);
+        let key_refused = error.refusal.is_some_and(UpstreamRefusal::of_the_key);
         if !meaning.retryable && !key_refused {
             let listed = error
                 .upstream_status()

@@ -12,7 +12,7 @@ use aisix_config::{TimeoutOverrides, UpstreamTimeouts};
 use tokio::time::Instant;
 
 use crate::snapshot::{DirectRoute, GroupRoute, Named, Policy};
-use crate::target::state::{Clock, Excuse};
+use crate::target::state::{Excuse, StateClock};
 use crate::target::strategy;
 
 /// The rules of a request to a direct model.
@@ -115,7 +115,7 @@ impl Plan {
         &self,
         target: &DirectRoute,
         defaults: UpstreamTimeouts,
-        clock: Clock,
+        clock: StateClock,
         end: Instant,
     ) -> Excuse {
         let Named::Group(group) = &self.named else {

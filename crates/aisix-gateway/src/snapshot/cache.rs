@@ -8,7 +8,7 @@ use arc_swap::ArcSwap;
 
 use super::Snapshot;
 use crate::limit::Limiter;
-use crate::limit::memory_budget::Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::target::state::States;
 use crate::upstream::egress::Egress;
 
@@ -21,7 +21,7 @@ use crate::upstream::egress::Egress;
 pub(crate) struct SnapshotCache {
     current: ArcSwap<Built>,
     /// The worker's memory budget, which each key's share is of.
-    budget: Budget,
+    budget: MemoryBudget,
 }
 
 /// Resources as published to every worker, with the shared state of their entries.
@@ -53,7 +53,7 @@ impl SnapshotCache {
         published: &ArcSwap<Loaded>,
         egress: &Egress,
         limiter: &Limiter,
-        budget: &Budget,
+        budget: &MemoryBudget,
     ) -> Self {
         let source = published.load_full();
         let snapshot = Arc::new(
@@ -93,7 +93,7 @@ impl SnapshotCache {
 impl Snapshot {
     /// Gives each key its share of `budget`: the one it had in `previous` (a reload keeps what
     /// its requests in flight hold), else a new one.
-    fn shared(mut self, budget: &Budget, previous: Option<&Snapshot>) -> Self {
+    fn shared(mut self, budget: &MemoryBudget, previous: Option<&Snapshot>) -> Self {
         for (hash, entry) in &mut self.keys {
             let kept = previous
                 .and_then(|p| p.keys.get(hash))
@@ -122,7 +122,7 @@ mod tests {
         let egress = Egress::direct();
         let limiter = Limiter::in_memory(Arc::new(SystemClock));
         let published = ArcSwap::from_pointee(resources("old"));
-        let budget = Budget::new(1 << 20, 1 << 18);
+        let budget = MemoryBudget::new(1 << 20, 1 << 18);
         let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
         let old_source = published.load_full();
         assert!(
@@ -167,7 +167,7 @@ mod tests {
         let loaded = |model: &str| Loaded::new(parse(&yaml(model)), None, Resilience::default());
         let (egress, limiter) = (Egress::direct(), Limiter::in_memory(Arc::new(SystemClock)));
         let published = ArcSwap::from_pointee(loaded("old"));
-        let budget = Budget::new(1 << 20, 1 << 18);
+        let budget = MemoryBudget::new(1 << 20, 1 << 18);
         let cache = SnapshotCache::new(&published, &egress, &limiter, &budget);
         let hash = published.load().resources.api_keys[0].key_hash;
         let share = |snapshot: &Snapshot| snapshot.api_key(&hash).unwrap().share.clone().unwrap();

@@ -11,7 +11,7 @@ use http::HeaderValue;
 
 use super::DirectRoute;
 use crate::limit::Subject;
-use crate::target::refusal::Refusal;
+use crate::target::refusal::UpstreamRefusal;
 use crate::target::state::{GroupState, States};
 use crate::target::strategy::Tier;
 use crate::wire::openai::json_string;
@@ -51,7 +51,7 @@ pub struct Policy {
     /// Upstream statuses that move on to the next direct model instead of being returned.
     pub fallback_on_statuses: Vec<u16>,
     /// Kinds of upstream refusal that move on to the next direct model.
-    pub fallback_on_errors: Vec<Refusal>,
+    pub fallback_on_errors: Vec<UpstreamRefusal>,
     pub when_all_unavailable: WhenAllUnavailable,
     pub continue_on_cut: bool,
     /// Cooling direct models are skipped (groups); a direct model is always called.
@@ -124,8 +124,10 @@ impl GroupRoute {
                     .fallback_on_errors
                     .iter()
                     .map(|kind| match kind {
-                        FallbackError::ContextLengthExceeded => Refusal::ContextLengthExceeded,
-                        FallbackError::ContentFilter => Refusal::ContentFilter,
+                        FallbackError::ContextLengthExceeded => {
+                            UpstreamRefusal::ContextLengthExceeded
+                        }
+                        FallbackError::ContentFilter => UpstreamRefusal::ContentFilter,
                     })
                     .collect(),
                 when_all_unavailable: routing.when_all_unavailable,

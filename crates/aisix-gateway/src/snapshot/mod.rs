@@ -19,7 +19,7 @@ use aisix_obs::metrics::labels::RateLimitScope;
 
 use crate::limit::memory_budget::Share;
 use crate::limit::{Limiter, Subject, SystemClock};
-use crate::target::state::{Clock, States, TargetState};
+use crate::target::state::{StateClock, States, TargetState};
 use crate::upstream::egress::Egress;
 use crate::wire::openai::json_string;
 
@@ -43,7 +43,7 @@ pub struct Snapshot {
     // SHA-256 digests of configured keys: a fixed-key fast hash is safe here too.
     keys: HashMap<KeyHash, ApiKeyEntry, foldhash::fast::FixedState>,
     /// The clock of the shared state's times.
-    pub(crate) clock: Clock,
+    pub(crate) clock: StateClock,
 }
 
 /// What a model name clients send stands for.

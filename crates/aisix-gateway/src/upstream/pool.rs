@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::tls::https_connector;
 use super::wire_form::{HostKey, wire_form};
 use crate::upstream::egress::Route;
 
@@ -48,22 +49,6 @@ type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 /// How long a response whose content is all in may take to send its last bytes (the final
 /// chunk) before its connection is closed rather than reused.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-
-/// TLS settings for every upstream: webpki roots plus the system's trust store (the connector
-/// adds ALPN h2 and http/1.1). Built once at startup and shared read-only by all workers.
-pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let native = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
-    tracing::debug!(native_roots = added, "loaded system trust store");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
 
 /// Why an upstream exchange failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +116,7 @@ enum Handoff {
 }
 
 /// What a request does next for its host.
-enum Next {
+enum Acquire {
     Use(Checkout),
     Wait(oneshot::Receiver<Handoff>),
     Connect(Slot),
@@ -262,9 +247,9 @@ impl Pool {
         };
         let slot = loop {
             let conn = match self.inner.next(&key) {
-                Next::Use(conn) => conn,
-                Next::Connect(slot) => break slot,
-                Next::Wait(handoff) => match handoff.await {
+                Acquire::Use(conn) => conn,
+                Acquire::Connect(slot) => break slot,
+                Acquire::Wait(handoff) => match handoff.await {
                     Ok(Handoff::Conn(sender)) => Checkout::Http1(sender),
                     Ok(Handoff::Connect(slot)) => break slot,
                     Ok(Handoff::Failed(error)) => return Err(SendError::Connect(error)),
@@ -343,15 +328,6 @@ impl Pool {
     }
 }
 
-fn https_connector<C>(tls: &rustls::ClientConfig, inner: C) -> HttpsConnector<C> {
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.clone())
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(inner)
-}
-
 enum Checkout {
     Http1(http1::SendRequest<Body>),
     Http2(http2::SendRequest<Body>),
@@ -374,7 +350,7 @@ impl Inner {
     }
 
     /// A pooled connection for `key`, or a place in line, or room to connect.
-    fn next(self: &Arc<Self>, key: &HostKey) -> Next {
+    fn next(self: &Arc<Self>, key: &HostKey) -> Acquire {
         let mut hosts = self.hosts();
         let host = match hosts.get_mut(key) {
             Some(host) => host,
@@ -382,26 +358,26 @@ impl Inner {
         };
         if let Some(sender) = &host.http2 {
             if !sender.is_closed() {
-                return Next::Use(Checkout::Http2(sender.clone()));
+                return Acquire::Use(Checkout::Http2(sender.clone()));
             }
             host.http2 = None;
         }
         while let Some(conn) = host.idle.pop() {
             if !conn.sender.is_closed() {
-                return Next::Use(Checkout::Http1(conn.sender));
+                return Acquire::Use(Checkout::Http1(conn.sender));
             }
         }
         if host.probing || (self.max_open > 0 && host.open >= self.max_open) {
             let (handoff, wait) = oneshot::channel();
             host.waiters.push_back(handoff);
-            return Next::Wait(wait);
+            return Acquire::Wait(wait);
         }
         host.open += 1;
         // Plain HTTP never negotiates HTTP/2, and a host known to speak HTTP/1.1 gains nothing
         // from waiting: only others connect alongside.
         let probing = host.protocol != Protocol::Http1 && key.scheme == Scheme::HTTPS;
         host.probing = probing;
-        Next::Connect(self.slot(key, probing))
+        Acquire::Connect(self.slot(key, probing))
     }
 
     /// Records what a connection attempt learned about the host: requests that waited for a
