@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::limit::memory_budget::MemoryBudget as Budget;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::provider::events::{Events, Next, StreamSettings};
 use crate::provider::scripted::{self, Reply};
 use crate::relay::stream::{SseRelay, Starting};
@@ -25,7 +25,7 @@ use crate::request::inbound;
 use crate::route::Plan;
 use crate::route::attempt::{Attempts, Ctx, Served};
 use crate::snapshot::Snapshot;
-use crate::target::refusal::UpstreamRefusal as Refusal;
+use crate::target::refusal::UpstreamRefusal;
 use crate::testing::record;
 use crate::upstream::pool::Pool;
 use crate::upstream::tls::tls_client_config;
@@ -71,7 +71,7 @@ fn attempts(snapshot: &Snapshot, model: &str, stream: bool) -> Attempts {
             max_event_bytes: 1 << 20,
         },
         max_response_bytes: 1 << 20,
-        budget: Budget::new(1 << 24, 1 << 24),
+        budget: MemoryBudget::new(1 << 24, 1 << 24),
         clock: snapshot.clock,
     };
     let plan = Plan::new(snapshot.model(model).unwrap());
@@ -189,7 +189,7 @@ async fn a_model_that_never_answered_falls_over_at_once_without_a_retry() {
 async fn a_refused_key_falls_over_at_once_and_its_model_is_skipped_while_it_cools() {
     let snapshot = snapshot();
     let mut refused = status(401);
-    refused.refusal = Some(Refusal::Credentials);
+    refused.refusal = Some(UpstreamRefusal::Credentials);
     scripted::script([
         ("a", Reply::Fail(refused)),
         ("b", Reply::Whole(WHOLE)),

@@ -17,8 +17,6 @@ mod attempt_tests;
 mod endpoint;
 mod error;
 mod factory;
-#[cfg(test)]
-mod golden;
 mod health;
 pub mod limit;
 mod mask;

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::provider::StreamMap;
 use crate::provider::responses::{ResponsesStream, ToChatChunks, Translating};
-use crate::provider::translated::TranslatedStream as Translated;
+use crate::provider::translated::TranslatedStream;
 use crate::testing;
 use crate::wire::Dialect;
 use crate::wire::anthropic::stream::ToOpenAi;
@@ -127,7 +127,7 @@ struct Streamed {
     started: bool,
 }
 
-fn streamed(map: Translated, dialect: Dialect, chunks: &[impl AsRef<[u8]>]) -> Streamed {
+fn streamed(map: TranslatedStream, dialect: Dialect, chunks: &[impl AsRef<[u8]>]) -> Streamed {
     let chunks: Vec<&[u8]> = chunks.iter().map(AsRef::as_ref).collect();
     let relayed = testing::relay(StreamMap::Translated(Box::new(map)), dialect, &chunks);
     let StreamMap::Translated(map) = relayed.events.map() else {
@@ -148,18 +148,26 @@ fn to_openai(
     structured: bool,
     chunks: &[impl AsRef<[u8]>],
 ) -> Streamed {
-    let map = Translated::to_openai(include_usage, created, None, structured);
+    let map = TranslatedStream::to_openai(include_usage, created, None, structured);
     streamed(map, Dialect::OpenAi, chunks)
 }
 
 /// An OpenAI stream translated for an Anthropic client.
 fn to_anthropic(chunks: &[impl AsRef<[u8]>]) -> Streamed {
-    streamed(Translated::to_anthropic(None), Dialect::Anthropic, chunks)
+    streamed(
+        TranslatedStream::to_anthropic(None),
+        Dialect::Anthropic,
+        chunks,
+    )
 }
 
 /// An Anthropic stream relayed unchanged to an Anthropic client.
 fn passthrough(chunks: &[impl AsRef<[u8]>]) -> Streamed {
-    streamed(Translated::passthrough(None), Dialect::Anthropic, chunks)
+    streamed(
+        TranslatedStream::passthrough(None),
+        Dialect::Anthropic,
+        chunks,
+    )
 }
 
 /// A chat stream (an Anthropic one, translated to chat first, when `from_anthropic`)
