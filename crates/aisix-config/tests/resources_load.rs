@@ -495,7 +495,7 @@ provider_keys:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, mock)"
+            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, gemini, mock)"
         ]
     );
 }

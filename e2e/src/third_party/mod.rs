@@ -7,6 +7,7 @@
 pub mod asgi;
 pub mod balancer;
 pub mod etcd;
+pub mod gemini;
 pub mod nginx;
 pub mod redis;
 

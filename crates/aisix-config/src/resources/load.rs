@@ -307,8 +307,10 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only anthropic providers take an anthropic_version",
             );
         }
-        if matches!(provider, ProviderKind::Anthropic | ProviderKind::Mock)
-            && matches!(responses, Some(Some(true)))
+        if matches!(
+            provider,
+            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock
+        ) && matches!(responses, Some(Some(true)))
         {
             report.error(
                 field("responses"),
@@ -368,7 +370,7 @@ fn build_provider_key(
     let responses = given(responses)?.unwrap_or(match provider {
         ProviderKind::OpenAi => Some(api_base.as_str()) == provider.default_api_base(),
         ProviderKind::AzureOpenAi => true,
-        ProviderKind::Anthropic | ProviderKind::Mock => false,
+        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => false,
     });
     Some(ProviderKey {
         display_name: name?,

@@ -33,26 +33,30 @@ pub enum ProviderKind {
     AzureOpenAi,
     /// Anthropic's Messages API: `x-api-key` and `anthropic-version` headers.
     Anthropic,
+    /// Google's Gemini API (AI Studio): `x-goog-api-key`, `models/{model}:generateContent`.
+    Gemini,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 4] = [
+    pub const ALL: [ProviderKind; 5] = [
         ProviderKind::OpenAi,
         ProviderKind::AzureOpenAi,
         ProviderKind::Anthropic,
+        ProviderKind::Gemini,
         ProviderKind::Mock,
     ];
 
-    /// The name the resources file uses (`openai`, `azure_openai`, `anthropic`, `mock`); also a bounded
+    /// The name the resources file uses (`openai`, `azure_openai`, `anthropic`, `gemini`, `mock`); also a bounded
     /// metric label.
     pub fn as_str(&self) -> &'static str {
         match self {
             ProviderKind::OpenAi => "openai",
             ProviderKind::AzureOpenAi => "azure_openai",
             ProviderKind::Anthropic => "anthropic",
+            ProviderKind::Gemini => "gemini",
             ProviderKind::Mock => "mock",
         }
     }
@@ -69,6 +73,7 @@ impl ProviderKind {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
             ProviderKind::AzureOpenAi => None,
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
+            ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
             ProviderKind::Mock => Some(""),
         }
     }
@@ -203,9 +208,10 @@ impl Continuation {
     pub fn default_for(kind: ProviderKind) -> Self {
         match kind {
             ProviderKind::Anthropic => Continuation::Prefill,
-            ProviderKind::OpenAi | ProviderKind::AzureOpenAi | ProviderKind::Mock => {
-                Continuation::None
-            }
+            ProviderKind::OpenAi
+            | ProviderKind::AzureOpenAi
+            | ProviderKind::Gemini
+            | ProviderKind::Mock => Continuation::None,
         }
     }
 }

@@ -22,6 +22,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod events;
 pub(crate) mod exchange;
+pub(crate) mod gemini;
 pub(crate) mod mock;
 pub(crate) mod openai;
 pub(crate) mod responses;
@@ -125,6 +126,7 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
         ProviderKind::Anthropic => anthropic::call(&call).await,
+        ProviderKind::Gemini => gemini::call(&call).await,
     }
 }
 
@@ -137,6 +139,8 @@ pub(crate) enum StreamMap {
     Translated(Box<translated::TranslatedStream>),
     /// Responses events relayed to a Responses client, or chat chunks translated for one.
     Responses(Box<responses::ResponsesStream>),
+    /// Gemini events translated for either client.
+    Gemini(Box<gemini::GeminiStream>),
 }
 
 /// What the client gets for one upstream event.
@@ -169,6 +173,7 @@ impl StreamMap {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),
             StreamMap::Responses(map) => map.event(event),
+            StreamMap::Gemini(map) => map.event(event),
         }
     }
 
@@ -178,6 +183,7 @@ impl StreamMap {
             StreamMap::OpenAi(_) => Dialect::OpenAi,
             StreamMap::Translated(map) => map.dialect(),
             StreamMap::Responses(_) => Dialect::Responses,
+            StreamMap::Gemini(map) => map.dialect(),
         }
     }
 
@@ -188,6 +194,7 @@ impl StreamMap {
             StreamMap::OpenAi(map) => map.started(),
             StreamMap::Translated(map) => map.started(),
             StreamMap::Responses(map) => map.started(),
+            StreamMap::Gemini(map) => map.started(),
         }
     }
 
@@ -201,6 +208,8 @@ impl StreamMap {
                 .then(|| Bytes::from_static(b"data: [DONE]\n\n")),
             StreamMap::Translated(map) => map.finish(),
             StreamMap::Responses(map) => map.finish(),
+            // Its last event completes it: a body that ends before that was cut.
+            StreamMap::Gemini(_) => None,
         }
     }
 
@@ -209,7 +218,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.text(),
             StreamMap::Translated(map) => map.text(),
-            StreamMap::Responses(_) => None,
+            StreamMap::Responses(_) | StreamMap::Gemini(_) => None,
         }
     }
 
@@ -219,8 +228,8 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.in_tool_call(),
             StreamMap::Translated(map) => map.in_tool_call(),
-            // Cut Responses streams are not continued.
-            StreamMap::Responses(_) => true,
+            // Cut Responses and Gemini streams are not continued.
+            StreamMap::Responses(_) | StreamMap::Gemini(_) => true,
         }
     }
 
@@ -229,8 +238,8 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.keep_text(so_far),
             StreamMap::Translated(map) => map.keep_text(so_far),
-            // Cut Responses streams are not continued: nothing to keep.
-            StreamMap::Responses(_) => {}
+            // Cut Responses and Gemini streams are not continued: nothing to keep.
+            StreamMap::Responses(_) | StreamMap::Gemini(_) => {}
         }
     }
 
@@ -240,6 +249,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(_) | StreamMap::Responses(_) => Blocks::default(),
             StreamMap::Translated(map) => map.blocks(),
+            StreamMap::Gemini(map) => map.blocks(),
         }
     }
 
@@ -249,6 +259,7 @@ impl StreamMap {
             StreamMap::OpenAi(map) => map.carried(),
             StreamMap::Translated(map) => map.carried(),
             StreamMap::Responses(map) => map.carried(),
+            StreamMap::Gemini(map) => map.carried(),
         }
     }
 
@@ -267,7 +278,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.continuing(before),
             StreamMap::Translated(map) => map.continuing(before, at),
-            StreamMap::Responses(_) => {}
+            StreamMap::Responses(_) | StreamMap::Gemini(_) => {}
         }
     }
 

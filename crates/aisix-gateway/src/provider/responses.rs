@@ -21,6 +21,8 @@ use crate::wire::anthropic::request::{self as anthropic_request, DEFAULT_MAX_TOK
 use crate::wire::anthropic::response::{self as anthropic_response, Malformed};
 use crate::wire::anthropic::stream::{self as anthropic_stream, ToOpenAi, Translator};
 use crate::wire::chunk;
+use crate::wire::gemini::response as gemini_response;
+use crate::wire::gemini::stream::ToChat as GeminiToChat;
 use crate::wire::openai::json_string;
 use crate::wire::responses::answer;
 use crate::wire::responses::event::{self, Identity, Kind, Reported};
@@ -189,7 +191,7 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
             echo,
             Arc::clone(&call.route.provider),
             keep,
-            Some(Box::new(to_chat)),
+            Some(Box::new(ToChatChunks::Anthropic(to_chat))),
         );
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
@@ -199,6 +201,55 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
     }
     answered(call, head, reserved, echo, keep, |body| {
         let chat = anthropic_response::to_openai(body, exchange::unix_now())?;
+        Ok(Cow::Owned(chat.body.to_vec()))
+    })
+    .await
+}
+
+/// The client's Responses request for a `gemini` target: translated to chat completions, then
+/// to a `generateContent` body; Gemini's answer or stream comes back through chat to Responses.
+pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let (route, inbound) = (call.route, call.inbound);
+    let Prepared { chat, echo, keep } = prepare(call, inbound.stream)?;
+    let generate =
+        crate::wire::gemini::request::from_chat(&chat).map_err(super::anthropic::request_error)?;
+    let uri = if inbound.stream {
+        route
+            .uris
+            .stream()
+            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
+    } else {
+        call.uri(Endpoint::ChatCompletions)?
+    };
+    let reserved = if inbound.stream {
+        None
+    } else {
+        Some(call.reserve().await?)
+    };
+    let head = call
+        .send(
+            uri,
+            generate.body,
+            &HeaderMap::new(),
+            super::gemini::error_body,
+        )
+        .await?;
+    if head.is_stream(inbound.stream) {
+        let to_chat = GeminiToChat::new(true, exchange::unix_now(), None);
+        let map = Translating::new(
+            echo,
+            Arc::clone(&call.route.provider),
+            keep,
+            Some(Box::new(ToChatChunks::Gemini(to_chat))),
+        );
+        return Ok(
+            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
+                map,
+            )))),
+        );
+    }
+    answered(call, head, reserved, echo, keep, |body| {
+        let chat = gemini_response::to_chat(body, exchange::unix_now(), "")?;
         Ok(Cow::Owned(chat.body.to_vec()))
     })
     .await
@@ -421,6 +472,13 @@ impl ResponsesStream {
     }
 }
 
+/// What turns another dialect's stream into chat chunks on the way to Responses events.
+#[derive(Debug)]
+pub(crate) enum ToChatChunks {
+    Anthropic(ToOpenAi),
+    Gemini(GeminiToChat),
+}
+
 /// Chat chunks translated into a Responses stream.
 #[derive(Debug)]
 pub(crate) struct Translating {
@@ -433,8 +491,9 @@ pub(crate) struct Translating {
     usage: Option<Usage>,
     /// Where the finished response is kept, with its input, unless `store: false`.
     keep: Option<(Keeper, Bytes)>,
-    /// An Anthropic stream's translator to chat chunks, which then become Responses events.
-    anthropic: Option<Box<ToOpenAi>>,
+    /// An Anthropic or Gemini stream's translator to chat chunks, which then become
+    /// Responses events.
+    upstream: Option<Box<ToChatChunks>>,
     /// The chat chunks of the event at hand.
     chat: BytesMut,
 }
@@ -444,7 +503,7 @@ impl Translating {
         echo: Echo,
         provider: Arc<Provider>,
         keep: Option<(Keeper, Bytes)>,
-        anthropic: Option<Box<ToOpenAi>>,
+        upstream: Option<Box<ToChatChunks>>,
     ) -> Self {
         Self {
             from: FromChat::new(echo),
@@ -453,21 +512,25 @@ impl Translating {
             provider,
             usage: None,
             keep,
-            anthropic,
+            upstream,
             chat: BytesMut::new(),
         }
     }
 
-    /// Reads one upstream event: a chat chunk, or an Anthropic event through its chat chunks.
+    /// Reads one upstream event: a chat chunk, or an Anthropic or Gemini event through its
+    /// chat chunks.
     fn read(&mut self, raw: &[u8]) -> Outcome {
-        let Some(to_chat) = self.anthropic.as_mut() else {
+        let Some(to_chat) = self.upstream.as_mut() else {
             let outcome = self.from.event(raw, &mut self.out);
             if outcome == Outcome::UpstreamError {
                 self.reported = sse::reported(raw);
             }
             return outcome;
         };
-        let step = to_chat.event(raw, &mut self.chat);
+        let step = match to_chat.as_mut() {
+            ToChatChunks::Anthropic(to_chat) => to_chat.event(raw, &mut self.chat),
+            ToChatChunks::Gemini(to_chat) => to_chat.event(raw, &mut self.chat),
+        };
         if step == anthropic_stream::Step::UpstreamError {
             self.reported = sse::reported(raw);
         }
@@ -479,7 +542,7 @@ impl Translating {
         }
     }
 
-    /// Feeds the chat chunks an Anthropic event became to the Responses translator.
+    /// Feeds the chat chunks an upstream event became to the Responses translator.
     fn feed_chat(&mut self) -> Outcome {
         let chat = self.chat.split();
         let mut at = 0;
@@ -499,7 +562,8 @@ impl Translating {
 
     /// The upstream body ended: whether the answer was whole (its last events written).
     fn finish(&mut self) -> bool {
-        if let Some(to_chat) = self.anthropic.as_mut() {
+        // A Gemini stream completes with its last event; only Anthropic's may end here.
+        if let Some(ToChatChunks::Anthropic(to_chat)) = self.upstream.as_deref_mut() {
             to_chat.end(&mut self.chat);
             self.feed_chat();
         }

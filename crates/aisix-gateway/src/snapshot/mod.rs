@@ -176,6 +176,10 @@ impl Snapshot {
                         )),
                         None,
                     ),
+                    (ProviderKind::Gemini, Some(key)) => (
+                        Arc::new(EndpointUris::gemini(&key.api_base, &model.model_name)),
+                        None,
+                    ),
                     _ => (provider.uris.clone(), Some(json_string(&model.model_name))),
                 };
             let state = states
@@ -330,6 +334,55 @@ api_keys:
         assert!(
             snapshot.api_key(&key).unwrap().limits.is_some(),
             "a budget alone"
+        );
+    }
+
+    #[test]
+    fn gemini_models_get_method_paths_and_the_goog_api_key_header() {
+        let yaml = r#"_format_version: "1"
+provider_keys:
+  - display_name: g
+    provider: gemini
+    api_key: AIza-secret
+  - display_name: g2
+    provider: gemini
+    api_base: http://127.0.0.1:9/v1beta?tenant=t1
+models:
+  - {display_name: flash, provider: gemini, model_name: gemini-2.5-flash, provider_key: g}
+  - {display_name: named, provider: gemini, model_name: models/text-embedding-004, provider_key: g2}
+"#;
+        let resources = parse(yaml);
+        let snapshot = Snapshot::from_resources(&resources);
+        let flash = direct(&snapshot, "flash");
+        let base = "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash";
+        assert_eq!(
+            flash
+                .uris
+                .get(Endpoint::ChatCompletions)
+                .unwrap()
+                .to_string(),
+            format!("{base}:generateContent")
+        );
+        assert_eq!(
+            flash.uris.stream().unwrap().to_string(),
+            format!("{base}:streamGenerateContent?alt=sse")
+        );
+        assert_eq!(
+            flash.uris.get(Endpoint::Embeddings).unwrap().to_string(),
+            format!("{base}:batchEmbedContents")
+        );
+        assert_eq!(
+            flash.uris.get(Endpoint::CountTokens).unwrap().to_string(),
+            format!("{base}:countTokens")
+        );
+        assert!(flash.uris.get(Endpoint::Messages).is_none());
+        assert_eq!(flash.provider.headers["x-goog-api-key"], "AIza-secret");
+        assert!(flash.provider.headers["x-goog-api-key"].is_sensitive());
+        assert!(!flash.provider.headers.contains_key("authorization"));
+        let named = direct(&snapshot, "named");
+        assert_eq!(
+            named.uris.stream().unwrap().to_string(),
+            "http://127.0.0.1:9/v1beta/models/text-embedding-004:streamGenerateContent?tenant=t1&alt=sse"
         );
     }
 

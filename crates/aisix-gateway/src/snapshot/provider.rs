@@ -19,8 +19,8 @@ pub struct Provider {
     /// The provider key's `api_base` joined with each endpoint's path, parsed once.
     pub uris: Arc<EndpointUris>,
     /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
-    /// or `api-key` for Azure) and its static `headers`, all marked sensitive so hyper never
-    /// logs them.
+    /// `api-key` for Azure, `x-goog-api-key` for Gemini) and its static `headers`, all marked
+    /// sensitive so hyper never logs them.
     pub headers: HeaderMap,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
     pub secret: Option<Box<str>>,
@@ -53,6 +53,7 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
     let (path, extra) = match key.provider {
         ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
         ProviderKind::Anthropic => ("/v1/models", None),
+        ProviderKind::Gemini => ("/models", None),
         ProviderKind::AzureOpenAi => (
             "/openai/models",
             key.api_version
@@ -80,6 +81,11 @@ impl Provider {
             ProviderKind::AzureOpenAi => (
                 EndpointUris::default(),
                 HeaderName::from_static("api-key"),
+                key.api_key.as_ref().map(|k| k.expose().to_owned()),
+            ),
+            ProviderKind::Gemini => (
+                EndpointUris::default(),
+                HeaderName::from_static("x-goog-api-key"),
                 key.api_key.as_ref().map(|k| k.expose().to_owned()),
             ),
             ProviderKind::Anthropic => (

@@ -16,6 +16,9 @@ pub struct EndpointUris {
     count_tokens: Option<Uri>,
     /// OpenAI's `/responses`; Azure's is the resource's `/openai/v1/responses`.
     responses: Option<Uri>,
+    /// Where a provider that names streams in its URL streams chat (Gemini's
+    /// `:streamGenerateContent?alt=sse`); `None` for the others.
+    stream: Option<Uri>,
 }
 
 impl EndpointUris {
@@ -43,7 +46,43 @@ impl EndpointUris {
             messages: uri(Endpoint::Messages),
             count_tokens: uri(Endpoint::CountTokens),
             responses: uri(Endpoint::Responses),
+            stream: None,
         }
+    }
+
+    /// A Gemini model's URIs: chat completions (either client dialect) at
+    /// `{api_base}/models/{model}:generateContent` and, streamed,
+    /// `:streamGenerateContent?alt=sse`; embeddings at `:batchEmbedContents`, Anthropic's
+    /// count_tokens at `:countTokens`. The model is
+    /// percent-encoded (a leading `models/` is the resource name's and is dropped).
+    pub(super) fn gemini(api_base: &str, model: &str) -> Self {
+        let (base, query) = match api_base.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (api_base, None),
+        };
+        let model = percent_encoded(model.strip_prefix("models/").unwrap_or(model));
+        let uri = |method: &str, extra: Option<&str>| {
+            let query = match (query, extra) {
+                (Some(a), Some(b)) => format!("?{a}&{b}"),
+                (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+                (None, None) => String::new(),
+            };
+            format!("{base}/models/{model}:{method}{query}")
+                .parse()
+                .ok()
+        };
+        Self {
+            chat_completions: uri("generateContent", None),
+            embeddings: uri("batchEmbedContents", None),
+            count_tokens: uri("countTokens", None),
+            stream: uri("streamGenerateContent", Some("alt=sse")),
+            ..Self::default()
+        }
+    }
+
+    /// The streaming URI of chat, where the provider names streams in its URL (Gemini).
+    pub fn stream(&self) -> Option<&Uri> {
+        self.stream.as_ref()
     }
 
     /// An Azure OpenAI deployment's URIs:

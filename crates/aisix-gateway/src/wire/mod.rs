@@ -13,6 +13,7 @@ pub mod anthropic;
 pub mod chat;
 pub mod chunk;
 pub mod content;
+pub mod gemini;
 pub mod json;
 pub mod openai;
 pub mod rename;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::provider::StreamMap;
-use crate::provider::responses::{ResponsesStream, Translating};
+use crate::provider::responses::{ResponsesStream, ToChatChunks, Translating};
 use crate::provider::translated::TranslatedStream;
 use crate::testing;
 use crate::wire::Dialect;
@@ -175,7 +175,7 @@ fn passthrough(chunks: &[impl AsRef<[u8]>]) -> Streamed {
 fn to_responses(echo: Echo, from_anthropic: bool, chunks: &[impl AsRef<[u8]>]) -> Vec<u8> {
     let chunks: Vec<&[u8]> = chunks.iter().map(AsRef::as_ref).collect();
     let provider = testing::provider("sk-golden-key");
-    let to_chat = from_anthropic.then(|| Box::new(ToOpenAi::new(true, 1)));
+    let to_chat = from_anthropic.then(|| Box::new(ToChatChunks::Anthropic(ToOpenAi::new(true, 1))));
     let map = Translating::new(echo, Arc::clone(&provider), None, to_chat);
     let map = StreamMap::Responses(Box::new(ResponsesStream::Translated(map)));
     testing::relay(map, Dialect::Responses, &chunks).out
