@@ -305,17 +305,38 @@ both_modes! {
 }
 
 both_modes! {
-    async fn a_tool_only_openai_runs_is_refused_on_a_translated_path_naming_the_field(mode: Mode) {
+    async fn a_tool_only_openai_runs_is_left_out_when_offered_and_refused_when_forced_on_a_translated_path(mode: Mode) {
         let mock = MockProvider::start();
         let gateway = Gateway::start(&config(mode, &mock));
-        let reply = post(&gateway, "bi-1", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}]}"#).await;
-        assert_eq!(reply.status, 400, "{}", reply.text());
-        let error = &reply.json()["error"];
-        assert!(error["message"].as_str().unwrap().contains("tools[0].type"), "{error}");
-        assert_eq!(error["param"], "tools");
-        assert_eq!(mock.request_count(), 0, "nothing was sent upstream");
-        let native = post(&gateway, "bi-2", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}]}"#).await;
+        let offered = r#"{"model":"chat","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search","external_web_access":false},{"type":"custom","name":"apply_patch"}]}"#;
+        let reply = post(&gateway, "bi-1", offered).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-dropped-tools"), Some("web_search,custom"));
+        let chat = mock.last_request().unwrap().body_json().unwrap();
+        let sent: Vec<&str> = chat["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(sent, ["f"], "only the function went upstream");
+        assert_eq!(gateway.access_line("bi-1")["dropped_tools"], "web_search,custom");
+
+        let streamed = post(&gateway, "bi-s", &offered.replace(r#""input":"x""#, r#""input":"x","stream":true"#)).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert_eq!(streamed.header("x-aisix-dropped-tools"), Some("web_search,custom"));
+
+        let before = mock.request_count();
+        let forced = post(&gateway, "bi-2", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"}}"#).await;
+        assert_eq!(forced.status, 400, "{}", forced.text());
+        let error = &forced.json()["error"];
+        assert_eq!(error["param"], "tool_choice", "{error}");
+        assert!(error["message"].as_str().unwrap().contains("web_search"), "{error}");
+        let required = post(&gateway, "bi-3", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}],"tool_choice":"required"}"#).await;
+        assert_eq!(required.status, 400, "{}", required.text());
+        assert_eq!(required.json()["error"]["param"], "tool_choice");
+        assert_eq!(mock.request_count(), before, "nothing was sent upstream");
+
+        let native = post(&gateway, "bi-4", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"}}"#).await;
         assert_eq!(native.status, 200, "a native target runs its own tools: {}", native.text());
+        assert_eq!(native.header("x-aisix-dropped-tools"), None);
+        assert_eq!(mock.last_request().unwrap().body_json().unwrap()["tools"][0]["type"], "web_search");
+        assert!(gateway.access_line("bi-4").get("dropped_tools").is_none());
     }
 }
 

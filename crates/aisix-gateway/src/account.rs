@@ -85,6 +85,8 @@ pub(crate) struct Record {
     /// Output tokens a stream produced so far, counted by the relay: for a stream that ends
     /// without a usage count (the client left, the upstream broke off).
     pub produced: Option<u64>,
+    /// The offered tools a translated Responses request left out (`x-aisix-dropped-tools`).
+    pub dropped_tools: Option<HeaderValue>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -131,6 +133,7 @@ impl Record {
             cost: None,
             limits: None,
             estimate: Tokens::default(),
+            dropped_tools: None,
             produced: None,
             sinks,
             _in_flight: in_flight,
@@ -328,6 +331,7 @@ impl Record {
             stream: self.stream,
             overhead: self.overhead,
             attempts: &self.attempts,
+            dropped_tools: self.dropped_tools.as_ref().and_then(|v| v.to_str().ok()),
         });
     }
 }

@@ -45,6 +45,7 @@ use crate::wire::Dialect;
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
 static X_SERVED_BY: HeaderName = HeaderName::from_static("x-aisix-served-by");
+static X_DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-aisix-dropped-tools");
 
 /// One worker's gateway; cloned per connection (one reference-count increment).
 #[derive(Clone)]
@@ -108,6 +109,8 @@ struct Head {
     close: bool,
     /// Where the request's limits stand, for the `x-ratelimit-*` headers.
     limits: Option<Headroom>,
+    /// The offered tools a translated Responses request left out.
+    dropped_tools: Option<HeaderValue>,
 }
 
 impl Head {
@@ -125,6 +128,9 @@ impl Head {
         }
         if let Some(served_by) = self.served_by {
             headers.insert(X_SERVED_BY.clone(), served_by);
+        }
+        if let Some(dropped) = self.dropped_tools {
+            headers.insert(X_DROPPED_TOOLS.clone(), dropped);
         }
         if self.close {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
@@ -161,6 +167,7 @@ impl Inner {
                     sse: false,
                     close: false,
                     limits: None,
+                    dropped_tools: None,
                 }
                 .apply(&mut response);
                 return response;
@@ -211,6 +218,7 @@ impl Inner {
                         sse: true,
                         close: false,
                         limits,
+                        dropped_tools: None,
                     }
                     .apply(&mut response);
                     return response;
@@ -605,6 +613,7 @@ fn relay(
         sse: false,
         close: false,
         limits: record.limits,
+        dropped_tools: None,
     };
     let response = match result {
         Ok(Reply::Ready(response)) => {
@@ -621,6 +630,8 @@ fn relay(
         )) => {
             record.succeeded();
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.dropped_tools = head.dropped_tools.clone();
             let mut response = Response::new(GatewayBody::full(body));
             *response.status_mut() = status;
             response.headers_mut().insert(CONTENT_TYPE, content_type);
@@ -631,6 +642,8 @@ fn relay(
             record.status = status.as_u16();
             head.overhead = Some(record.mark_head().as_micros() as u64);
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.dropped_tools = head.dropped_tools.clone();
             let relay = UnaryRelay::new(*answer, record);
             let mut response = Response::new(GatewayBody::Unary(Box::new(relay)));
             *response.status_mut() = status;
@@ -641,6 +654,8 @@ fn relay(
             record.status = StatusCode::OK.as_u16();
             head.overhead = Some(record.mark_head().as_micros() as u64);
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.dropped_tools = head.dropped_tools.clone();
             head.sse = true;
             let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
             let relay = SseRelay::new(events, record, rest);

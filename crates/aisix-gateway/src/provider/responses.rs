@@ -55,6 +55,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         }
     };
     let body = inbound.inspected.rewrite(&inbound.body, Some(model), false);
+    inbound.dropped_tools.set(Default::default());
     let head = call
         .send(uri, body, &HeaderMap::new(), super::openai::error_body)
         .await?;
@@ -105,6 +106,7 @@ fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayErro
         include_usage,
     )
     .map_err(request_error)?;
+    inbound.dropped_tools.set(chat.dropped);
     // What a stored answer keeps: the conversation before it and this request's input.
     let keep = match &inbound.stored {
         Some(keeper) if state.store != Some(false) => {
