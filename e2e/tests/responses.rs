@@ -605,3 +605,66 @@ api_keys:
         assert_eq!(chat.request_count(), 2);
     }
 }
+
+both_modes! {
+    async fn a_native_response_is_read_listed_and_deleted_at_the_key_that_created_it(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = post(&gateway, "ns-1", r#"{"model":"resp","input":"Remember me"}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+
+        let path = format!("/v1/responses/{id}");
+        let got = client::send(
+            gateway.addr(),
+            client::request("GET", &path, &[("authorization", &format!("Bearer {KEY}")), ("x-request-id", "ns-get")], None),
+        )
+        .await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        assert_eq!(got.json()["id"], id.as_str());
+        assert_eq!(got.json()["output"], created.json()["output"]);
+        let last = mock.last_request().unwrap();
+        assert_eq!((last.method.as_str(), last.path.as_str()), ("GET", format!("/v1/responses/{id}").as_str()));
+        assert_eq!(last.header("authorization"), Some("Bearer sk-upstream-secret-1"), "the key's own credential");
+
+        let items = call(&gateway, "GET", &format!("/v1/responses/{id}/input_items?limit=5&order=asc"), KEY).await;
+        assert_eq!(items.status, 200, "{}", items.text());
+        assert_eq!(items.json()["object"], "list");
+        assert_eq!(items.json()["data"][0]["content"][0]["text"], "Remember me");
+        assert_eq!(mock.last_request().unwrap().query.as_deref(), Some("limit=5&order=asc"), "the client's query travels");
+
+        let before = mock.request_count();
+        let stranger = call(&gateway, "GET", &format!("/v1/responses/{id}"), OTHER_KEY).await;
+        assert_eq!(stranger.status, 404, "another API key's response: {}", stranger.text());
+        assert_eq!(stranger.json()["error"]["type"], "invalid_request_error");
+        let unknown = call(&gateway, "GET", "/v1/responses/resp_never_made", KEY).await;
+        assert_eq!(unknown.status, 404);
+        assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("resp_never_made"));
+        assert_eq!(mock.request_count(), before, "neither reached the provider");
+
+        let deleted = call(&gateway, "DELETE", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text());
+        assert_eq!(deleted.json(), json!({"id": id, "object": "response", "deleted": true}));
+        assert_eq!(mock.last_request().unwrap().method.as_str(), "DELETE");
+        let after = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(after.status, 404, "{}", after.text());
+        let access = gateway.access_line("ns-get");
+        assert_eq!((access["status"].as_u64(), access["provider"].as_str()), (Some(200), Some("native")), "{access}");
+        assert!(!gateway.logs().contains("sk-upstream-secret-1"));
+    }
+}
+
+both_modes! {
+    async fn a_native_response_the_provider_no_longer_has_is_its_404_in_openai_s_envelope(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = post(&gateway, "gone-1", r#"{"model":"resp","input":"Hi","store":false}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+        let got = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(got.status, 404, "the provider kept nothing: {}", got.text());
+        let error = &got.json()["error"];
+        assert_eq!(error["message"], format!("Response with id '{id}' not found."), "{error}");
+        assert_eq!(mock.last_request().unwrap().method.as_str(), "GET", "asked of the key that made it");
+    }
+}

@@ -191,7 +191,7 @@ impl Inner {
                 .models(&request, &mut record, dialect)
                 .map(Reply::Ready),
             Ok(Endpoint::Responses) if request.method() != http::Method::POST => {
-                self.stored(&request, &mut record).map(Reply::Ready)
+                self.stored(&request, &mut record).await.map(Reply::Ready)
             }
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
@@ -249,8 +249,9 @@ impl Inner {
         }
     }
 
-    /// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
-    fn stored(
+    /// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`: relayed to
+    /// the provider key that created a native response, else answered from the store.
+    async fn stored(
         &self,
         request: &Request<Incoming>,
         record: &mut Record,
@@ -266,7 +267,36 @@ impl Inner {
         let Some((id, items)) = endpoint::stored_response(uri.path()) else {
             return Err(crate::stored::not_found(uri.path(), None));
         };
-        crate::stored::answer(&keeper, request.method(), id, items, uri.query())
+        let pinned = keeper.pinned(id);
+        let Some(route) = pinned.and_then(|p| snapshot.responses_route(&p)) else {
+            return crate::stored::answer(&keeper, request.method(), id, items, uri.query());
+        };
+        record.model = Some(route.name.clone());
+        record.provider = Some(route.provider.name.clone());
+        let settings = &self.common.settings;
+        let deadlines =
+            settings
+                .deadlines
+                .upstream(&route.timeouts, record.received, Instant::now());
+        let asked = crate::provider::native_state::Asked {
+            method: request.method().clone(),
+            id,
+            items,
+            query: uri.query(),
+        };
+        let answer = crate::provider::native_state::relay(
+            &self.pool,
+            route,
+            asked,
+            &record.request_id,
+            &deadlines,
+            settings.upstream.max_response_bytes,
+        )
+        .await;
+        if *request.method() == http::Method::DELETE && answer.is_ok() {
+            keeper.unpin(id);
+        }
+        answer
     }
 
     /// The life of a model request.

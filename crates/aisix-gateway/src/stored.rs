@@ -43,6 +43,11 @@ impl Keeper {
         );
     }
 
+    /// Forgets which key created the response `id` (it was deleted there).
+    pub(crate) fn unpin(&self, id: &str) {
+        self.pins.delete(id, &self.owner);
+    }
+
     /// The provider key that created the response `id` for this caller, if it is remembered.
     pub(crate) fn pinned(&self, id: &str) -> Option<Bytes> {
         self.pins.get(id, &self.owner).map(|pin| pin.response)

@@ -21,6 +21,7 @@
 pub(crate) mod anthropic;
 pub(crate) mod exchange;
 pub(crate) mod mock;
+pub(crate) mod native_state;
 pub(crate) mod openai;
 pub(crate) mod refusal;
 pub(crate) mod responses;
