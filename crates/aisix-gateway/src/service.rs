@@ -267,9 +267,9 @@ impl Inner {
         let Some((id, items)) = endpoint::stored_response(uri.path()) else {
             return Err(crate::stored::not_found(uri.path(), None));
         };
-        let pinned = keeper.pinned(id);
+        let pinned = keeper.pinned(id).await;
         let Some(route) = pinned.and_then(|p| snapshot.responses_route(&p)) else {
-            return crate::stored::answer(&keeper, request.method(), id, items, uri.query());
+            return crate::stored::answer(&keeper, request.method(), id, items, uri.query()).await;
         };
         record.model = Some(route.name.clone());
         record.provider = Some(route.provider.name.clone());
@@ -294,7 +294,7 @@ impl Inner {
         )
         .await;
         if *request.method() == http::Method::DELETE && answer.is_ok() {
-            keeper.unpin(id);
+            keeper.unpin(id).await;
         }
         answer
     }
@@ -326,11 +326,11 @@ impl Inner {
         }
         self.limit(key, &model, &inbound, record).await?;
         let mut plan = Plan::new(&model);
-        if let Some(provider) = inbound
-            .stored
-            .as_ref()
-            .and_then(|k| pinned_provider(k, &inbound))
-        {
+        let pinned = match &inbound.stored {
+            Some(keeper) => pinned_provider(keeper, &inbound).await,
+            None => None,
+        };
+        if let Some(provider) = pinned {
             // A native response's state lives with the provider key that created it.
             plan.keep_only(|target| target.provider.name.as_bytes() == &provider[..]);
         }
@@ -535,13 +535,13 @@ impl Inner {
 
 /// The provider key that created the response a Responses request's `previous_response_id`
 /// names, when a native key answered it.
-fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
+async fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
     #[derive(serde::Deserialize)]
     struct Previous {
         previous_response_id: Option<String>,
     }
     let previous: Previous = serde_json::from_slice(&inbound.body).ok()?;
-    keeper.pinned(&previous.previous_response_id?)
+    keeper.pinned(&previous.previous_response_id?).await
 }
 
 /// The direct models of `group` that `key` may not call: answers from them name the group.

@@ -36,6 +36,7 @@ use hyper::body::Incoming;
 
 use crate::budget::{Budget, Held};
 use crate::deadline::Deadlines;
+use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
@@ -96,6 +97,9 @@ pub(crate) enum Answer {
 /// Calls the direct model of `call` with its provider's adapter.
 pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
     match call.route.provider.kind {
+        ProviderKind::Mock if call.inbound.endpoint == Endpoint::Responses => {
+            responses::via_mock(&call).await
+        }
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
         ProviderKind::Anthropic => anthropic::call(&call).await,
