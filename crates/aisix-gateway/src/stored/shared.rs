@@ -5,6 +5,7 @@
 //! by requests that name a response (`previous_response_id`, `GET`/`DELETE /v1/responses/{id}`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -18,6 +19,8 @@ use tokio::sync::{Notify, mpsc};
 const WRITE_QUEUE: usize = 4096;
 /// How often the background thread tries to reconnect while Redis is away.
 const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
+/// The shortest gap between two warnings about Redis, in ms.
+const WARN_EVERY_MS: u64 = 10_000;
 
 /// One write: the value under `key` for `ttl`.
 #[derive(Debug)]
@@ -44,6 +47,9 @@ struct State {
     /// Wakes the background thread when a request dropped the connection.
     dropped: Notify,
     timeout: Duration,
+    /// When the next warning may be logged (Unix ms), and how many were held back since.
+    next_warning: AtomicU64,
+    suppressed: AtomicU64,
 }
 
 impl Shared {
@@ -56,6 +62,8 @@ impl Shared {
             conn: ArcSwapOption::empty(),
             dropped: Notify::new(),
             timeout: config.timeout,
+            next_warning: AtomicU64::new(0),
+            suppressed: AtomicU64::new(0),
         });
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         let thread = std::thread::Builder::new()
@@ -74,7 +82,7 @@ impl Shared {
     /// Queues `value` under `key` for `ttl`; never waits.
     pub(crate) fn put(&self, key: String, value: Vec<u8>, ttl: Duration) {
         if self.writes.try_send(Write { key, value, ttl }).is_err() {
-            tracing::warn!(redis = %self.state.url, "Responses store: write queue full, a response was not kept");
+            self.state.warn("write queue full, a response was not kept");
         }
     }
 
@@ -94,22 +102,46 @@ impl Shared {
 }
 
 impl State {
+    /// Logs `what` unless a warning went out less than [`WARN_EVERY_MS`] ago (then counts it).
+    fn warn(&self, what: &str) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let next = self.next_warning.load(Ordering::Relaxed);
+        if now < next
+            || self
+                .next_warning
+                .compare_exchange(
+                    next,
+                    now + WARN_EVERY_MS,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            self.suppressed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
+        tracing::warn!(redis = %self.url, suppressed, "Responses store in Redis: {what}");
+    }
+
     /// One command within the timeout; `None` (the connection dropped, warned) if it failed.
     async fn call<T: redis::FromRedisValue>(&self, command: redis::Cmd) -> Option<T> {
         let Some(conn) = self.conn.load_full() else {
-            tracing::warn!(redis = %self.url, "Responses store: Redis not connected");
+            self.warn("not connected");
             return None;
         };
         let mut connection = (*conn).clone();
         match tokio::time::timeout(self.timeout, command.query_async::<T>(&mut connection)).await {
             Ok(Ok(value)) => Some(value),
             Ok(Err(error)) => {
-                tracing::warn!(redis = %self.url, %error, "Responses store: Redis call failed");
+                self.warn(&format!("call failed: {error}"));
                 self.drop_connection(&conn);
                 None
             }
             Err(_) => {
-                tracing::warn!(redis = %self.url, "Responses store: Redis call timed out");
+                self.warn("call timed out");
                 self.drop_connection(&conn);
                 None
             }
@@ -166,12 +198,8 @@ impl State {
                 self.conn.store(Some(Arc::new(conn)));
                 tracing::info!(redis = %self.url, "Responses store connected to Redis");
             }
-            Ok(Err(error)) => {
-                tracing::warn!(redis = %self.url, %error, "Responses store cannot connect to Redis");
-            }
-            Err(_) => {
-                tracing::warn!(redis = %self.url, "Responses store timed out connecting to Redis")
-            }
+            Ok(Err(error)) => self.warn(&format!("cannot connect: {error}")),
+            Err(_) => self.warn("timed out connecting"),
         }
     }
 
