@@ -21,25 +21,25 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Ctx, Served};
-use crate::auth;
-use crate::body::GatewayBody;
-use crate::budget::Budget;
 use crate::endpoint::{self, Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
 use crate::health;
-use crate::inbound::{self, Inbound};
 use crate::limit::estimate::Tokens;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Headroom};
 use crate::models;
-use crate::relay::{SseRelay, Starting};
+use crate::provider::events::Outbox;
+use crate::relay::body::GatewayBody;
+use crate::relay::stream::{SseRelay, Starting};
+use crate::relay::unary::UnaryRelay;
+use crate::request::auth;
+use crate::request::inbound::{self, Inbound};
+use crate::request::spending;
 use crate::route::Plan;
+use crate::route::attempt::{Attempts, Ctx, Served};
 use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
-use crate::spending;
-use crate::stream::Outbox;
-use crate::unary::UnaryRelay;
-use crate::upstream::Pool;
+use crate::upstream::pool::Pool;
 use crate::wire::Dialect;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -63,7 +63,7 @@ struct Inner {
     pool: Pool,
     ids: RequestIds,
     /// The request bytes this worker may hold at once (the process, in the shared runtime).
-    budget: Budget,
+    budget: MemoryBudget,
 }
 
 impl Gateway {
@@ -184,7 +184,7 @@ impl Inner {
         // The model list answers in the dialect of the client asking, errors included.
         let dialect = match resolved {
             Ok(Endpoint::Models) => models::dialect(request.headers()),
-            _ => record.endpoint.dialect(),
+            _ => record.endpoint().dialect(),
         };
         let mut served = match resolved {
             Ok(Endpoint::Models) => self
@@ -200,7 +200,7 @@ impl Inner {
             && let Ok(Reply::Held(attempts, every)) =
                 std::mem::replace(&mut served, Ok(Reply::Pending))
         {
-            let limits = record.limits;
+            let limits = record.limits();
             match hold(attempts, record, every).await {
                 Ok((answer, attempts, answered)) => {
                     record = answered;
@@ -271,13 +271,12 @@ impl Inner {
         let Some(route) = pinned.and_then(|p| snapshot.responses_route(&p)) else {
             return crate::stored::answer(&keeper, request.method(), id, items, uri.query()).await;
         };
-        record.model = Some(route.name.clone());
-        record.provider = Some(route.provider.name.clone());
+        record.calling(route.name.clone(), route.provider.name.clone(), None);
         let settings = &self.common.settings;
         let deadlines =
             settings
                 .deadlines
-                .upstream(&route.timeouts, record.received, Instant::now());
+                .upstream(&route.timeouts, record.received(), Instant::now());
         let asked = crate::provider::native_state::Asked {
             method: request.method().clone(),
             id,
@@ -288,7 +287,7 @@ impl Inner {
             &self.pool,
             route,
             asked,
-            &record.request_id,
+            record.request_id(),
             &deadlines,
             settings.upstream.max_response_bytes,
         )
@@ -311,7 +310,7 @@ impl Inner {
         let budget = self.budget.for_key(key.share.as_ref());
         let forwarded = inbound::forwarded(endpoint, request.headers());
         let body = self.read(request, &budget, record).await?;
-        record.body_read = Some(Instant::now());
+        record.body_read();
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
         if let Some(policy) = &key.spending {
@@ -357,7 +356,7 @@ impl Inner {
         record: &mut Record,
     ) -> Result<&'s ApiKeyEntry, GatewayError> {
         let key = auth::authenticate(snapshot, request.headers())?;
-        record.key_name = Some(key.name.clone());
+        record.authenticated(key.name.clone());
         Ok(key)
     }
 
@@ -368,7 +367,7 @@ impl Inner {
     async fn read(
         &self,
         request: Request<Incoming>,
-        budget: &Budget,
+        budget: &MemoryBudget,
         record: &mut Record,
     ) -> Result<Bytes, GatewayError> {
         let settings = &self.common.settings;
@@ -387,7 +386,7 @@ impl Inner {
         if declared.is_some_and(|len| len > limit) {
             return Err(too_large());
         }
-        let deadline = settings.deadlines.body(record.received);
+        let deadline = settings.deadlines.body(record.received());
         let timed_out = || {
             GatewayError::new(
                 ErrorKind::RequestTimeout,
@@ -397,7 +396,7 @@ impl Inner {
                 ),
             )
         };
-        let held = &mut record.held;
+        let held = record.held();
         let mut body = request.into_body();
         let (mut pieces, mut len) = (Outbox::default(), 0u64);
         loop {
@@ -434,7 +433,7 @@ impl Inner {
         record: &mut Record,
     ) -> Result<(Inbound, Named), GatewayError> {
         let inbound = inbound::inspect(endpoint, body)?;
-        record.stream = inbound.stream;
+        record.inspected(inbound.stream);
         let name = &inbound.inspected.model;
         let model = snapshot
             .model(name)
@@ -472,7 +471,7 @@ impl Inner {
             ),
         );
         // Kept even without limits here: a group's targets may have their own.
-        record.estimate = estimate;
+        record.estimated(estimate);
         let charge = || Charge {
             tokens: estimate.total(),
             spend: cost.map(|cost| estimate.cost(&cost)).unwrap_or_default(),
@@ -485,12 +484,11 @@ impl Inner {
         };
         match reserved {
             Ok(reservation) => {
-                record.limits = Some(*reservation.headroom());
-                record.reservation = Some(reservation);
+                record.admitted(reservation);
                 Ok(())
             }
             Err(refused) => {
-                record.limits = refused.headroom();
+                record.refused(refused.headroom());
                 Err(refused.into())
             }
         }
@@ -501,7 +499,7 @@ impl Inner {
         &self,
         plan: Plan,
         inbound: Inbound,
-        budget: Budget,
+        budget: MemoryBudget,
         record: &Record,
         snapshot: &Snapshot,
     ) -> Attempts {
@@ -518,8 +516,8 @@ impl Inner {
             ctx,
             plan,
             inbound,
-            record.request_id.clone(),
-            record.received,
+            record.request_id().clone(),
+            record.received(),
         )
     }
 
@@ -614,8 +612,7 @@ async fn hold(
     every: Duration,
 ) -> Result<(Result<Served, GatewayError>, Attempts, Record), Starting> {
     // From here the request counts as abandoned if its client leaves.
-    record.status = StatusCode::OK.as_u16();
-    record.streaming();
+    record.holding_stream();
     let mut starting: Starting = Box::pin(async move {
         let mut attempts = attempts;
         let answer = attempts.run(&mut record).await;
@@ -637,12 +634,12 @@ fn relay(
     dialect: Dialect,
 ) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
-        request_id: record.request_id.clone(),
+        request_id: record.request_id().clone(),
         overhead: None,
         served_by: None,
         sse: false,
         close: false,
-        limits: record.limits,
+        limits: record.limits(),
         dropped_tools: None,
     };
     let response = match result {
@@ -661,7 +658,7 @@ fn relay(
             record.succeeded();
             head.served_by = attempts.served_by();
             head.dropped_tools = attempts.dropped_tools();
-            record.dropped_tools = head.dropped_tools.clone();
+            record.left_out_tools(head.dropped_tools.clone());
             let mut response = Response::new(GatewayBody::full(body));
             *response.status_mut() = status;
             response.headers_mut().insert(CONTENT_TYPE, content_type);
@@ -669,11 +666,10 @@ fn relay(
         }
         Ok(Reply::Served(Served::Unary(answer), attempts)) => {
             let (status, content_type) = (answer.status, answer.content_type.clone());
-            record.status = status.as_u16();
-            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.overhead = Some(record.responded(status.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
             head.dropped_tools = attempts.dropped_tools();
-            record.dropped_tools = head.dropped_tools.clone();
+            record.left_out_tools(head.dropped_tools.clone());
             let relay = UnaryRelay::new(*answer, record);
             let mut response = Response::new(GatewayBody::Unary(Box::new(relay)));
             *response.status_mut() = status;
@@ -681,11 +677,10 @@ fn relay(
             return (response, head);
         }
         Ok(Reply::Served(Served::Stream(events), attempts)) => {
-            record.status = StatusCode::OK.as_u16();
-            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.overhead = Some(record.responded(StatusCode::OK.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
             head.dropped_tools = attempts.dropped_tools();
-            record.dropped_tools = head.dropped_tools.clone();
+            record.left_out_tools(head.dropped_tools.clone());
             head.sse = true;
             let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
             let relay = SseRelay::new(events, record, rest);
@@ -694,15 +689,14 @@ fn relay(
         Ok(Reply::Held(..) | Reply::Pending) => {
             let error = GatewayError::new(ErrorKind::Internal, "The request was not answered.");
             record.failed(&error);
-            error.to_response(record.endpoint.dialect())
+            error.to_response(record.endpoint().dialect())
         }
         Err(error) => {
             record.failed(&error);
             error.to_response(dialect)
         }
     };
-    record.status = response.status().as_u16();
-    head.overhead = Some(record.mark_head().as_micros() as u64);
+    head.overhead = Some(record.responded(response.status().as_u16()).as_micros() as u64);
     // Account: the record is complete and emitted as it drops.
     drop(record);
     (response, head)

@@ -21,9 +21,6 @@ use crate::wire::anthropic::{error as anthropic_error, response, roles};
 
 static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
 
-/// The client headers an Anthropic passthrough forwards: they select the API's behaviour.
-pub(crate) const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
-
 /// Calls an Anthropic direct model with the client's request, relayed or translated.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if call.inbound.endpoint == Endpoint::Responses {
@@ -94,7 +91,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         // A token count names no model and reports no usage: nothing was generated.
         let messages = endpoint == Endpoint::Messages;
         let usage = messages.then_some(Dialect::Anthropic);
-        return Ok(call.relay(head, call.rename && messages, usage));
+        return Ok(call.unary(head, call.rename && messages, usage));
     }
     call.translate(head, reserved, |body| {
         let answer = response::to_openai_with(body, exchange::unix_now(), structured)?;

@@ -6,12 +6,12 @@
 use http::{HeaderValue, Method, Response, Uri, header};
 
 use super::exchange;
-use crate::body::GatewayBody;
-use crate::deadline::Deadlines;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
+use crate::relay::body::GatewayBody;
+use crate::request::deadline::Deadlines;
 use crate::snapshot::DirectRoute;
-use crate::upstream::Pool;
+use crate::upstream::pool::Pool;
 
 /// The request to relay: its method, the response id, whether it asks for `input_items`, and
 /// the client's query string.

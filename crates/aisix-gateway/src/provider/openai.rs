@@ -78,7 +78,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         return Ok(head.stream(map));
     }
     if !translated {
-        return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
+        return Ok(call.unary(head, call.rename, Some(Dialect::OpenAi)));
     }
     call.translate(head, reserved, |body| match inbound.endpoint {
         // The chat call that counted the prompt was billed for it: its usage is the charge.

@@ -69,7 +69,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
     }
-    let mut answer = call.relay(head, call.rename, Some(Dialect::Responses));
+    let mut answer = call.unary(head, call.rename, Some(Dialect::Responses));
     if let Answer::Unary { answer, .. } = &mut answer {
         answer.pin = pin;
     }
@@ -255,7 +255,7 @@ pub(crate) async fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
         content_type: http::HeaderValue::from_static(content_type),
         body,
         usage: Some(reply.usage),
-        held: crate::budget::Held::default(),
+        held: crate::limit::memory_budget::Held::default(),
         waited: std::time::Duration::ZERO,
     })
 }
@@ -275,7 +275,7 @@ fn echo_id(response: &[u8]) -> String {
 /// the Responses answer, which is kept when asked.
 async fn answered(
     call: &Call<'_>,
-    head: exchange::Head,
+    head: exchange::UpstreamHead,
     reserved: Option<exchange::Reserved>,
     echo: Echo,
     keep: Option<(Keeper, Bytes)>,
