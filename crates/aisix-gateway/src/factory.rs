@@ -144,7 +144,7 @@ impl GatewayFactory {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
                 },
-                tls: crate::upstream::pool::tls_client_config()?,
+                tls: crate::upstream::tls::tls_client_config()?,
                 metrics,
                 limiter,
                 responses: Arc::new(responses),

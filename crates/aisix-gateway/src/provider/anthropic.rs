@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
 
 use super::exchange;
-use super::translated::Translated;
+use super::translated::TranslatedStream;
 use super::{Answer, Call, StreamMap};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
@@ -76,9 +76,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call.send(uri, body, &extra, error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
-            Translated::relay(call.rename.then(|| call.shown_json().clone()))
+            TranslatedStream::passthrough(call.rename.then(|| call.shown_json().clone()))
         } else {
-            Translated::to_openai(
+            TranslatedStream::to_openai(
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
                 call.rename.then(|| call.shown_name()),

@@ -133,14 +133,14 @@ pub(crate) enum StreamMap {
     /// OpenAI events to an OpenAI client, relayed as they are.
     OpenAi(openai::Passthrough),
     /// Anthropic events relayed to an Anthropic client, or either dialect translated.
-    Translated(Box<translated::Translated>),
+    Translated(Box<translated::TranslatedStream>),
     /// Responses events relayed to a Responses client, or chat chunks translated for one.
     Responses(Box<responses::ResponsesStream>),
 }
 
 /// What the client gets for one upstream event.
 #[derive(Debug, Default)]
-pub(crate) struct Step {
+pub(crate) struct Mapped {
     pub edit: Edit,
     /// The event ends the stream (`data: [DONE]`).
     pub done: bool,
@@ -163,7 +163,7 @@ pub(crate) enum Edit {
 
 impl StreamMap {
     /// Reads one complete event.
-    pub(crate) fn event(&mut self, event: &[u8]) -> Step {
+    pub(crate) fn event(&mut self, event: &[u8]) -> Mapped {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),

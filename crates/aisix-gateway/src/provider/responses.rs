@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
+use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
@@ -381,7 +381,7 @@ pub(crate) enum ResponsesStream {
 }
 
 impl ResponsesStream {
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         match self {
             ResponsesStream::Relay(map) => map.event(raw),
             ResponsesStream::Translated(map) => map.event(raw),
@@ -525,9 +525,9 @@ impl Translating {
         );
     }
 
-    fn event(&mut self, raw: &[u8]) -> Step {
+    fn event(&mut self, raw: &[u8]) -> Mapped {
         let outcome = self.read(raw);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         let usage = self.from.usage().map(|u| u.to_usage());
         if usage.is_some() && usage != self.usage {
             self.usage = usage;
@@ -604,18 +604,18 @@ impl Relay {
         }
     }
 
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         let fields = sse::fields(raw);
         let Some(data) = fields.data.as_deref() else {
             // Comments pass as they are.
-            return Step::default();
+            return Mapped::default();
         };
         self.sequence += 1;
         if !chunk::is_object(data) {
             return failure(ErrorKind::UpstreamMalformed);
         }
         let kind = event::event_type(&fields).map_or(Kind::Other, event::kind_of);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         match kind {
             Kind::Created => {
                 self.who = event::identity(data).unwrap_or_default();
@@ -710,10 +710,10 @@ fn failure_words<'a>(
     (code, provider.masks.text(message).into_owned())
 }
 
-fn failure(kind: ErrorKind) -> Step {
-    Step {
+fn failure(kind: ErrorKind) -> Mapped {
+    Mapped {
         failure: Some(kind),
-        ..Step::default()
+        ..Mapped::default()
     }
 }
 

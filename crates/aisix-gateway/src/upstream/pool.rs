@@ -39,6 +39,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use super::tls::https_connector;
 use super::wire_form::{HostKey, wire_form};
 use crate::upstream::egress::Route;
 
@@ -48,22 +49,6 @@ type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 /// How long a response whose content is all in may take to send its last bytes (the final
 /// chunk) before its connection is closed rather than reused.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-
-/// TLS settings for every upstream: webpki roots plus the system's trust store (the connector
-/// adds ALPN h2 and http/1.1). Built once at startup and shared read-only by all workers.
-pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let native = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
-    tracing::debug!(native_roots = added, "loaded system trust store");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
 
 /// Why an upstream exchange failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -341,15 +326,6 @@ impl Pool {
             sender: Some(sender),
         }
     }
-}
-
-fn https_connector<C>(tls: &rustls::ClientConfig, inner: C) -> HttpsConnector<C> {
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.clone())
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(inner)
 }
 
 enum Checkout {
