@@ -295,7 +295,11 @@ impl Inner {
         if *request.method() == http::Method::DELETE && answer.is_ok() {
             keeper.unpin(id).await;
         }
-        answer
+        let (status, content_type, body) = answer?;
+        let mut response = Response::new(GatewayBody::full(body));
+        *response.status_mut() = status;
+        response.headers_mut().insert(CONTENT_TYPE, content_type);
+        Ok(response)
     }
 
     /// The life of a model request.

@@ -3,12 +3,10 @@
 //! API key that made it, until its TTL passes or the store's bounds (entries, bytes) push the
 //! oldest out. Looked up for `previous_response_id`, `GET /v1/responses/{id}` (and its
 //! `input_items`) and `DELETE`. In this process's memory, or, when the limiter counts in Redis,
-//! in that Redis for every replica ([`shared`]); a request that stores nothing (native relays,
+//! in that Redis for every replica (`stored_shared`); a request that stores nothing (native relays,
 //! `store: false`, every other endpoint) never touches it.
 
-mod shared;
-
-pub(crate) use shared::Shared;
+pub(crate) use crate::stored_shared::Shared;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};

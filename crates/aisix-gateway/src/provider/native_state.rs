@@ -3,12 +3,12 @@
 //! relayed to that key's Responses URI (the id → key pin says which), the answer whole, the
 //! client's query string carried. What the gateway stores itself is answered by `stored`.
 
-use http::{HeaderValue, Method, Response, Uri, header};
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode, Uri};
 
 use super::exchange;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
-use crate::relay::body::GatewayBody;
 use crate::request::deadline::Deadlines;
 use crate::snapshot::DirectRoute;
 use crate::upstream::pool::Pool;
@@ -23,7 +23,7 @@ pub(crate) struct Asked<'a> {
 }
 
 /// Relays `asked` to the provider key of `route` (a direct model on the key that created the
-/// response), its answer read whole up to `limit` bytes.
+/// response): its answer's status, `Content-Type` and body, read whole up to `limit` bytes.
 pub(crate) async fn relay(
     pool: &Pool,
     route: &DirectRoute,
@@ -31,7 +31,7 @@ pub(crate) async fn relay(
     request_id: &HeaderValue,
     deadlines: &Deadlines,
     limit: usize,
-) -> Result<Response<GatewayBody>, GatewayError> {
+) -> Result<(StatusCode, HeaderValue, Bytes), GatewayError> {
     let provider = &route.provider;
     let base = route.uris.get(Endpoint::Responses).ok_or_else(|| {
         GatewayError::new(
@@ -40,7 +40,7 @@ pub(crate) async fn relay(
         )
     })?;
     let uri = uri(base, &asked).ok_or_else(|| crate::stored::not_found(asked.id, None))?;
-    let (status, content_type, body) = exchange::fetch(
+    exchange::fetch(
         pool,
         provider,
         asked.method,
@@ -49,13 +49,7 @@ pub(crate) async fn relay(
         deadlines,
         limit,
     )
-    .await?;
-    let mut response = Response::new(GatewayBody::full(body));
-    *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, content_type);
-    Ok(response)
+    .await
 }
 
 /// `{base}/{id}` (`/input_items`), `base`'s own query (Azure's) before the client's; `None` for
