@@ -25,6 +25,10 @@ pub struct Bootstrap {
     /// `resources_watch`: reload when the resources file changes (including the symlink swap a
     /// Kubernetes ConfigMap volume does), besides on SIGHUP.
     pub resources_watch: bool,
+    /// `etcd`: resources from etcd instead of `resources_file` (never both).
+    pub etcd: Option<crate::etcd::EtcdConfig>,
+    /// `admin`: the admin API; `None` keeps it off.
+    pub admin: Option<crate::etcd::AdminConfig>,
     /// The config file this was loaded from, if any.
     pub config_file: Option<PathBuf>,
 }

@@ -111,6 +111,19 @@ pub fn parse_resources(
     report.finish(resources)
 }
 
+/// Validates resources already parsed into one document (the shape of the file), so every
+/// source is checked by the same walk as the file.
+pub(crate) fn parse_resources_value(
+    mut document: Value,
+    origin: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resources, ConfigErrors> {
+    let mut report = Report::new(origin);
+    interpolate(&mut document, "", env, &mut report);
+    let resources = read_document(&mut report, &document, env);
+    report.finish(resources)
+}
+
 fn read_document(
     report: &mut Report,
     document: &Value,
