@@ -201,6 +201,9 @@ pub struct Features {
     pub group: bool,
     /// `bench-claude` on an `anthropic` provider key pointing at the mock (issue 10).
     pub anthropic: bool,
+    /// `bench-responses` on an `openai` provider key at the mock that serves the Responses API
+    /// (`responses: true`); `bench` stays on the chat-only key (issue 24).
+    pub responses: bool,
     /// `bench-hostile`: the mock's hostile answers (one huge SSE event, one huge body), for the
     /// hostile-neighbour leg.
     pub hostile: bool,
@@ -230,6 +233,8 @@ pub const BURST_MODEL: &str = "bench-burst";
 pub const GROUP_MODEL: &str = "bench-group";
 /// The model on the `anthropic` provider key.
 pub const ANTHROPIC_MODEL: &str = "bench-claude";
+/// The model on the mock's Responses-serving key.
+pub const RESPONSES_MODEL: &str = "bench-responses";
 /// The model the mock answers with hostile answers (upstream name
 /// [`aisix_testkit::mock::hostile::HOSTILE_MODEL`]).
 pub const HOSTILE_MODEL: &str = "bench-hostile";
@@ -316,6 +321,14 @@ fn resources(upstreams: &Upstreams, features: &Features) -> String {
         ));
         models.push_str(&format!(
             "  - {{display_name: {ANTHROPIC_MODEL}, provider: anthropic, model_name: mock-claude, provider_key: mock-anthropic}}\n"
+        ));
+    }
+    if features.responses {
+        keys.push_str(&format!(
+            "  - {{display_name: mock-responses, provider: openai, api_base: \"http://{mock}/v1\", responses: true}}\n"
+        ));
+        models.push_str(&format!(
+            "  - {{display_name: {RESPONSES_MODEL}, provider: openai, model_name: mock-model, provider_key: mock-responses}}\n"
         ));
     }
     if features.hostile {

@@ -2,7 +2,8 @@
 //! evenly workers share connections (`balance: handoff` vs `reuseport` vs shared mode, many
 //! trials), pinned workers, a bursty upstream's streams against nginx (CPU and writes per
 //! stream), peak RSS at high concurrency on one worker, a model group with a healthy primary vs
-//! the direct model, the limiter counting in memory and in Redis, and the Anthropic endpoints.
+//! the direct model, the limiter counting in memory and in Redis, the Anthropic endpoints, and
+//! the Responses API relayed and translated.
 //! Each compares against a leg of the same run.
 
 use std::net::{SocketAddr, TcpStream};
@@ -15,7 +16,7 @@ use anyhow::{Result, bail};
 use crate::args::CommaList;
 use crate::gateway::{
     self, ANTHROPIC_MODEL, BENCH_KEY, BURST_MODEL, GROUP_MODEL, Gateway, GatewaySpec, Limits, Mode,
-    Upstreams,
+    RESPONSES_MODEL, Upstreams,
 };
 use crate::grid::{Legs, UNARY_BODY};
 use crate::loadgen::{self, Workload};
@@ -27,6 +28,7 @@ use crate::report::{self, Pair, Results};
 
 const CHAT: &str = "/v1/chat/completions";
 const MESSAGES: &str = "/v1/messages";
+const RESPONSES: &str = "/v1/responses";
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct VariantArgs {
@@ -69,6 +71,10 @@ pub struct VariantArgs {
     /// OpenAI passthrough (needs a gateway with the `anthropic` provider and `/v1/messages`).
     #[arg(long)]
     pub anthropic: bool,
+    /// The Responses leg: `/v1/responses` relayed to a key that serves it and translated to
+    /// chat completions, each beside the OpenAI chat passthrough.
+    #[arg(long)]
+    pub responses: bool,
     /// Connections in the one-worker peak-RSS leg (0: skip it).
     #[arg(long, default_value_t = 512)]
     pub rss_concurrency: usize,
@@ -149,6 +155,11 @@ fn chat_body(model: &str) -> String {
     UNARY_BODY.replace("\"bench\"", &format!("\"{model}\""))
 }
 
+/// A one-turn Responses request, `store: false` as Codex sends it (nothing kept by either path).
+fn responses_body(model: &str) -> String {
+    format!(r#"{{"model":"{model}","input":"hello","store":false}}"#)
+}
+
 fn messages_body(model: &str) -> String {
     format!(
         r#"{{"model":"{model}","max_tokens":64,"messages":[{{"role":"user","content":"hello"}}]}}"#
@@ -197,6 +208,12 @@ impl Legs<'_> {
             legs.push((
                 "anthropic".into(),
                 Box::new(move |r| self.anthropic(bin, base_mode, r)),
+            ));
+        }
+        if v.responses {
+            legs.push((
+                "responses".into(),
+                Box::new(move |r| self.responses(bin, base_mode, r)),
             ));
         }
         if !v.no_burst && self.args.streams > 0 {
@@ -412,6 +429,38 @@ impl Legs<'_> {
             self.features_grid(&subject, path, body, results)?;
             if name != &openai {
                 let what = format!("{}/openai passthrough", &name[leg.len() + 1..]);
+                results.pairs.push(Pair::new(&what, name, &openai));
+            }
+        }
+        gateway.stop()
+    }
+
+    /// OpenAI chat passthrough, Responses passthrough and Responses translated to chat
+    /// completions, in one gateway.
+    fn responses(&self, bin: &Path, mode: Mode, results: &mut Results) -> Result<()> {
+        let leg = format!("{}+responses", gateway::mode_leg(mode));
+        let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
+        spec.features.responses = true;
+        let gateway = self.start(bin, &spec, &leg)?;
+        let openai = format!("{leg} chat→chat");
+        let paths = [
+            (openai.clone(), CHAT, UNARY_BODY.to_owned()),
+            (
+                format!("{leg} responses→responses"),
+                RESPONSES,
+                responses_body(RESPONSES_MODEL),
+            ),
+            (
+                format!("{leg} responses→chat"),
+                RESPONSES,
+                responses_body("bench"),
+            ),
+        ];
+        for (name, path, body) in &paths {
+            let subject = subject(name, spec.workers, &gateway);
+            self.features_grid(&subject, path, body, results)?;
+            if name != &openai {
+                let what = format!("{}/chat passthrough", &name[leg.len() + 1..]);
                 results.pairs.push(Pair::new(&what, name, &openai));
             }
         }

@@ -197,19 +197,30 @@ def main() -> int:
         else:
             raise CheckFailed("an unknown model was answered")
         if translated:
+            offered = client.responses.with_raw_response.create(
+                model=model, input="x", tools=[{"type": "web_search"}]
+            )
+            dropped = offered.headers.get("x-aisix-dropped-tools")
+            expect(dropped == "web_search", f"x-aisix-dropped-tools: {dropped}")
+            expect(offered.parse().output_text != "", "an offered built-in tool is left out")
             try:
-                client.responses.create(model=model, input="x", tools=[{"type": "web_search"}])
+                client.responses.create(
+                    model=model,
+                    input="x",
+                    tools=[{"type": "web_search"}],
+                    tool_choice={"type": "web_search"},
+                )
             except openai.BadRequestError as error:
-                expect("tools[0].type" in error.message, error.message)
+                expect(error.body.get("param") == "tool_choice", str(error.body))
             else:
-                raise CheckFailed("a built-in tool was accepted on a translated path")
+                raise CheckFailed("a forced built-in tool was accepted on a translated path")
             try:
                 client.responses.create(model=model, input="x", previous_response_id="resp_gone")
             except openai.NotFoundError as error:
                 expect("resp_gone" in error.message, error.message)
             else:
                 raise CheckFailed("an unknown previous_response_id was accepted")
-        return "404 for an unknown model" + (", 400 for a built-in tool, 404 for an unknown id" if translated else "")
+        return "404 for an unknown model" + (", a built-in tool left out when offered and 400 when forced, 404 for an unknown id" if translated else "")
 
     failed = 0
     for fn in checks:

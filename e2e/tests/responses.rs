@@ -305,17 +305,38 @@ both_modes! {
 }
 
 both_modes! {
-    async fn a_tool_only_openai_runs_is_refused_on_a_translated_path_naming_the_field(mode: Mode) {
+    async fn a_tool_only_openai_runs_is_left_out_when_offered_and_refused_when_forced_on_a_translated_path(mode: Mode) {
         let mock = MockProvider::start();
         let gateway = Gateway::start(&config(mode, &mock));
-        let reply = post(&gateway, "bi-1", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}]}"#).await;
-        assert_eq!(reply.status, 400, "{}", reply.text());
-        let error = &reply.json()["error"];
-        assert!(error["message"].as_str().unwrap().contains("tools[0].type"), "{error}");
-        assert_eq!(error["param"], "tools");
-        assert_eq!(mock.request_count(), 0, "nothing was sent upstream");
-        let native = post(&gateway, "bi-2", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}]}"#).await;
+        let offered = r#"{"model":"chat","input":"x","tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search","external_web_access":false},{"type":"custom","name":"apply_patch"}]}"#;
+        let reply = post(&gateway, "bi-1", offered).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.header("x-aisix-dropped-tools"), Some("web_search,custom"));
+        let chat = mock.last_request().unwrap().body_json().unwrap();
+        let sent: Vec<&str> = chat["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(sent, ["f"], "only the function went upstream");
+        assert_eq!(gateway.access_line("bi-1")["dropped_tools"], "web_search,custom");
+
+        let streamed = post(&gateway, "bi-s", &offered.replace(r#""input":"x""#, r#""input":"x","stream":true"#)).await;
+        assert_eq!(streamed.status, 200, "{}", streamed.text());
+        assert_eq!(streamed.header("x-aisix-dropped-tools"), Some("web_search,custom"));
+
+        let before = mock.request_count();
+        let forced = post(&gateway, "bi-2", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"}}"#).await;
+        assert_eq!(forced.status, 400, "{}", forced.text());
+        let error = &forced.json()["error"];
+        assert_eq!(error["param"], "tool_choice", "{error}");
+        assert!(error["message"].as_str().unwrap().contains("web_search"), "{error}");
+        let required = post(&gateway, "bi-3", r#"{"model":"chat","input":"x","tools":[{"type":"web_search"}],"tool_choice":"required"}"#).await;
+        assert_eq!(required.status, 400, "{}", required.text());
+        assert_eq!(required.json()["error"]["param"], "tool_choice");
+        assert_eq!(mock.request_count(), before, "nothing was sent upstream");
+
+        let native = post(&gateway, "bi-4", r#"{"model":"resp","input":"x","tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"}}"#).await;
         assert_eq!(native.status, 200, "a native target runs its own tools: {}", native.text());
+        assert_eq!(native.header("x-aisix-dropped-tools"), None);
+        assert_eq!(mock.last_request().unwrap().body_json().unwrap()["tools"][0]["type"], "web_search");
+        assert!(gateway.access_line("bi-4").get("dropped_tools").is_none());
     }
 }
 
@@ -582,5 +603,68 @@ api_keys:
         assert_eq!(got.last().unwrap().0, "response.completed", "{}", stream.text());
         assert_eq!(native.request_count(), 2);
         assert_eq!(chat.request_count(), 2);
+    }
+}
+
+both_modes! {
+    async fn a_native_response_is_read_listed_and_deleted_at_the_key_that_created_it(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = post(&gateway, "ns-1", r#"{"model":"resp","input":"Remember me"}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+
+        let path = format!("/v1/responses/{id}");
+        let got = client::send(
+            gateway.addr(),
+            client::request("GET", &path, &[("authorization", &format!("Bearer {KEY}")), ("x-request-id", "ns-get")], None),
+        )
+        .await;
+        assert_eq!(got.status, 200, "{}", got.text());
+        assert_eq!(got.json()["id"], id.as_str());
+        assert_eq!(got.json()["output"], created.json()["output"]);
+        let last = mock.last_request().unwrap();
+        assert_eq!((last.method.as_str(), last.path.as_str()), ("GET", format!("/v1/responses/{id}").as_str()));
+        assert_eq!(last.header("authorization"), Some("Bearer sk-upstream-secret-1"), "the key's own credential");
+
+        let items = call(&gateway, "GET", &format!("/v1/responses/{id}/input_items?limit=5&order=asc"), KEY).await;
+        assert_eq!(items.status, 200, "{}", items.text());
+        assert_eq!(items.json()["object"], "list");
+        assert_eq!(items.json()["data"][0]["content"][0]["text"], "Remember me");
+        assert_eq!(mock.last_request().unwrap().query.as_deref(), Some("limit=5&order=asc"), "the client's query travels");
+
+        let before = mock.request_count();
+        let stranger = call(&gateway, "GET", &format!("/v1/responses/{id}"), OTHER_KEY).await;
+        assert_eq!(stranger.status, 404, "another API key's response: {}", stranger.text());
+        assert_eq!(stranger.json()["error"]["type"], "invalid_request_error");
+        let unknown = call(&gateway, "GET", "/v1/responses/resp_never_made", KEY).await;
+        assert_eq!(unknown.status, 404);
+        assert!(unknown.json()["error"]["message"].as_str().unwrap().contains("resp_never_made"));
+        assert_eq!(mock.request_count(), before, "neither reached the provider");
+
+        let deleted = call(&gateway, "DELETE", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(deleted.status, 200, "{}", deleted.text());
+        assert_eq!(deleted.json(), json!({"id": id, "object": "response", "deleted": true}));
+        assert_eq!(mock.last_request().unwrap().method.as_str(), "DELETE");
+        let after = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(after.status, 404, "{}", after.text());
+        let access = gateway.access_line("ns-get");
+        assert_eq!((access["status"].as_u64(), access["provider"].as_str()), (Some(200), Some("native")), "{access}");
+        assert!(!gateway.logs().contains("sk-upstream-secret-1"));
+    }
+}
+
+both_modes! {
+    async fn a_native_response_the_provider_no_longer_has_is_its_404_in_openai_s_envelope(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = post(&gateway, "gone-1", r#"{"model":"resp","input":"Hi","store":false}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+        let got = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(got.status, 404, "the provider kept nothing: {}", got.text());
+        let error = &got.json()["error"];
+        assert_eq!(error["message"], format!("Response with id '{id}' not found."), "{error}");
+        assert_eq!(mock.last_request().unwrap().method.as_str(), "GET", "asked of the key that made it");
     }
 }

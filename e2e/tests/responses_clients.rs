@@ -62,7 +62,6 @@ fn codex_exec(gateway: &Gateway, model: &str, prompt: &str) -> (bool, String) {
             r#"model = "{model}"
 model_provider = "aisix"
 check_for_update_on_startup = false
-web_search = "disabled"
 
 [model_providers.aisix]
 name = "aisix"
@@ -127,12 +126,24 @@ both_modes! {
         }
         let first = openai.requests()[0].body_json().unwrap();
         assert_eq!(first["store"], false, "Codex sends store: false");
-        assert!(first["tools"].as_array().unwrap().iter().any(|t| t["type"] == "namespace"), "and a namespace tool");
+        let offered = first["tools"].as_array().unwrap();
+        assert!(offered.iter().any(|t| t["type"] == "namespace"), "and a namespace tool");
+        assert!(offered.iter().any(|t| t["type"] == "web_search"), "and, by default, OpenAI's web search");
         let logs = gateway.logs();
-        let lines = logs.lines().filter(|l| l.contains("\"type\":\"access\"") && l.contains("\"path\":\"/v1/responses\""));
-        for line in lines {
-            assert!(line.contains("\"status\":200"), "{line}");
+        let lines: Vec<Value> = logs
+            .lines()
+            .filter(|l| l.contains("\"type\":\"access\"") && l.contains("\"path\":\"/v1/responses\""))
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!lines.is_empty());
+        for line in &lines {
+            assert_eq!(line["status"], 200, "{line}");
+            // The translated paths leave the web search out and say so; the native one sends it.
+            let dropped = if line["model"] == "native-model" { Value::Null } else { json!("web_search") };
+            assert_eq!(line.get("dropped_tools").cloned().unwrap_or(Value::Null), dropped, "{line}");
         }
+        let chat = openai.requests().into_iter().find(|r| r.path == "/v1/chat/completions").unwrap().body_json().unwrap();
+        assert!(chat["tools"].as_array().unwrap().iter().all(|t| t["type"] == "function"), "{chat}");
     }
 }
 

@@ -244,7 +244,8 @@ pub struct PrometheusConfig {
 /// `responses_store`: where the gateway keeps the Responses API answers it translated (with
 /// `store: true`, the API's default), for `previous_response_id` and `GET /v1/responses/{id}`.
 /// In this process's memory, shared by its workers, lost on restart; the oldest go first when a
-/// bound is reached.
+/// bound is reached. With `ratelimit.backend: redis`, in that Redis instead, for every replica
+/// (each entry for `ttl`, none larger than `max_bytes`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponsesStoreConfig {
     /// `responses_store.max_entries`: responses kept at most (0 keeps none).

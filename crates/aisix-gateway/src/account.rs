@@ -91,6 +91,8 @@ pub(crate) struct Record {
     /// Output tokens a stream produced so far, counted by the relay: for a stream that ends
     /// without a usage count (the client left, the upstream broke off).
     produced: Option<u64>,
+    /// The offered tools a translated Responses request left out (`x-aisix-dropped-tools`).
+    dropped_tools: Option<HeaderValue>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -138,6 +140,7 @@ impl Record {
             bill_prompt_on_error: false,
             limits: None,
             estimate: Tokens::default(),
+            dropped_tools: None,
             produced: None,
             sinks,
             _in_flight: in_flight,
@@ -285,6 +288,11 @@ impl Record {
     pub(crate) fn cut(&mut self, usage: Option<Usage>, error: &GatewayError) {
         self.usage = usage;
         self.stream_failed(error);
+    }
+
+    /// The offered tools a translated Responses request left out, for the access log.
+    pub(crate) fn left_out_tools(&mut self, tools: Option<HeaderValue>) {
+        self.dropped_tools = tools;
     }
 
     /// A stream is held until its first token: from here a client that leaves abandons a 200.
@@ -496,6 +504,7 @@ impl Record {
             stream: self.stream,
             overhead: self.overhead,
             attempts: &self.attempts,
+            dropped_tools: self.dropped_tools.as_ref().and_then(|v| v.to_str().ok()),
         });
     }
 }

@@ -63,6 +63,8 @@ pub enum GatewayInitError {
     Tls(#[from] rustls::Error),
     #[error(transparent)]
     Limiter(#[from] LimiterInitError),
+    #[error("cannot start the Responses store's Redis client: {0}")]
+    ResponsesStore(std::io::Error),
 }
 
 impl Settings {
@@ -116,6 +118,23 @@ impl GatewayFactory {
         #[cfg(not(feature = "test-hooks"))]
         let limiter = Limiter::new(&bootstrap.ratelimit, Arc::new(crate::limit::SystemClock))?;
         let loaded = Loaded::new(resources, None, bootstrap.upstream.resilience);
+        let limits = bootstrap.responses_store;
+        let (responses, pins) = match &bootstrap.ratelimit.backend {
+            aisix_config::RateLimitBackend::Redis(redis) => {
+                let shared = Arc::new(
+                    crate::stored::Shared::start(redis)
+                        .map_err(GatewayInitError::ResponsesStore)?,
+                );
+                (
+                    crate::stored::Store::in_redis(limits, shared.clone(), "aisix:responses:"),
+                    crate::stored::Store::in_redis(limits, shared, "aisix:responses:pin:"),
+                )
+            }
+            aisix_config::RateLimitBackend::Memory => (
+                crate::stored::Store::new(limits),
+                crate::stored::Store::new(limits),
+            ),
+        };
         Ok(Self {
             common: Arc::new(Common {
                 loaded: ArcSwap::from_pointee(loaded),
@@ -128,8 +147,8 @@ impl GatewayFactory {
                 tls: crate::upstream::tls::tls_client_config()?,
                 metrics,
                 limiter,
-                responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
-                pins: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
+                responses: Arc::new(responses),
+                pins: Arc::new(pins),
                 #[cfg(feature = "test-hooks")]
                 clock,
             }),

@@ -29,6 +29,7 @@ mod route;
 mod service;
 mod snapshot;
 mod stored;
+mod stored_shared;
 mod target;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;

@@ -45,6 +45,7 @@ use crate::wire::Dialect;
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
 static X_SERVED_BY: HeaderName = HeaderName::from_static("x-aisix-served-by");
+static X_DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-aisix-dropped-tools");
 
 /// One worker's gateway; cloned per connection (one reference-count increment).
 #[derive(Clone)]
@@ -108,6 +109,8 @@ struct Head {
     close: bool,
     /// Where the request's limits stand, for the `x-ratelimit-*` headers.
     limits: Option<Headroom>,
+    /// The offered tools a translated Responses request left out.
+    dropped_tools: Option<HeaderValue>,
 }
 
 impl Head {
@@ -125,6 +128,9 @@ impl Head {
         }
         if let Some(served_by) = self.served_by {
             headers.insert(X_SERVED_BY.clone(), served_by);
+        }
+        if let Some(dropped) = self.dropped_tools {
+            headers.insert(X_DROPPED_TOOLS.clone(), dropped);
         }
         if self.close {
             headers.insert(CONNECTION, HeaderValue::from_static("close"));
@@ -161,6 +167,7 @@ impl Inner {
                     sse: false,
                     close: false,
                     limits: None,
+                    dropped_tools: None,
                 }
                 .apply(&mut response);
                 return response;
@@ -184,7 +191,7 @@ impl Inner {
                 .models(&request, &mut record, dialect)
                 .map(Reply::Ready),
             Ok(Endpoint::Responses) if request.method() != http::Method::POST => {
-                self.stored(&request, &mut record).map(Reply::Ready)
+                self.stored(&request, &mut record).await.map(Reply::Ready)
             }
             Ok(endpoint) => self.model_request(endpoint, request, &mut record).await,
             Err(error) => Err(error),
@@ -211,6 +218,7 @@ impl Inner {
                         sse: true,
                         close: false,
                         limits,
+                        dropped_tools: None,
                     }
                     .apply(&mut response);
                     return response;
@@ -241,8 +249,9 @@ impl Inner {
         }
     }
 
-    /// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
-    fn stored(
+    /// `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`: relayed to
+    /// the provider key that created a native response, else answered from the store.
+    async fn stored(
         &self,
         request: &Request<Incoming>,
         record: &mut Record,
@@ -258,7 +267,39 @@ impl Inner {
         let Some((id, items)) = endpoint::stored_response(uri.path()) else {
             return Err(crate::stored::not_found(uri.path(), None));
         };
-        crate::stored::answer(&keeper, request.method(), id, items, uri.query())
+        let pinned = keeper.pinned(id).await;
+        let Some(route) = pinned.and_then(|p| snapshot.responses_route(&p)) else {
+            return crate::stored::answer(&keeper, request.method(), id, items, uri.query()).await;
+        };
+        record.calling(route.name.clone(), route.provider.name.clone(), None);
+        let settings = &self.common.settings;
+        let deadlines =
+            settings
+                .deadlines
+                .upstream(&route.timeouts, record.received(), Instant::now());
+        let asked = crate::provider::native_state::Asked {
+            method: request.method().clone(),
+            id,
+            items,
+            query: uri.query(),
+        };
+        let answer = crate::provider::native_state::relay(
+            &self.pool,
+            route,
+            asked,
+            record.request_id(),
+            &deadlines,
+            settings.upstream.max_response_bytes,
+        )
+        .await;
+        if *request.method() == http::Method::DELETE && answer.is_ok() {
+            keeper.unpin(id).await;
+        }
+        let (status, content_type, body) = answer?;
+        let mut response = Response::new(GatewayBody::full(body));
+        *response.status_mut() = status;
+        response.headers_mut().insert(CONTENT_TYPE, content_type);
+        Ok(response)
     }
 
     /// The life of a model request.
@@ -288,11 +329,11 @@ impl Inner {
         }
         self.limit(key, &model, &inbound, record).await?;
         let mut plan = Plan::new(&model);
-        if let Some(provider) = inbound
-            .stored
-            .as_ref()
-            .and_then(|k| pinned_provider(k, &inbound))
-        {
+        let pinned = match &inbound.stored {
+            Some(keeper) => pinned_provider(keeper, &inbound).await,
+            None => None,
+        };
+        if let Some(provider) = pinned {
             // A native response's state lives with the provider key that created it.
             plan.keep_only(|target| target.provider.name.as_bytes() == &provider[..]);
         }
@@ -496,13 +537,13 @@ impl Inner {
 
 /// The provider key that created the response a Responses request's `previous_response_id`
 /// names, when a native key answered it.
-fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
+async fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
     #[derive(serde::Deserialize)]
     struct Previous {
         previous_response_id: Option<String>,
     }
     let previous: Previous = serde_json::from_slice(&inbound.body).ok()?;
-    keeper.pinned(&previous.previous_response_id?)
+    keeper.pinned(&previous.previous_response_id?).await
 }
 
 /// The direct models of `group` that `key` may not call: answers from them name the group.
@@ -603,6 +644,7 @@ fn relay(
         sse: false,
         close: false,
         limits: record.limits(),
+        dropped_tools: None,
     };
     let response = match result {
         Ok(Reply::Ready(response)) => {
@@ -619,6 +661,8 @@ fn relay(
         )) => {
             record.succeeded();
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.left_out_tools(head.dropped_tools.clone());
             let mut response = Response::new(GatewayBody::full(body));
             *response.status_mut() = status;
             response.headers_mut().insert(CONTENT_TYPE, content_type);
@@ -628,6 +672,8 @@ fn relay(
             let (status, content_type) = (answer.status, answer.content_type.clone());
             head.overhead = Some(record.responded(status.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.left_out_tools(head.dropped_tools.clone());
             let relay = UnaryRelay::new(*answer, record);
             let mut response = Response::new(GatewayBody::Unary(Box::new(relay)));
             *response.status_mut() = status;
@@ -637,6 +683,8 @@ fn relay(
         Ok(Reply::Served(Served::Stream(events), attempts)) => {
             head.overhead = Some(record.responded(StatusCode::OK.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
+            head.dropped_tools = attempts.dropped_tools();
+            record.left_out_tools(head.dropped_tools.clone());
             head.sse = true;
             let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
             let relay = SseRelay::new(events, record, rest);

@@ -2,8 +2,11 @@
 //! conversation that led to it (its input items, the history included) under its id, for the
 //! API key that made it, until its TTL passes or the store's bounds (entries, bytes) push the
 //! oldest out. Looked up for `previous_response_id`, `GET /v1/responses/{id}` (and its
-//! `input_items`) and `DELETE`. In this process's memory; a request that stores nothing (native
-//! relays, `store: false`, every other endpoint) never touches it.
+//! `input_items`) and `DELETE`. In this process's memory, or, when the limiter counts in Redis,
+//! in that Redis for every replica (`stored_shared`); a request that stores nothing (native relays,
+//! `store: false`, every other endpoint) never touches it.
+
+pub(crate) use crate::stored_shared::Shared;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -43,9 +46,14 @@ impl Keeper {
         );
     }
 
+    /// Forgets which key created the response `id` (it was deleted there).
+    pub(crate) async fn unpin(&self, id: &str) {
+        self.pins.delete(id, &self.owner).await;
+    }
+
     /// The provider key that created the response `id` for this caller, if it is remembered.
-    pub(crate) fn pinned(&self, id: &str) -> Option<Bytes> {
-        self.pins.get(id, &self.owner).map(|pin| pin.response)
+    pub(crate) async fn pinned(&self, id: &str) -> Option<Bytes> {
+        self.pins.get(id, &self.owner).await.map(|pin| pin.response)
     }
 }
 
@@ -92,7 +100,7 @@ pub(crate) fn not_found(id: &str, param: Option<&'static str>) -> GatewayError {
 
 /// `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}` and
 /// `GET /v1/responses/{id}/input_items` (`items`) for the caller `keeper.owner`.
-pub(crate) fn answer(
+pub(crate) async fn answer(
     keeper: &Keeper,
     method: &Method,
     id: &str,
@@ -100,7 +108,7 @@ pub(crate) fn answer(
     query: Option<&str>,
 ) -> Result<Response<GatewayBody>, GatewayError> {
     if *method == Method::DELETE {
-        if !keeper.store.delete(id, &keeper.owner) {
+        if !keeper.store.delete(id, &keeper.owner).await {
             return Err(not_found(id, None));
         }
         return Ok(json_response(
@@ -112,6 +120,7 @@ pub(crate) fn answer(
     let stored = keeper
         .store
         .get(id, &keeper.owner)
+        .await
         .ok_or_else(|| not_found(id, None))?;
     if !items {
         return Ok(json_response(stored.response));
@@ -208,6 +217,35 @@ impl Stored {
     fn size(&self) -> usize {
         self.response.len() + self.input.len()
     }
+
+    /// Its bytes in Redis: the owner and the response each after its length (4 bytes, big
+    /// endian), then the input.
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + self.owner.len() + self.size());
+        for part in [self.owner.as_bytes(), &self.response[..]] {
+            out.extend_from_slice(&u32::try_from(part.len()).unwrap_or(u32::MAX).to_be_bytes());
+            out.extend_from_slice(part);
+        }
+        out.extend_from_slice(&self.input);
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<Stored> {
+        let (owner, rest) = Self::part(bytes)?;
+        let (response, input) = Self::part(rest)?;
+        Some(Stored {
+            owner: std::str::from_utf8(owner).ok()?.into(),
+            response: Bytes::copy_from_slice(response),
+            input: Bytes::copy_from_slice(input),
+        })
+    }
+
+    fn part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+        let len = bytes.get(..4)?;
+        let len = u32::from_be_bytes(len.try_into().ok()?) as usize;
+        let rest = bytes.get(4..)?;
+        Some((rest.get(..len)?, rest.get(len..)?))
+    }
 }
 
 /// The store of one process.
@@ -216,6 +254,8 @@ impl Stored {
 pub struct Store {
     limits: ResponsesStoreConfig,
     inner: Mutex<Inner>,
+    /// Redis instead of `inner`, with this store's key prefix.
+    shared: Option<(Arc<Shared>, &'static str)>,
 }
 
 #[derive(Debug, Default)]
@@ -231,6 +271,20 @@ impl Store {
         Self {
             limits,
             inner: Mutex::new(Inner::default()),
+            shared: None,
+        }
+    }
+
+    /// A store kept in Redis under `prefix` + id, each entry for the TTL (`max_bytes` bounds
+    /// one entry; Redis's own memory policy bounds them all).
+    pub(crate) fn in_redis(
+        limits: ResponsesStoreConfig,
+        shared: Arc<Shared>,
+        prefix: &'static str,
+    ) -> Self {
+        Self {
+            shared: Some((shared, prefix)),
+            ..Self::new(limits)
         }
     }
 
@@ -244,6 +298,10 @@ impl Store {
     pub fn put(&self, id: String, stored: Stored) {
         let size = stored.size();
         if self.limits.max_entries == 0 || size > self.limits.max_bytes {
+            return;
+        }
+        if let Some((shared, prefix)) = &self.shared {
+            shared.put(format!("{prefix}{id}"), stored.encode(), self.limits.ttl);
             return;
         }
         let now = Instant::now();
@@ -265,7 +323,23 @@ impl Store {
     }
 
     /// The response `id` if it is still kept and `owner` made it.
-    pub fn get(&self, id: &str, owner: &str) -> Option<Stored> {
+    pub async fn get(&self, id: &str, owner: &str) -> Option<Stored> {
+        let Some((shared, prefix)) = &self.shared else {
+            return self.memory_get(id, owner);
+        };
+        let bytes = shared.get(&format!("{prefix}{id}")).await?;
+        Stored::decode(&bytes).filter(|stored| &*stored.owner == owner)
+    }
+
+    /// Forgets the response `id` that `owner` made; whether there was one.
+    pub async fn delete(&self, id: &str, owner: &str) -> bool {
+        let Some((shared, prefix)) = &self.shared else {
+            return self.memory_delete(id, owner);
+        };
+        self.get(id, owner).await.is_some() && shared.delete(&format!("{prefix}{id}")).await
+    }
+
+    fn memory_get(&self, id: &str, owner: &str) -> Option<Stored> {
         let now = Instant::now();
         let inner = self.inner();
         let (stored, at) = inner.entries.get(id)?;
@@ -273,9 +347,8 @@ impl Store {
             .then(|| stored.clone())
     }
 
-    /// Forgets the response `id` that `owner` made; whether there was one.
-    pub fn delete(&self, id: &str, owner: &str) -> bool {
-        if self.get(id, owner).is_none() {
+    fn memory_delete(&self, id: &str, owner: &str) -> bool {
+        if self.memory_get(id, owner).is_none() {
             return false;
         }
         let mut inner = self.inner();
@@ -343,12 +416,12 @@ mod tests {
     fn a_stored_response_is_read_only_by_the_key_that_made_it() {
         let store = store(10, 1000);
         store.put("resp_1".into(), stored("alice", 10));
-        assert!(store.get("resp_1", "alice").is_some());
-        assert!(store.get("resp_1", "bob").is_none());
-        assert!(!store.delete("resp_1", "bob"));
-        assert!(store.delete("resp_1", "alice"));
-        assert!(store.get("resp_1", "alice").is_none());
-        assert!(!store.delete("resp_1", "alice"));
+        assert!(store.memory_get("resp_1", "alice").is_some());
+        assert!(store.memory_get("resp_1", "bob").is_none());
+        assert!(!store.memory_delete("resp_1", "bob"));
+        assert!(store.memory_delete("resp_1", "alice"));
+        assert!(store.memory_get("resp_1", "alice").is_none());
+        assert!(!store.memory_delete("resp_1", "alice"));
     }
 
     #[test]
@@ -357,25 +430,28 @@ mod tests {
         for id in ["a", "b", "c"] {
             store.put(id.into(), stored("k", 10));
         }
-        assert!(store.get("a", "k").is_none());
-        assert!(store.get("b", "k").is_some() && store.get("c", "k").is_some());
+        assert!(store.memory_get("a", "k").is_none());
+        assert!(store.memory_get("b", "k").is_some() && store.memory_get("c", "k").is_some());
 
         let store = self::store(100, 100);
         store.put("a".into(), stored("k", 50));
         store.put("b".into(), stored("k", 40));
         store.put("c".into(), stored("k", 40));
-        assert!(store.get("a", "k").is_none(), "bytes pushed the oldest out");
-        assert!(store.get("c", "k").is_some());
+        assert!(
+            store.memory_get("a", "k").is_none(),
+            "bytes pushed the oldest out"
+        );
+        assert!(store.memory_get("c", "k").is_some());
         store.put("huge".into(), stored("k", 500));
         assert!(
-            store.get("huge", "k").is_none(),
+            store.memory_get("huge", "k").is_none(),
             "larger than the store: not kept"
         );
         assert!(
-            store.get("c", "k").is_some(),
+            store.memory_get("c", "k").is_some(),
             "and nothing pushed out for it"
         );
-        assert!(self::store(0, 100).get("x", "k").is_none());
+        assert!(self::store(0, 100).memory_get("x", "k").is_none());
     }
 
     #[test]
@@ -390,22 +466,46 @@ mod tests {
             provider: "key-a".into(),
         };
         pin.answered(br#"{"id" : "resp_7","object":"response","output":[{"id":"msg_1"}]}"#);
-        assert_eq!(keeper.pinned("resp_7").as_deref(), Some(&b"key-a"[..]));
-        assert_eq!(keeper.pinned("msg_1"), None);
+        assert_eq!(
+            keeper
+                .pins
+                .memory_get("resp_7", "alice")
+                .map(|p| p.response)
+                .as_deref(),
+            Some(&b"key-a"[..])
+        );
+        assert_eq!(
+            keeper.pins.memory_get("msg_1", "alice").map(|p| p.response),
+            None
+        );
         let stranger = Keeper {
             owner: "bob".into(),
             ..keeper.clone()
         };
-        assert_eq!(stranger.pinned("resp_7"), None);
+        assert_eq!(
+            stranger
+                .pins
+                .memory_get("resp_7", "bob")
+                .map(|p| p.response),
+            None
+        );
         Pin {
             keeper: keeper.clone(),
             provider: "key-a".into(),
         }
         .answered(b"{\"error\":");
         assert!(
-            keeper.store.get("resp_7", "alice").is_none(),
+            keeper.store.memory_get("resp_7", "alice").is_none(),
             "pins are not stored answers"
         );
+    }
+
+    #[test]
+    fn a_stored_response_reads_back_from_its_redis_bytes() {
+        let one = stored("alice", 10);
+        assert_eq!(Stored::decode(&one.encode()), Some(one));
+        assert_eq!(Stored::decode(b"\0\0\0\x09short"), None);
+        assert_eq!(Stored::decode(b""), None);
     }
 
     #[tokio::test(start_paused = true)]
@@ -413,9 +513,9 @@ mod tests {
         let store = store(10, 1000);
         store.put("a".into(), stored("k", 10));
         tokio::time::advance(Duration::from_secs(59)).await;
-        assert!(store.get("a", "k").is_some());
+        assert!(store.memory_get("a", "k").is_some());
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(store.get("a", "k").is_none());
+        assert!(store.memory_get("a", "k").is_none());
         store.put("b".into(), stored("k", 10));
         assert_eq!(
             store.inner().entries.len(),

@@ -73,6 +73,8 @@ pub struct Entry<'a> {
     pub stream: bool,
     pub overhead: Duration,
     pub attempts: &'a [Attempt],
+    /// The offered tools a translated Responses request left out, comma-separated.
+    pub dropped_tools: Option<&'a str>,
 }
 
 /// One thread's pending lines.
@@ -308,6 +310,10 @@ pub fn format_line(out: &mut Vec<u8>, entry: &Entry<'_>, now: SystemTime) {
         out,
         u64::try_from(entry.overhead.as_micros()).unwrap_or(u64::MAX),
     );
+    if let Some(dropped) = entry.dropped_tools {
+        out.extend_from_slice(b",\"dropped_tools\":");
+        json_str(out, dropped);
+    }
     if !entry.attempts.is_empty() {
         out.extend_from_slice(b",\"attempts\":[");
         for (i, attempt) in entry.attempts.iter().enumerate() {

@@ -22,9 +22,14 @@ pub enum Dialect {
 
 impl Dialect {
     /// The default answer to `request`; `seq` (the request's ordinal) makes response ids unique.
-    pub(crate) fn answer(self, request: &RecordedRequest, seq: usize) -> Answer {
+    pub(crate) fn answer(
+        self,
+        request: &RecordedRequest,
+        seq: usize,
+        kept: &super::responses::Kept,
+    ) -> Answer {
         match self {
-            Dialect::OpenAi => openai::answer(request, seq),
+            Dialect::OpenAi => openai::answer(request, seq, kept),
             Dialect::Anthropic => anthropic::answer(request, seq),
         }
     }

@@ -1,5 +1,6 @@
 //! The fast path, for benchmarks: OpenAI chat completions computed once at start, paced or sent
-//! in one burst, one precomputed Anthropic message (non-streaming `POST /v1/messages`), and, for
+//! in one burst, one precomputed Anthropic message (non-streaming `POST /v1/messages`), one
+//! precomputed Responses API response (non-streaming `POST /v1/responses`), and, for
 //! the model [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), hostile answers (one huge SSE event, one huge JSON body) built
 //! from one small buffer. A request's body is only byte-searched for `"stream": true`,
 //! `"include_usage": true` and the hostile model's name (no JSON parse), and nothing is recorded,
@@ -39,6 +40,8 @@ pub(crate) struct Answers {
     completion: Bytes,
     /// The Anthropic Messages answer (`"type":"message"`, with `usage`).
     message: Bytes,
+    /// The Responses API answer (`"object":"response"`, with `usage`).
+    response: Bytes,
     content: Bytes,
     /// The last content frame, the finish chunk and `[DONE]`, with and without the usage chunk:
     /// one write, as a provider sends the end of a stream.
@@ -76,6 +79,9 @@ impl Answers {
             message: Bytes::from_static(
                 br#"{"id":"msg_bench","type":"message","role":"assistant","model":"mock-claude","content":[{"type":"text","text":"Hello from the aisix bench mock."}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":9,"output_tokens":8}}"#,
             ),
+            response: Bytes::from_static(
+                br#"{"id":"resp_bench","object":"response","created_at":1700000000,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"mock-model","output":[{"type":"message","id":"msg_bench","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello from the aisix bench mock.","annotations":[]}]}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":false,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0},"output_tokens":8,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":17},"user":null,"metadata":{}}"#,
+            ),
             tail: Bytes::from(format!("{content}{finish}{done}")),
             tail_with_usage: Bytes::from(format!("{content}{finish}{usage}{done}")),
             whole: Bytes::from(format!("{leading}{content}{finish}{done}")),
@@ -89,8 +95,9 @@ impl Answers {
         }
     }
 
-    /// The answer to a chat completion (JSON or, with `"stream": true`, paced SSE) or to an
-    /// Anthropic message (JSON only); any other request gets a 404 in OpenAI's error shape.
+    /// The answer to a chat completion (JSON or, with `"stream": true`, paced SSE), to an
+    /// Anthropic message or a Responses request (JSON only); any other request gets a 404 in
+    /// OpenAI's error shape.
     pub(crate) fn respond(
         &self,
         head: &request::Parts,
@@ -99,6 +106,9 @@ impl Answers {
     ) -> Response<MockBody> {
         if head.method == Method::POST && head.uri.path().ends_with("/v1/messages") {
             return json(Frames::one(self.message.clone()), worker);
+        }
+        if head.method == Method::POST && head.uri.path().ends_with("/v1/responses") {
+            return json(Frames::one(self.response.clone()), worker);
         }
         if head.method != Method::POST || !head.uri.path().ends_with("/chat/completions") {
             let not_found = Bytes::from_static(

@@ -38,13 +38,13 @@ pub const CREATED: u64 = 1_700_000_000;
 const SYSTEM_FINGERPRINT: &str = "fp_mock";
 
 /// The default answer to `req`; `seq` (the request's ordinal) makes response ids unique.
-pub(crate) fn answer(req: &RecordedRequest, seq: usize) -> Answer {
+pub(crate) fn answer(req: &RecordedRequest, seq: usize, kept: &super::responses::Kept) -> Answer {
     match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/v1/chat/completions") => with_body(req, |body, model| chat(body, model, seq)),
         ("POST", "/v1/completions") => with_body(req, |body, model| completion(body, model, seq)),
         ("POST", "/v1/embeddings") => with_body(req, embeddings),
         ("POST", "/v1/responses") => match req.body_json() {
-            Ok(body) => super::responses::answer(&body, seq),
+            Ok(body) => super::responses::answer(&body, seq, kept),
             Err(_) => error(
                 StatusCode::BAD_REQUEST,
                 None,
@@ -52,6 +52,9 @@ pub(crate) fn answer(req: &RecordedRequest, seq: usize) -> Answer {
             ),
         },
         ("GET", "/v1/models") => json_answer(StatusCode::OK, models()),
+        ("GET" | "DELETE", path) if path.starts_with("/v1/responses/") => {
+            super::responses::kept_answer(req, kept)
+        }
         (method, path) => error(
             StatusCode::NOT_FOUND,
             Some("unknown_url"),

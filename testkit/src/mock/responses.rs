@@ -11,15 +11,25 @@
 //! `input_tokens` counts the words of `instructions` and of the input's text (at least 1),
 //! `output_tokens` the pieces (1 for a tool call). `previous_response_id` is echoed; like the
 //! real API a request must have `model` and `input` (400 otherwise).
+//!
+//! Like the API, an answer is kept unless the request says `store: false`: `GET
+//! /v1/responses/{id}` answers it, `GET /v1/responses/{id}/input_items` lists its input items
+//! (`order` `desc` unless `asc`, `limit` 20 unless given), `DELETE` forgets it
+//! (`{"id", "object": "response", "deleted": true}`), and an id not kept is 404 with the API's
+//! message.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
 
 use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::dialect::Answer;
 use super::openai::{CREATED, REPLY_PIECES, REPLY_TEXT, count_tokens, error_body, json_answer};
+use super::record::RecordedRequest;
 
 /// The answer to a Responses request `body`; `seq` makes ids unique.
-pub(crate) fn answer(body: &Value, seq: usize) -> Answer {
+pub(crate) fn answer(body: &Value, seq: usize, kept: &Kept) -> Answer {
     let Some(model) = body.get("model").and_then(Value::as_str) else {
         return invalid("Missing required parameter: 'model'.", "model");
     };
@@ -68,6 +78,10 @@ pub(crate) fn answer(body: &Value, seq: usize) -> Answer {
             "metadata": {},
         })
     };
+    if body.get("store") != Some(&Value::Bool(false)) {
+        let completed = response("completed", json!([item.clone()]), usage.clone());
+        kept.keep(&id, completed, input_items(input, seq));
+    }
     if body.get("stream").and_then(Value::as_bool) != Some(true) {
         return json_answer(StatusCode::OK, response("completed", json!([item]), usage));
     }
@@ -219,4 +233,98 @@ fn invalid(message: &str, param: &str) -> Answer {
     let mut body = error_body("invalid_request_error", None, message);
     body["error"]["param"] = json!(param);
     json_answer(StatusCode::BAD_REQUEST, body)
+}
+
+/// The answers a mock keeps, by id: the response and its input items.
+// shared: kept by the worker that answered, read by whichever answers the next request.
+#[derive(Default)]
+pub(crate) struct Kept(Mutex<HashMap<String, (Value, Vec<Value>)>>);
+
+impl Kept {
+    fn keep(&self, id: &str, response: Value, input: Vec<Value>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id.to_owned(), (response, input));
+    }
+}
+
+/// A request's `input` as the API lists it: each item with an id.
+fn input_items(input: &Value, seq: usize) -> Vec<Value> {
+    let items = match input {
+        Value::String(text) => vec![json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": text}]})],
+        Value::Array(items) => items.clone(),
+        _ => Vec::new(),
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut item)| {
+            if item.get("id").is_none() {
+                item["id"] = json!(format!("msg_in_{seq}_{i}"));
+            }
+            if item.get("type").is_none() {
+                item["type"] = json!("message");
+            }
+            item
+        })
+        .collect()
+}
+
+/// `GET` or `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
+pub(crate) fn kept_answer(req: &RecordedRequest, kept: &Kept) -> Answer {
+    let rest = req.path.trim_start_matches("/v1/responses/");
+    let (id, items) = match rest.strip_suffix("/input_items") {
+        Some(id) => (id, true),
+        None => (rest, false),
+    };
+    let mut kept = kept.0.lock().unwrap_or_else(PoisonError::into_inner);
+    let not_found = || {
+        let mut body = error_body(
+            "invalid_request_error",
+            None,
+            &format!("Response with id '{id}' not found."),
+        );
+        body["error"]["param"] = json!("response_id");
+        json_answer(StatusCode::NOT_FOUND, body)
+    };
+    if req.method == http::Method::DELETE {
+        return match kept.remove(id) {
+            Some(_) if !items => json_answer(
+                StatusCode::OK,
+                json!({"id": id, "object": "response", "deleted": true}),
+            ),
+            _ => not_found(),
+        };
+    }
+    let Some((response, input)) = kept.get(id) else {
+        return not_found();
+    };
+    if !items {
+        return json_answer(StatusCode::OK, response.clone());
+    }
+    let query = req.query.as_deref().unwrap_or_default();
+    let param = |name: &str| {
+        query
+            .split('&')
+            .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+    };
+    let limit = param("limit").and_then(|l| l.parse().ok()).unwrap_or(20);
+    let mut data = input.clone();
+    if param("order") != Some("asc") {
+        data.reverse();
+    }
+    let has_more = data.len() > limit;
+    data.truncate(limit);
+    json_answer(
+        StatusCode::OK,
+        json!({
+            "object": "list",
+            "data": data,
+            "first_id": data.first().map(|i| i["id"].clone()),
+            "last_id": data.last().map(|i| i["id"].clone()),
+            "has_more": has_more,
+        }),
+    )
 }

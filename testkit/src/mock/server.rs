@@ -225,7 +225,7 @@ fn respond(
         Content::NoResponse | Content::Reset | Content::Silence => return Err(NoResponse),
         Content::Dialect(answered) => {
             dialect = answered;
-            let answer = answered.answer(request, seq);
+            let answer = answered.answer(request, seq, &worker.state.kept);
             terminated = answer.terminated;
             headers.insert(CONTENT_TYPE, HeaderValue::from_static(answer.content_type));
             if answer.sse {

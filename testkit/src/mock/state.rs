@@ -27,6 +27,8 @@ pub(crate) struct State {
     pub(crate) connections_closed: AtomicUsize,
     pub(crate) streams_cancelled: AtomicUsize,
     pub(crate) requests_abandoned: AtomicUsize,
+    /// The Responses answers kept (`store` not false), as the API keeps them.
+    pub(crate) kept: super::responses::Kept,
 }
 
 /// One worker's per-request counts, alone on their cache line so workers never share one.
@@ -70,6 +72,7 @@ impl State {
             connections_closed: AtomicUsize::new(0),
             streams_cancelled: AtomicUsize::new(0),
             requests_abandoned: AtomicUsize::new(0),
+            kept: super::responses::Kept::default(),
         }
     }
 

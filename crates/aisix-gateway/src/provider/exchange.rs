@@ -333,6 +333,62 @@ async fn send(
     }
 }
 
+/// A bodiless `method` request (`GET`, `DELETE`) to `uri` on `provider`, its whole answer read
+/// (at most `limit` bytes) by the deadlines: the status, `Content-Type` and body of a success;
+/// an error status becomes the error every call makes of it, the provider's own error object
+/// passed through in OpenAI's envelope with every value the gateway adds masked.
+pub(crate) async fn fetch(
+    pool: &Pool,
+    provider: &Provider,
+    method: Method,
+    uri: &Uri,
+    request_id: &HeaderValue,
+    deadlines: &Deadlines,
+    limit: usize,
+) -> Result<(StatusCode, HeaderValue, Bytes), GatewayError> {
+    let mut request = request(
+        provider,
+        uri,
+        Bytes::new(),
+        false,
+        request_id,
+        &HeaderMap::new(),
+    )?;
+    *request.method_mut() = method;
+    request.headers_mut().remove(CONTENT_TYPE);
+    let head = send(pool, provider, request, deadlines).await?;
+    let status = head.response.status();
+    if !status.is_success() {
+        let rejection = rejection(head, deadlines.end, &provider.name).await;
+        let mut error = rejection.error();
+        if rejection.passes_through() {
+            error.upstream_body = super::openai::error_body(
+                status.as_u16(),
+                &rejection.body,
+                provider.error_secret(),
+                Dialect::Responses,
+            );
+        }
+        return Err(provider.masks.error(error));
+    }
+    let content_type = head
+        .response
+        .headers()
+        .get(CONTENT_TYPE)
+        .cloned()
+        .unwrap_or_else(|| HeaderValue::from_static("application/json"));
+    let body = read_body(
+        head.response.into_body(),
+        head.lease,
+        limit,
+        deadlines.end,
+        &provider.name,
+        None,
+    )
+    .await?;
+    Ok((status, content_type, body))
+}
+
 /// Reads a whole body of at most `limit` bytes by `deadline`, each piece covered in `room`
 /// (when given) as it arrives, waiting for room if need be; hands the connection back when
 /// it was read to the end. A longer body is `upstream_response_too_large`, one still waiting

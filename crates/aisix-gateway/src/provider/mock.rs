@@ -47,9 +47,6 @@ struct MockRequest {
 
 /// The adapter: answers at once, streams included (as one SSE body).
 pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
-    if call.inbound.endpoint == Endpoint::Responses {
-        return super::responses::via_mock(call);
-    }
     let inbound = call.inbound;
     let model = if call.rename {
         call.shown_name()

@@ -24,6 +24,7 @@ pub(crate) mod events;
 pub(crate) mod exchange;
 pub(crate) mod gemini;
 pub(crate) mod mock;
+pub(crate) mod native_state;
 pub(crate) mod openai;
 pub(crate) mod responses;
 #[cfg(test)]
@@ -38,6 +39,7 @@ use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
+use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::request::deadline::Deadlines;
@@ -123,6 +125,9 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
         return answer;
     }
     match call.route.provider.kind {
+        ProviderKind::Mock if call.inbound.endpoint == Endpoint::Responses => {
+            responses::via_mock(&call).await
+        }
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
         ProviderKind::Anthropic => anthropic::call(&call).await,

@@ -57,6 +57,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         }
     };
     let body = inbound.inspected.rewrite(&inbound.body, Some(model), false);
+    inbound.dropped_tools.set(Default::default());
     let head = call
         .send(uri, body, &HeaderMap::new(), super::openai::error_body)
         .await?;
@@ -87,7 +88,7 @@ struct Prepared {
 
 /// Reads the conversation `previous_response_id` names (404 when it is not kept for the
 /// caller) and translates the request, with it, to chat completions.
-fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayError> {
+async fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     let state: State = serde_json::from_slice(&inbound.body).unwrap_or_default();
     let history = match (&state.previous_response_id, &inbound.stored) {
@@ -95,6 +96,7 @@ fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayErro
             let stored = keeper
                 .store
                 .get(previous, &keeper.owner)
+                .await
                 .ok_or_else(|| stored::not_found(previous, Some("previous_response_id")))?;
             conversation(&stored)
         }
@@ -107,6 +109,7 @@ fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayErro
         include_usage,
     )
     .map_err(request_error)?;
+    inbound.dropped_tools.set(chat.dropped);
     // What a stored answer keeps: the conversation before it and this request's input.
     let keep = match &inbound.stored {
         Some(keeper) if state.store != Some(false) => {
@@ -139,7 +142,7 @@ fn prepare(call: &Call<'_>, include_usage: bool) -> Result<Prepared, GatewayErro
 async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let inbound = call.inbound;
     let include_usage = inbound.stream && call.provider().stream_usage;
-    let Prepared { chat, echo, keep } = prepare(call, include_usage)?;
+    let Prepared { chat, echo, keep } = prepare(call, include_usage).await?;
     let uri = call.uri(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
     let reserved = if inbound.stream {
@@ -170,7 +173,7 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
 pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();
-    let Prepared { chat, echo, keep } = prepare(call, inbound.stream)?;
+    let Prepared { chat, echo, keep } = prepare(call, inbound.stream).await?;
     let messages =
         anthropic_request::to_anthropic(&chat, &route.upstream_model, DEFAULT_MAX_TOKENS)
             .map_err(super::anthropic::request_error)?;
@@ -257,9 +260,9 @@ pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> 
 
 /// The client's Responses request for the built-in `mock` provider: its chat answer (whole, or
 /// a whole SSE body) translated as any chat target's is, and kept when asked.
-pub(crate) fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
+pub(crate) async fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let inbound = call.inbound;
-    let Prepared { chat, echo, keep } = prepare(call, true)?;
+    let Prepared { chat, echo, keep } = prepare(call, true).await?;
     let reply = super::mock::respond(
         Endpoint::ChatCompletions,
         &echo.model,

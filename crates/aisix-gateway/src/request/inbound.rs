@@ -2,6 +2,8 @@
 //! endpoint, dialect, body bytes and the fields the gateway acts on (found by one validating
 //! parse), and, for a stream cut short, the request that asks the next model to continue it.
 
+use std::sync::atomic::{AtomicU16, Ordering};
+
 use aisix_config::Continuation;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -12,6 +14,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::stored::Keeper;
 use crate::wire::Dialect;
 use crate::wire::openai::{BodyError, Inspected, inspect as inspect_body};
+use crate::wire::responses::request::Dropped;
 
 /// A client's model request, inspected.
 #[derive(Debug, Clone)]
@@ -28,6 +31,31 @@ pub(crate) struct Inbound {
     pub forwarded: HeaderMap,
     /// `/v1/responses` only: the store of its conversations, for the caller's key.
     pub stored: Option<Keeper>,
+    /// `/v1/responses` translated only: the offered tools the last translation left out
+    /// (`wire::responses::request::Dropped`'s bits), for the response header and the log.
+    pub dropped_tools: DroppedTools,
+}
+
+/// The bits of the tools a translation left out, written by the attempt that translated and
+/// read when the answer's head is written. An atomic because attempts share the request by
+/// reference across their `.await`s.
+#[derive(Debug, Default)]
+pub(crate) struct DroppedTools(AtomicU16);
+
+impl DroppedTools {
+    pub(crate) fn set(&self, dropped: Dropped) {
+        self.0.store(dropped.bits(), Ordering::Relaxed);
+    }
+
+    pub(crate) fn get(&self) -> Dropped {
+        Dropped::from_bits(self.0.load(Ordering::Relaxed))
+    }
+}
+
+impl Clone for DroppedTools {
+    fn clone(&self) -> Self {
+        Self(AtomicU16::new(self.0.load(Ordering::Relaxed)))
+    }
 }
 
 /// The inspect phase: validates `body` as a request to `endpoint` and finds the model it names.
@@ -42,6 +70,7 @@ pub(crate) fn inspect(endpoint: Endpoint, body: Bytes) -> Result<Inbound, Gatewa
         stream,
         forwarded: HeaderMap::new(),
         stored: None,
+        dropped_tools: DroppedTools::default(),
     })
 }
 

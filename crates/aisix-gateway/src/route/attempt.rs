@@ -162,6 +162,15 @@ impl Attempts {
         })
     }
 
+    /// The tools a translated Responses answer's request left out (`x-aisix-dropped-tools`).
+    pub(crate) fn dropped_tools(&self) -> Option<HeaderValue> {
+        let dropped = self.inbound.dropped_tools.get();
+        if dropped.is_empty() {
+            return None;
+        }
+        HeaderValue::from_str(&dropped.names()).ok()
+    }
+
     /// Whether a stream cut after its first token may be continued on the next direct model.
     pub(crate) fn continues_cut_streams(&self) -> bool {
         self.plan.policy().continue_on_cut && self.next < self.plan.len()

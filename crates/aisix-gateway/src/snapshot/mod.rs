@@ -121,6 +121,19 @@ impl ApiKeyEntry {
 }
 
 impl Snapshot {
+    /// A direct model on the provider key named `provider` that serves the Responses API: where
+    /// a native response's state is asked for. A walk of the models, on that path only.
+    pub(crate) fn responses_route(&self, provider: &[u8]) -> Option<&Arc<DirectRoute>> {
+        self.model_order.iter().find_map(|named| match named {
+            Named::Direct(route)
+                if route.provider.responses && route.provider.name.as_bytes() == provider =>
+            {
+                Some(route)
+            }
+            _ => None,
+        })
+    }
+
     /// Builds the lookup tables with every provider reached directly and fresh shared state.
     pub fn from_resources(resources: &Resources) -> Self {
         let states = States::carry_over(None, resources, Resilience::default());

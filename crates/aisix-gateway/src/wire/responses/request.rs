@@ -2,9 +2,10 @@
 //! `instructions` and the `input` items become messages (a message, a `function_call`, its
 //! `function_call_output`; reasoning items are dropped, encrypted reasoning being readable
 //! only by the OpenAI organisation that made it), function tools (and a `namespace` tool's
-//! functions) become chat tools, and the sampling and output fields their chat names. What chat
-//! cannot express (a tool only OpenAI runs, a file input, a stored item's reference) is refused
-//! with a message that names the field. One parse of the body, one serialization.
+//! functions) become chat tools, and the sampling and output fields their chat names. A tool
+//! the target cannot run that the client only offers is left out ([`Dropped`]); one it forces,
+//! and what else chat cannot express (a file input, a stored item's reference), is refused with
+//! a message that names the field. One parse of the body, one serialization.
 
 use serde_json::{Map, Value, json};
 
@@ -27,10 +28,15 @@ pub struct ChatRequest {
     pub body: Vec<u8>,
     /// The Responses request as parsed: what its answer echoes (`instructions`, `tools`, …).
     pub request: Map<String, Value>,
+    /// The tools the client offered that the chat request leaves out.
+    pub dropped: Dropped,
 }
 
-/// Built-in tools that only OpenAI runs: refused on a translated path.
-const BUILT_IN: [&str; 10] = [
+/// Tool types a chat target cannot run, left out when the client only offers them: the
+/// built-in tools OpenAI runs on its side (the first eight), `local_shell` (whose calls only
+/// OpenAI's Codex models emit, as their own item type) and `custom` (free-form input under a
+/// grammar: a chat function's arguments are JSON, so its calls would not round-trip).
+const UNRUNNABLE: [&str; 11] = [
     "web_search",
     "web_search_preview",
     "file_search",
@@ -39,9 +45,54 @@ const BUILT_IN: [&str; 10] = [
     "code_interpreter",
     "image_generation",
     "mcp",
-    "local_shell",
     "tool_search",
+    "local_shell",
+    "custom",
 ];
+
+/// The set of [`UNRUNNABLE`] tool types a translated request left out; empty for most.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Dropped(u16);
+
+impl Dropped {
+    /// Whether nothing was left out.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The bits, to carry the set across threads in an atomic.
+    pub fn bits(self) -> u16 {
+        self.0
+    }
+
+    pub fn from_bits(bits: u16) -> Self {
+        Self(bits)
+    }
+
+    /// The tool types left out, comma-separated, in [`UNRUNNABLE`]'s order (`web_search`).
+    pub fn names(self) -> String {
+        let mut names = String::new();
+        for (i, name) in UNRUNNABLE.iter().enumerate() {
+            if self.0 & (1 << i) != 0 {
+                if !names.is_empty() {
+                    names.push(',');
+                }
+                names.push_str(name);
+            }
+        }
+        names
+    }
+
+    fn add(&mut self, kind: &str) -> bool {
+        match UNRUNNABLE.iter().position(|k| *k == kind) {
+            Some(i) => {
+                self.0 |= 1 << i;
+                true
+            }
+            None => false,
+        }
+    }
+}
 
 /// Translates `body` for `upstream_model`; `history` is the conversation a
 /// `previous_response_id` names (its input and output items, oldest first), put before the
@@ -94,14 +145,31 @@ pub fn to_chat(
     messages.append(&mut items.messages);
     chat.insert("messages".into(), Value::Array(messages));
 
+    let mut dropped = Dropped::default();
+    let mut offered = 0;
     if let Some(tools) = request.get("tools").filter(|t| !t.is_null()) {
-        let tools = chat_tools(tools)?;
+        let tools = chat_tools(tools, &mut dropped)?;
+        offered = tools.len();
         if !tools.is_empty() {
             chat.insert("tools".into(), Value::Array(tools));
         }
     }
     if let Some(choice) = request.get("tool_choice").filter(|c| !c.is_null()) {
-        chat.insert("tool_choice".into(), tool_choice(choice)?);
+        let choice = tool_choice(choice)?;
+        if offered == 0 && !dropped.is_empty() {
+            // Every tool was left out: a choice among them means nothing to chat.
+            if choice == "required" {
+                return Err(invalid(
+                    "tool_choice",
+                    format!(
+                        "'tool_choice' is 'required', but the only tools offered ({}) are not run by this model's provider, which speaks only chat completions.",
+                        dropped.names()
+                    ),
+                ));
+            }
+        } else {
+            chat.insert("tool_choice".into(), choice);
+        }
     }
     for (from, to) in [
         ("parallel_tool_calls", "parallel_tool_calls"),
@@ -136,7 +204,11 @@ pub fn to_chat(
     }
     let body = serde_json::to_vec(&Value::Object(chat))
         .map_err(|e| RequestError::InvalidJson(e.to_string()))?;
-    Ok(ChatRequest { body, request })
+    Ok(ChatRequest {
+        body,
+        request,
+        dropped,
+    })
 }
 
 /// `error` with `field[i]` put in front of its message.
@@ -301,8 +373,9 @@ fn text_of(parts: &[Value]) -> String {
     text
 }
 
-/// The request's tools as chat tools: functions as they are, a namespace's functions each.
-fn chat_tools(tools: &Value) -> Result<Vec<Value>, RequestError> {
+/// The request's tools as chat tools: functions as they are, a namespace's functions each; the
+/// [`UNRUNNABLE`] ones left out and added to `dropped`.
+fn chat_tools(tools: &Value, dropped: &mut Dropped) -> Result<Vec<Value>, RequestError> {
     let Value::Array(tools) = tools else {
         return Err(invalid("tools", "'tools' must be an array."));
     };
@@ -321,14 +394,7 @@ fn chat_tools(tools: &Value) -> Result<Vec<Value>, RequestError> {
                     out.push(function(inner).map_err(|e| at_named(e, &name))?);
                 }
             }
-            kind if BUILT_IN.contains(&kind) => {
-                return Err(invalid(
-                    "tools",
-                    format!(
-                        "tools[{i}].type: the built-in tool '{kind}' is run only by OpenAI; this model's provider speaks only chat completions."
-                    ),
-                ));
-            }
+            kind if dropped.add(kind) => {}
             other => {
                 return Err(invalid(
                     "tools",
@@ -385,6 +451,12 @@ fn tool_choice(choice: &Value) -> Result<Value, RequestError> {
             Some("allowed_tools") => Ok(json!(
                 object.get("mode").and_then(Value::as_str).unwrap_or("auto")
             )),
+            Some(kind) if UNRUNNABLE.contains(&kind) => Err(invalid(
+                "tool_choice",
+                format!(
+                    "'tool_choice' forces the tool '{kind}', which this model's provider cannot run: it speaks only chat completions."
+                ),
+            )),
             Some(other) => Err(invalid(
                 "tool_choice",
                 format!(
@@ -424,5 +496,23 @@ fn response_format(format: &Value) -> Result<Option<Value>, RequestError> {
             "text",
             "text.format must be of type text, json_object or json_schema.",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offered_tools_a_chat_target_cannot_run_are_named_as_left_out() {
+        let body = br#"{"model":"m","input":"x","tools":[{"type":"custom","name":"apply_patch"},{"type":"function","name":"f"},{"type":"web_search"}]}"#;
+        let chat = to_chat(body, "up", &[], false).unwrap();
+        assert_eq!(chat.dropped.names(), "web_search,custom");
+        assert_eq!(Dropped::from_bits(chat.dropped.bits()), chat.dropped);
+        let sent: Value = serde_json::from_slice(&chat.body).unwrap();
+        assert_eq!(sent["tools"].as_array().unwrap().len(), 1);
+        let plain = to_chat(br#"{"model":"m","input":"x"}"#, "up", &[], false).unwrap();
+        assert!(plain.dropped.is_empty());
+        assert_eq!(plain.dropped.names(), "");
     }
 }
