@@ -271,7 +271,7 @@ impl Inner {
         let Some(route) = pinned.and_then(|p| snapshot.responses_route(&p)) else {
             return crate::stored::answer(&keeper, request.method(), id, items, uri.query()).await;
         };
-        record.calling(route.name.clone(), route.provider.name.clone(), None);
+        record.calling(route.name.clone(), route.provider.name.clone(), None, false);
         let settings = &self.common.settings;
         let deadlines =
             settings

@@ -213,7 +213,7 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
 /// to a `generateContent` body; Gemini's answer or stream comes back through chat to Responses.
 pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
-    let Prepared { chat, echo, keep } = prepare(call, inbound.stream)?;
+    let Prepared { chat, echo, keep } = prepare(call, inbound.stream).await?;
     let generate =
         crate::wire::gemini::request::from_chat(&chat).map_err(super::anthropic::request_error)?;
     let uri = if inbound.stream {
