@@ -6,6 +6,7 @@ mod bootstrap;
 mod duration;
 mod error;
 mod load;
+mod otlp;
 mod resources;
 mod suggest;
 mod timeouts;
@@ -17,6 +18,7 @@ pub use bootstrap::{
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
+pub use otlp::{Compression, OtlpConfig, Signal};
 pub use resources::{
     ApiKey, Budget, BudgetPeriod, CollectionDiff, Continuation, Cost, DEFAULT_ANTHROPIC_VERSION,
     FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources, Model, ModelGroup,

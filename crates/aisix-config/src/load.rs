@@ -18,6 +18,8 @@ use crate::bootstrap::{
 use crate::duration::{self, Unit};
 use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::suggest;
+
+mod otlp;
 use crate::timeouts::UpstreamTimeouts;
 
 /// The longest duration any key takes: `u32::MAX` seconds (136 years), far enough for "never"
@@ -37,6 +39,12 @@ pub fn load_bootstrap<I>(file: Option<&Path>, env: I) -> Result<Bootstrap, Confi
 where
     I: IntoIterator<Item = (String, String)>,
 {
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let otel_env: BTreeMap<String, String> = env
+        .iter()
+        .filter(|(name, _)| name.starts_with(otlp::OTEL_PREFIX))
+        .cloned()
+        .collect();
     let env_vars: BTreeMap<String, String> = env
         .into_iter()
         .filter(|(name, _)| name.starts_with(ENV_PREFIX) && !RESERVED_VARS.contains(&&**name))
@@ -68,6 +76,7 @@ where
         cfg: &cfg,
         file,
         env_origin: &env_origin,
+        otel_env: &otel_env,
         known: BTreeSet::new(),
         errors: ConfigErrors::default(),
     };
@@ -258,6 +267,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                     path,
                 },
             },
+            otlp: otlp::read(r),
         }
     };
 
@@ -421,6 +431,7 @@ pub fn bootstrap_keys() -> Vec<&'static str> {
         cfg: &cfg,
         file: None,
         env_origin: &env_origin,
+        otel_env: &env_origin,
         known: BTreeSet::new(),
         errors: ConfigErrors::default(),
     };
@@ -448,6 +459,8 @@ struct Reader<'a> {
     cfg: &'a Config,
     file: Option<&'a Path>,
     env_origin: &'a BTreeMap<String, String>,
+    /// The standard `OTEL_*` variables, for `observability.otlp`.
+    otel_env: &'a BTreeMap<String, String>,
     known: BTreeSet<&'static str>,
     errors: ConfigErrors,
 }
