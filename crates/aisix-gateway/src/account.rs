@@ -85,6 +85,8 @@ pub(crate) struct Record {
     /// Output tokens a stream produced so far, counted by the relay: for a stream that ends
     /// without a usage count (the client left, the upstream broke off).
     pub produced: Option<u64>,
+    /// The request's trace, when OpenTelemetry export is on.
+    pub trace: Option<Box<crate::otel::Trace>>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -132,6 +134,7 @@ impl Record {
             limits: None,
             estimate: Tokens::default(),
             produced: None,
+            trace: None,
             sinks,
             _in_flight: in_flight,
         }
@@ -205,6 +208,11 @@ impl Record {
         };
         let own = self.cost.map(|cost| own.cost(&cost)).unwrap_or_default();
         Some(Usd::from_nanos(spent.nanos().saturating_add(own.nanos())))
+    }
+
+    /// How the request ended: its outcome, and its error code when it failed.
+    pub(crate) fn ending(&self) -> (Outcome, Option<&'static str>) {
+        (self.outcome, self.error)
     }
 
     /// From here on the stream's ending is the client's leaving, until it ends otherwise.
@@ -357,6 +365,9 @@ impl Drop for Record {
         }
         if self.sinks.access_log {
             self.write_access_log(latency);
+        }
+        if let Some(trace) = self.trace.take() {
+            crate::otel::finish(trace, self, self.received + latency, spend);
         }
     }
 }

@@ -412,12 +412,17 @@ impl Attempts {
         record.model = Some(target.name.clone());
         record.provider = Some(target.provider.name.clone());
         record.cost = target.cost;
+        let context = record
+            .trace
+            .as_mut()
+            .map(|trace| trace.attempt(sent_at, target, inbound));
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,
             inbound,
             deadlines: &deadlines,
             request_id: &self.request_id,
+            context: context.as_ref(),
             rename: self.plan.group().is_some(),
             hidden_by: self.hidden_by(target),
             max_response_bytes: self.ctx.max_response_bytes,

@@ -24,6 +24,7 @@ mod inbound;
 pub mod limit;
 mod mask;
 mod models;
+pub mod otel;
 mod provider;
 mod relay;
 mod route;
