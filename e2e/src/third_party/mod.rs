@@ -7,6 +7,7 @@
 pub mod asgi;
 pub mod balancer;
 pub mod nginx;
+pub mod otlp;
 pub mod redis;
 
 use std::os::fd::RawFd;
