@@ -378,3 +378,15 @@ both_modes! {
         assert_eq!(sent, format!("00-{trace}-{}-01", attempt["span_id"].as_str().unwrap()));
     }
 }
+
+both_modes! {
+    async fn the_prompt_is_exported_only_with_capture_content(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__CAPTURE_CONTENT", "true")]);
+        let reply = traced_chat(&rig, "primary", "otel-content", None).await;
+        assert_eq!(reply.status, 200);
+        let (server, _) = trace_of(&receiver, "otel-content", 2);
+        let prompt = attr(&server, "gen_ai.input.messages").as_str().unwrap();
+        assert!(prompt.contains("a prompt that stays private"), "{prompt}");
+    }
+}
