@@ -297,6 +297,12 @@ both_modes! {
         assert_eq!(traced_chat(&rig, "primary", "otel-before", None).await.status, 200);
         trace_of(&receiver, "otel-before", 2);
         assert_eq!(dropped(&rig, "traces").await, 0.0);
+        // What the receiver accepted is counted once its answer is in.
+        let deadline = std::time::Instant::now() + WAIT;
+        while sample(&rig.scrape().await, "aisix_otel_exported_total", &[("signal", "traces")]) < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "no export counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
 
         // Each fault: every request still answered as before; records lost are counted; once
         // the receiver is back, a new request's spans arrive.
