@@ -20,10 +20,10 @@ pub use error::{ConfigError, ConfigErrors, Origin};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use otlp::{Compression, OtlpConfig, Signal};
 pub use resources::{
-    ApiKey, Budget, BudgetPeriod, CollectionDiff, Continuation, Cost, DEFAULT_ANTHROPIC_VERSION,
+    ApiKey, BudgetPeriod, CollectionDiff, Continuation, Cost, DEFAULT_ANTHROPIC_VERSION,
     FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources, Model, ModelGroup,
     ModelPattern, OutputTokensField, ProviderKey, ProviderKind, RateLimit, Resources,
-    ResourcesDiff, Routing, Secret, SpendingPolicy, Strategy, Usd, WhenAllUnavailable, hash_key,
-    load_resources, load_resources_file, parse_resources, sha256_hex,
+    ResourcesDiff, Routing, Secret, SpendBudget, SpendingPolicy, Strategy, Usd, WhenAllUnavailable,
+    hash_key, load_resources, load_resources_file, parse_resources, sha256_hex,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

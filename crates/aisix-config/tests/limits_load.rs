@@ -6,8 +6,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use aisix_config::{
-    Bootstrap, Budget, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit,
-    RateLimitBackend, Resources, SpendingPolicy, Usd, load_bootstrap, parse_resources,
+    Bootstrap, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit, RateLimitBackend,
+    Resources, SpendBudget, SpendingPolicy, Usd, load_bootstrap, parse_resources,
 };
 
 /// A provider key and a model `m`; `model_extra` and `key_extra` are indented fields appended
@@ -85,7 +85,7 @@ fn rate_limits_cost_and_budget_load_on_models_and_keys() {
     );
     assert_eq!(
         loaded.api_keys[0].budget,
-        Some(Budget {
+        Some(SpendBudget {
             usd: Usd::from_nanos(12_500_000_000),
             period: BudgetPeriod::Week,
         })
@@ -136,7 +136,7 @@ fn limits_prices_and_budgets_come_from_variables_too() {
     );
     assert_eq!(
         loaded.api_keys[0].budget,
-        Some(Budget {
+        Some(SpendBudget {
             usd: Usd::from_nanos(100_000_000_000),
             period: BudgetPeriod::Month,
         })

@@ -14,9 +14,9 @@ use tokio::time::Instant;
 
 use aisix_config::{Cost, Usd};
 
-use crate::budget::Held;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::estimate::Tokens;
+use crate::limit::memory_budget::Held;
 use crate::limit::{Charge, Headroom, Reservation};
 use crate::wire::usage::Usage;
 
@@ -30,63 +30,66 @@ pub(crate) struct Sinks {
     pub access_log: bool,
 }
 
-/// The facts about one request, filled in as it goes, and emitted once when dropped.
+/// The facts about one request, filled in as it goes, and emitted once when dropped. Its
+/// fields are its own: each phase tells it what happened through a verb (`authenticated`,
+/// `admitted`, `attempted`, `answered`, `streamed`, `cut`, …), and its end is written in one
+/// place, its drop.
 #[derive(Debug)]
 pub(crate) struct Record {
-    pub request_id: HeaderValue,
-    pub endpoint: EndpointLabel,
-    pub method: Method,
-    pub uri: Uri,
-    pub received: Instant,
+    request_id: HeaderValue,
+    endpoint: EndpointLabel,
+    method: Method,
+    uri: Uri,
+    received: Instant,
     // Names are shared with this worker's snapshot: a clone is a worker-local count increment.
-    pub key_name: Option<Arc<str>>,
+    key_name: Option<Arc<str>>,
     /// The direct model that answered (or was tried last), once routed.
-    pub model: Option<Arc<str>>,
+    model: Option<Arc<str>>,
     /// The group the client named, when it named one.
-    pub group: Option<Arc<str>>,
+    group: Option<Arc<str>>,
     /// The provider key's configured name of `model`.
-    pub provider: Option<Arc<str>>,
-    pub stream: bool,
-    pub status: u16,
-    pub upstream_status: Option<u16>,
+    provider: Option<Arc<str>>,
+    stream: bool,
+    status: u16,
+    upstream_status: Option<u16>,
     /// Time spent waiting on upstreams: each attempt until its answer was in hand, and the
     /// pauses between retries.
-    pub upstream_wait: Duration,
+    upstream_wait: Duration,
     /// Time in the gateway itself, fixed when the response head is ready.
-    pub overhead: Duration,
+    overhead: Duration,
     /// When the response head was ready.
     head_at: Option<Instant>,
     /// When the request body was in: the gateway's own time starts there, not counting the
     /// client's upload.
-    pub body_read: Option<Instant>,
+    body_read: Option<Instant>,
     /// The request's charge against its worker's memory budget, given back as it drops.
-    pub held: Held,
-    pub ttft: Option<Duration>,
-    pub usage: Option<Usage>,
+    held: Held,
+    ttft: Option<Duration>,
+    usage: Option<Usage>,
     /// Every call to a direct model, in order.
-    pub attempts: Vec<Attempt>,
+    attempts: Vec<Attempt>,
     /// The error code, when the request failed.
     error: Option<&'static str>,
     outcome: Outcome,
     /// The kind of the request's own failure (not its attempts').
     failure: Option<ErrorKind>,
     /// What the request holds against its limits, settled with its usage when it ends.
-    pub reservation: Option<Reservation>,
+    reservation: Option<Reservation>,
     /// What it holds against the limits of the group target it is calling, settled likewise.
     target_reservation: Option<Reservation>,
     /// What the calls before a continuation used, and what that cost at their own prices.
     carried: Option<(Tokens, Usd)>,
     /// The prices of the direct model that answered, for the settlement's spend.
-    pub cost: Option<Cost>,
+    cost: Option<Cost>,
     /// Where the request's limits stood when it was admitted or refused (`x-ratelimit-*`).
-    pub limits: Option<Headroom>,
+    limits: Option<Headroom>,
     /// What the limit phase estimated the request would use.
-    pub estimate: Tokens,
+    estimate: Tokens,
     /// Output tokens a stream produced so far, counted by the relay: for a stream that ends
     /// without a usage count (the client left, the upstream broke off).
-    pub produced: Option<u64>,
+    produced: Option<u64>,
     /// The request's trace, when OpenTelemetry export is on.
-    pub trace: Option<Box<crate::otel::Trace>>,
+    trace: Option<Box<crate::otel::Trace>>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -138,6 +141,192 @@ impl Record {
             sinks,
             _in_flight: in_flight,
         }
+    }
+
+    pub(crate) fn request_id(&self) -> &HeaderValue {
+        &self.request_id
+    }
+
+    pub(crate) fn endpoint(&self) -> EndpointLabel {
+        self.endpoint
+    }
+
+    pub(crate) fn received(&self) -> Instant {
+        self.received
+    }
+
+    /// What the limit phase estimated the request would use.
+    pub(crate) fn estimate(&self) -> Tokens {
+        self.estimate
+    }
+
+    /// Output tokens a stream produced so far, as the relay counted them.
+    pub(crate) fn produced(&self) -> Option<u64> {
+        self.produced
+    }
+
+    /// Where the request's limits stood when it was admitted or refused.
+    pub(crate) fn limits(&self) -> Option<Headroom> {
+        self.limits
+    }
+
+    /// OpenTelemetry export is on: the request is traced from here.
+    pub(crate) fn traced(&mut self, trace: Box<crate::otel::Trace>) {
+        self.trace = Some(trace);
+    }
+
+    /// An attempt to `target` starts at `sent_at`: its trace context for the upstream
+    /// request, when the request is traced.
+    pub(crate) fn trace_attempt(
+        &mut self,
+        sent_at: Instant,
+        target: &crate::snapshot::DirectRoute,
+        inbound: &crate::request::inbound::Inbound,
+    ) -> Option<crate::otel::Outgoing> {
+        self.trace
+            .as_mut()
+            .map(|trace| trace.attempt(sent_at, target, inbound))
+    }
+
+    /// What the request's trace reads of it when it ends.
+    fn facts(&self) -> crate::otel::Facts<'_> {
+        crate::otel::Facts {
+            request_id: &self.request_id,
+            endpoint: self.endpoint,
+            method: &self.method,
+            path: self.uri.path(),
+            key_name: self.key_name.as_deref(),
+            model: self.model.as_deref(),
+            group: self.group.as_deref(),
+            provider: self.provider.as_deref(),
+            stream: self.stream,
+            status: self.status,
+            ttft: self.ttft,
+            usage: self.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            attempts: &self.attempts,
+            outcome: self.outcome,
+            error: self.error,
+        }
+    }
+
+    /// The client's key is known: the request is counted against its name.
+    pub(crate) fn authenticated(&mut self, key_name: Arc<str>) {
+        self.key_name = Some(key_name);
+    }
+
+    /// The request's charge against its worker's memory budget, which its body read adds to.
+    pub(crate) fn held(&mut self) -> &mut Held {
+        &mut self.held
+    }
+
+    /// The request body is in: the gateway's own time starts now.
+    pub(crate) fn body_read(&mut self) {
+        self.body_read = Some(Instant::now());
+    }
+
+    /// The body was inspected: whether the client asked for a stream.
+    pub(crate) fn inspected(&mut self, stream: bool) {
+        self.stream = stream;
+    }
+
+    /// What the limit phase estimated the request will use.
+    pub(crate) fn estimated(&mut self, estimate: Tokens) {
+        self.estimate = estimate;
+    }
+
+    /// The request's limits admitted it: it holds `reservation` until it ends.
+    pub(crate) fn admitted(&mut self, reservation: Reservation) {
+        self.limits = Some(*reservation.headroom());
+        self.reservation = Some(reservation);
+    }
+
+    /// The request's limits refused it, standing at `limits`.
+    pub(crate) fn refused(&mut self, limits: Option<Headroom>) {
+        self.limits = limits;
+    }
+
+    /// The request was routed to `name` (a group's, when `group` is set): until a direct model
+    /// is called, it is counted against that name.
+    pub(crate) fn routed(&mut self, group: Option<Arc<str>>, name: Arc<str>) {
+        self.group = group;
+        self.model = Some(name);
+    }
+
+    /// A call to the direct model `model` of provider key `provider` starts: a client that
+    /// leaves during it is counted against this model, and its answer priced at `cost`.
+    pub(crate) fn calling(&mut self, model: Arc<str>, provider: Arc<str>, cost: Option<Cost>) {
+        self.model = Some(model);
+        self.provider = Some(provider);
+        self.cost = cost;
+    }
+
+    /// The request waited `pause` between retries.
+    pub(crate) fn paused(&mut self, pause: Duration) {
+        self.upstream_wait += pause;
+    }
+
+    /// A call to `target` (of provider key `provider`) ended after `duration`, answered with
+    /// `status` or failed with `error`.
+    pub(crate) fn attempted(
+        &mut self,
+        target: Arc<str>,
+        provider: Arc<str>,
+        status: Option<u16>,
+        duration: Duration,
+        error: Option<&GatewayError>,
+    ) {
+        self.upstream_wait += duration;
+        self.upstream_status = status.or_else(|| error.and_then(GatewayError::upstream_status));
+        let meaning = error.map(GatewayError::meaning);
+        self.attempts.push(Attempt {
+            target,
+            provider,
+            status: self.upstream_status,
+            duration,
+            error: meaning.map(|m| m.code),
+            result: meaning.map_or(Outcome::Success, |m| m.outcome),
+            failure: meaning.and_then(|m| m.upstream_error),
+        });
+    }
+
+    /// A whole answer is in hand, with its `usage` and its charge against the memory budget.
+    pub(crate) fn answered(&mut self, usage: Option<Usage>, held: Held) {
+        self.held.merge(held);
+        self.usage = usage;
+    }
+
+    /// What a stream has done so far: its time to first token (kept from the first call that
+    /// had one), its usage when reported, and the output tokens the relay counted.
+    pub(crate) fn streamed(&mut self, ttft: Option<Duration>, usage: Option<Usage>, produced: u64) {
+        self.ttft = self.ttft.or(ttft);
+        if let Some(usage) = usage {
+            self.usage = Some(usage);
+        }
+        self.produced = Some(produced);
+    }
+
+    /// A whole answer's body passed to its end, reporting `usage`.
+    pub(crate) fn completed(&mut self, usage: Option<Usage>) {
+        self.usage = usage;
+        self.succeeded();
+    }
+
+    /// A whole answer's body was cut off with `error`, after reporting `usage`.
+    pub(crate) fn cut(&mut self, usage: Option<Usage>, error: &GatewayError) {
+        self.usage = usage;
+        self.stream_failed(error);
+    }
+
+    /// A stream is held until its first token: from here a client that leaves abandons a 200.
+    pub(crate) fn holding_stream(&mut self) {
+        self.status = 200;
+        self.streaming();
+    }
+
+    /// The response head is ready with `status`: fixes the gateway's own time (returned).
+    pub(crate) fn responded(&mut self, status: u16) -> Duration {
+        self.status = status;
+        self.mark_head()
     }
 
     /// The request succeeded (a stream: it ended complete).
@@ -208,11 +397,6 @@ impl Record {
         };
         let own = self.cost.map(|cost| own.cost(&cost)).unwrap_or_default();
         Some(Usd::from_nanos(spent.nanos().saturating_add(own.nanos())))
-    }
-
-    /// How the request ended: its outcome, and its error code when it failed.
-    pub(crate) fn ending(&self) -> (Outcome, Option<&'static str>) {
-        (self.outcome, self.error)
     }
 
     /// From here on the stream's ending is the client's leaving, until it ends otherwise.
@@ -367,7 +551,7 @@ impl Drop for Record {
             self.write_access_log(latency);
         }
         if let Some(trace) = self.trace.take() {
-            crate::otel::finish(trace, self, self.received + latency, spend);
+            crate::otel::finish(trace, &self.facts(), self.received + latency, spend);
         }
     }
 }

@@ -13,9 +13,9 @@ use http::{HeaderValue, Response, StatusCode, header};
 pub use aisix_obs::metrics::labels::AuthFailure;
 use aisix_obs::metrics::labels::{Outcome, RateLimitKind, UpstreamErrorKind};
 
-use crate::body::GatewayBody;
 use crate::limit::Refused;
-use crate::provider::refusal::Refusal;
+use crate::relay::body::GatewayBody;
+use crate::target::refusal::UpstreamRefusal;
 use crate::wire::Dialect;
 use crate::wire::anthropic::error as anthropic;
 
@@ -335,7 +335,7 @@ pub struct GatewayError {
     /// the envelope of an error an upstream reported mid-stream ([`GatewayError::reported`]).
     pub upstream_body: Option<Bytes>,
     /// What an upstream's refusal was about, when routing recognises it.
-    pub refusal: Option<Refusal>,
+    pub refusal: Option<UpstreamRefusal>,
 }
 
 impl GatewayError {

@@ -9,14 +9,14 @@ use aisix_obs::metrics::Metrics;
 use arc_swap::ArcSwap;
 
 use crate::account::Sinks;
-use crate::body::GatewayBody;
-use crate::budget::Budget;
-use crate::deadline;
-use crate::egress::Egress;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Limiter, LimiterInitError};
+use crate::provider::events::StreamSettings;
+use crate::relay::body::GatewayBody;
+use crate::request::deadline;
 use crate::service::Gateway;
 use crate::snapshot::Loaded;
-use crate::stream::StreamSettings;
+use crate::upstream::egress::Egress;
 
 /// Settings the request path reads.
 #[derive(Debug, Clone)]
@@ -88,7 +88,7 @@ impl Settings {
     /// The memory budget of the service built for `worker`: the setting in thread-per-core
     /// mode, workers × the setting in the shared runtime (one service for the process), each
     /// key's share its percentage of that, never less than one body at the limit.
-    pub(crate) fn budget(&self, worker: &WorkerContext) -> Budget {
+    pub(crate) fn budget(&self, worker: &WorkerContext) -> MemoryBudget {
         let bytes = match worker.mode {
             Mode::Shared => self
                 .buffered_per_worker
@@ -98,7 +98,7 @@ impl Settings {
         let share = (bytes / 100)
             .saturating_mul(u64::from(self.buffered_percent_per_key))
             .max(self.body_limit);
-        Budget::new(bytes, share)
+        MemoryBudget::new(bytes, share)
     }
 }
 
@@ -128,7 +128,7 @@ impl GatewayFactory {
                     access_log: bootstrap.observability.access_log,
                 },
                 otel: crate::otel::Tracing::from_config(&bootstrap.observability.otlp),
-                tls: crate::upstream::tls_client_config()?,
+                tls: crate::upstream::tls::tls_client_config()?,
                 metrics,
                 limiter,
                 responses: Arc::new(crate::stored::Store::new(bootstrap.responses_store)),
@@ -163,7 +163,7 @@ impl GatewayFactory {
 
 impl ServiceFactory for GatewayFactory {
     type Body = GatewayBody;
-    type BodyError = crate::unary::Cut;
+    type BodyError = crate::relay::unary::Cut;
     type Service = Gateway;
 
     fn thread_started(&self, worker: &WorkerContext) {

@@ -2,7 +2,7 @@
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::body::GatewayBody;
+use crate::relay::body::GatewayBody;
 
 pub(crate) fn livez() -> Response<GatewayBody> {
     text(StatusCode::OK, "ok\n")

@@ -1,6 +1,8 @@
 //! The LLM gateway: OpenAI-compatible endpoints in front of configured providers, with
 //! authentication, model groups (retries, fallback, cooldown), per-worker upstream pools, SSE
-//! relay and usage accounting.
+//! relay and usage accounting. Folders follow a request's life and are layered, arrows running
+//! one way: relay → route → provider → request → snapshot → target, limit, upstream, wire
+//! (`docs/architecture.md`).
 
 // The `test-hooks` feature compiles in `/__aisix/test/advance-clock`, which moves the
 // limiter's clock. No build a user can run may carry it.
@@ -10,40 +12,32 @@ compile_error!(
 );
 
 mod account;
-mod attempt;
-mod auth;
-mod body;
-mod budget;
-mod deadline;
-mod egress;
 mod endpoint;
 mod error;
 mod factory;
 mod health;
-mod inbound;
 pub mod limit;
 mod mask;
 mod models;
 pub mod otel;
 mod provider;
 mod relay;
+mod request;
 mod route;
 mod service;
 mod snapshot;
-mod spending;
 mod stored;
-mod stream;
+mod target;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 #[cfg(test)]
 mod testing;
-mod unary;
 mod upstream;
 pub mod wire;
 
-pub use body::GatewayBody;
 pub use endpoint::Endpoint;
 pub use error::{Allow, AuthFailure, ErrorKind, GatewayError, Side};
 pub use factory::{GatewayFactory, GatewayInitError};
+pub use relay::body::GatewayBody;
 pub use service::Gateway;
 pub use snapshot::Snapshot;

@@ -7,8 +7,8 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Response, header};
 use serde_json::{Value, json};
 
-use crate::body::GatewayBody;
 use crate::error::{ErrorKind, GatewayError, echo};
+use crate::relay::body::GatewayBody;
 use crate::snapshot::{ApiKeyEntry, Named, Snapshot};
 use crate::wire::Dialect;
 

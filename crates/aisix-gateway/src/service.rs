@@ -21,25 +21,25 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Ctx, Served};
-use crate::auth;
-use crate::body::GatewayBody;
-use crate::budget::Budget;
 use crate::endpoint::{self, Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::factory::Common;
 use crate::health;
-use crate::inbound::{self, Inbound};
 use crate::limit::estimate::Tokens;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Headroom};
 use crate::models;
-use crate::relay::{SseRelay, Starting};
+use crate::provider::events::Outbox;
+use crate::relay::body::GatewayBody;
+use crate::relay::stream::{SseRelay, Starting};
+use crate::relay::unary::UnaryRelay;
+use crate::request::auth;
+use crate::request::inbound::{self, Inbound};
+use crate::request::spending;
 use crate::route::Plan;
+use crate::route::attempt::{Attempts, Ctx, Served};
 use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
-use crate::spending;
-use crate::stream::Outbox;
-use crate::unary::UnaryRelay;
-use crate::upstream::Pool;
+use crate::upstream::pool::Pool;
 use crate::wire::Dialect;
 
 static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -62,7 +62,7 @@ struct Inner {
     pool: Pool,
     ids: RequestIds,
     /// The request bytes this worker may hold at once (the process, in the shared runtime).
-    budget: Budget,
+    budget: MemoryBudget,
 }
 
 impl Gateway {
@@ -175,7 +175,7 @@ impl Inner {
             ),
         };
         if let Some(tracing) = self.common.otel {
-            record.trace = Some(crate::otel::Trace::begin(
+            record.traced(crate::otel::Trace::begin(
                 tracing,
                 request.headers(),
                 received,
@@ -184,7 +184,7 @@ impl Inner {
         // The model list answers in the dialect of the client asking, errors included.
         let dialect = match resolved {
             Ok(Endpoint::Models) => models::dialect(request.headers()),
-            _ => record.endpoint.dialect(),
+            _ => record.endpoint().dialect(),
         };
         let mut served = match resolved {
             Ok(Endpoint::Models) => self
@@ -200,7 +200,7 @@ impl Inner {
             && let Ok(Reply::Held(attempts, every)) =
                 std::mem::replace(&mut served, Ok(Reply::Pending))
         {
-            let limits = record.limits;
+            let limits = record.limits();
             match hold(attempts, record, every).await {
                 Ok((answer, attempts, answered)) => {
                     record = answered;
@@ -280,7 +280,7 @@ impl Inner {
         let budget = self.budget.for_key(key.share.as_ref());
         let forwarded = inbound::forwarded(endpoint, request.headers());
         let body = self.read(request, &budget, record).await?;
-        record.body_read = Some(Instant::now());
+        record.body_read();
         let (mut inbound, model) = self.inspect(endpoint, body, &snapshot, key, record)?;
         inbound.forwarded = forwarded;
         if let Some(policy) = &key.spending {
@@ -326,7 +326,7 @@ impl Inner {
         record: &mut Record,
     ) -> Result<&'s ApiKeyEntry, GatewayError> {
         let key = auth::authenticate(snapshot, request.headers())?;
-        record.key_name = Some(key.name.clone());
+        record.authenticated(key.name.clone());
         Ok(key)
     }
 
@@ -337,7 +337,7 @@ impl Inner {
     async fn read(
         &self,
         request: Request<Incoming>,
-        budget: &Budget,
+        budget: &MemoryBudget,
         record: &mut Record,
     ) -> Result<Bytes, GatewayError> {
         let settings = &self.common.settings;
@@ -356,7 +356,7 @@ impl Inner {
         if declared.is_some_and(|len| len > limit) {
             return Err(too_large());
         }
-        let deadline = settings.deadlines.body(record.received);
+        let deadline = settings.deadlines.body(record.received());
         let timed_out = || {
             GatewayError::new(
                 ErrorKind::RequestTimeout,
@@ -366,7 +366,7 @@ impl Inner {
                 ),
             )
         };
-        let held = &mut record.held;
+        let held = record.held();
         let mut body = request.into_body();
         let (mut pieces, mut len) = (Outbox::default(), 0u64);
         loop {
@@ -403,7 +403,7 @@ impl Inner {
         record: &mut Record,
     ) -> Result<(Inbound, Named), GatewayError> {
         let inbound = inbound::inspect(endpoint, body)?;
-        record.stream = inbound.stream;
+        record.inspected(inbound.stream);
         let name = &inbound.inspected.model;
         let model = snapshot
             .model(name)
@@ -441,7 +441,7 @@ impl Inner {
             ),
         );
         // Kept even without limits here: a group's targets may have their own.
-        record.estimate = estimate;
+        record.estimated(estimate);
         let charge = || Charge {
             tokens: estimate.total(),
             spend: cost.map(|cost| estimate.cost(&cost)).unwrap_or_default(),
@@ -454,12 +454,11 @@ impl Inner {
         };
         match reserved {
             Ok(reservation) => {
-                record.limits = Some(*reservation.headroom());
-                record.reservation = Some(reservation);
+                record.admitted(reservation);
                 Ok(())
             }
             Err(refused) => {
-                record.limits = refused.headroom();
+                record.refused(refused.headroom());
                 Err(refused.into())
             }
         }
@@ -470,7 +469,7 @@ impl Inner {
         &self,
         plan: Plan,
         inbound: Inbound,
-        budget: Budget,
+        budget: MemoryBudget,
         record: &Record,
         snapshot: &Snapshot,
     ) -> Attempts {
@@ -487,8 +486,8 @@ impl Inner {
             ctx,
             plan,
             inbound,
-            record.request_id.clone(),
-            record.received,
+            record.request_id().clone(),
+            record.received(),
         )
     }
 
@@ -583,8 +582,7 @@ async fn hold(
     every: Duration,
 ) -> Result<(Result<Served, GatewayError>, Attempts, Record), Starting> {
     // From here the request counts as abandoned if its client leaves.
-    record.status = StatusCode::OK.as_u16();
-    record.streaming();
+    record.holding_stream();
     let mut starting: Starting = Box::pin(async move {
         let mut attempts = attempts;
         let answer = attempts.run(&mut record).await;
@@ -606,12 +604,12 @@ fn relay(
     dialect: Dialect,
 ) -> (Response<GatewayBody>, Head) {
     let mut head = Head {
-        request_id: record.request_id.clone(),
+        request_id: record.request_id().clone(),
         overhead: None,
         served_by: None,
         sse: false,
         close: false,
-        limits: record.limits,
+        limits: record.limits(),
     };
     let response = match result {
         Ok(Reply::Ready(response)) => {
@@ -635,8 +633,7 @@ fn relay(
         }
         Ok(Reply::Served(Served::Unary(answer), attempts)) => {
             let (status, content_type) = (answer.status, answer.content_type.clone());
-            record.status = status.as_u16();
-            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.overhead = Some(record.responded(status.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
             let relay = UnaryRelay::new(*answer, record);
             let mut response = Response::new(GatewayBody::Unary(Box::new(relay)));
@@ -645,8 +642,7 @@ fn relay(
             return (response, head);
         }
         Ok(Reply::Served(Served::Stream(events), attempts)) => {
-            record.status = StatusCode::OK.as_u16();
-            head.overhead = Some(record.mark_head().as_micros() as u64);
+            head.overhead = Some(record.responded(StatusCode::OK.as_u16()).as_micros() as u64);
             head.served_by = attempts.served_by();
             head.sse = true;
             let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
@@ -656,15 +652,14 @@ fn relay(
         Ok(Reply::Held(..) | Reply::Pending) => {
             let error = GatewayError::new(ErrorKind::Internal, "The request was not answered.");
             record.failed(&error);
-            error.to_response(record.endpoint.dialect())
+            error.to_response(record.endpoint().dialect())
         }
         Err(error) => {
             record.failed(&error);
             error.to_response(dialect)
         }
     };
-    record.status = response.status().as_u16();
-    head.overhead = Some(record.mark_head().as_micros() as u64);
+    head.overhead = Some(record.responded(response.status().as_u16()).as_micros() as u64);
     // Account: the record is complete and emitted as it drops.
     drop(record);
     (response, head)

@@ -14,8 +14,8 @@ use http::{Method, Response, header};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use crate::body::GatewayBody;
 use crate::error::{ErrorKind, GatewayError, echo};
+use crate::relay::body::GatewayBody;
 
 /// The store a Responses request reads and writes, and the API key it does so for.
 #[derive(Debug, Clone)]

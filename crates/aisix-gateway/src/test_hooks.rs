@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use http::{Request, Response, StatusCode};
 
-use crate::body::GatewayBody;
 use crate::limit::SkewedClock;
+use crate::relay::body::GatewayBody;
 
 pub(crate) const ADVANCE_CLOCK_PATH: &str = "/__aisix/test/advance-clock";
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_config::{
-    Budget, BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, RedisConfig,
-    RedisUrl, Usd,
+    BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, RedisConfig,
+    RedisUrl, SpendBudget, Usd,
 };
 use aisix_e2e::third_party::redis::Redis;
 use aisix_gateway::limit::{Charge, Limiter, ManualClock, Refused, Reservation, Subject};
@@ -234,7 +234,7 @@ async fn two_replicas_share_one_budget() {
     let clock = Arc::new(ManualClock::at(MINUTE_START));
     let config = config(&redis, OnRedisError::Allow);
     let (a, b) = (node(&config, &clock).await, node(&config, &clock).await);
-    let budget = Some(Budget {
+    let budget = Some(SpendBudget {
         usd: Usd::parse("1").unwrap(),
         period: BudgetPeriod::Day,
     });

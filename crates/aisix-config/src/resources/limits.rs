@@ -137,7 +137,7 @@ impl fmt::Display for BudgetPeriod {
 
 /// `budget`: how much an API key may spend per period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Budget {
+pub struct SpendBudget {
     pub usd: Usd,
     pub period: BudgetPeriod,
 }
@@ -254,7 +254,7 @@ pub(super) fn read_cost(report: &mut Report, value: &Value, path: &str) -> Optio
 }
 
 /// Reads a `budget` mapping: `usd` (above 0) and `period`, both required.
-pub(super) fn read_budget(report: &mut Report, value: &Value, path: &str) -> Option<Budget> {
+pub(super) fn read_budget(report: &mut Report, value: &Value, path: &str) -> Option<SpendBudget> {
     let mut fields = Fields::new(report, path.to_owned(), value)?;
     let usd = fields.required(report, "usd").and_then(|(v, p)| {
         let amount = usd(report, v, &p)?;
@@ -268,7 +268,7 @@ pub(super) fn read_budget(report: &mut Report, value: &Value, path: &str) -> Opt
         .required(report, "period")
         .and_then(|(v, p)| budget_period(report, v, &p));
     fields.finish(report, "field");
-    Some(Budget {
+    Some(SpendBudget {
         usd: usd?,
         period: period?,
     })

@@ -12,7 +12,8 @@ use super::group::{self, GroupDraft};
 use super::interpolate::interpolate;
 use super::key::{KeyHash, hash_key};
 use super::limits::{
-    Budget, Cost, RateLimit, SpendingPolicy, read_budget, read_cost, read_rate_limit, read_spending,
+    Cost, RateLimit, SpendBudget, SpendingPolicy, read_budget, read_cost, read_rate_limit,
+    read_spending,
 };
 use super::pattern::ModelPattern;
 use super::reader::{
@@ -910,7 +911,7 @@ struct ApiKeyOptions {
     disabled: Option<Option<bool>>,
     expires_at: Option<Option<SystemTime>>,
     rate_limit: Option<Option<RateLimit>>,
-    budget: Option<Option<Budget>>,
+    budget: Option<Option<SpendBudget>>,
     spending: Option<Option<SpendingPolicy>>,
 }
 

@@ -17,7 +17,7 @@ mod types;
 pub use diff::{CollectionDiff, ResourcesDiff};
 pub use group::{FallbackError, GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
 pub use key::{KeyHash, hash_key};
-pub use limits::{Budget, BudgetPeriod, Cost, RateLimit, SpendingPolicy, Usd};
+pub use limits::{BudgetPeriod, Cost, RateLimit, SpendBudget, SpendingPolicy, Usd};
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{

@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use super::group::ModelGroup;
 use super::key::KeyHash;
-use super::limits::{Budget, Cost, RateLimit, SpendingPolicy};
+use super::limits::{Cost, RateLimit, SpendBudget, SpendingPolicy};
 use super::pattern::ModelPattern;
 use crate::bootstrap::CooldownOverrides;
 use crate::timeouts::TimeoutOverrides;
@@ -275,7 +275,7 @@ pub struct ApiKey {
     /// `rate_limit`: limits on this key's requests, whatever the model.
     pub rate_limit: RateLimit,
     /// `budget`: how much this key may spend per period.
-    pub budget: Option<Budget>,
+    pub budget: Option<SpendBudget>,
     /// `spending`: what it may buy beyond its tokens (`n`, service tiers, Anthropic betas).
     pub spending: SpendingPolicy,
 }

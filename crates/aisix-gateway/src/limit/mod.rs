@@ -3,7 +3,8 @@
 //! to use before it is dispatched (refused up front if that would cross a limit), keeps the
 //! [`Reservation`] until it ends, and **settles** it with what it used; the unused part goes
 //! back. Rendering a refusal is the error renderer's job; estimating a request is
-//! [`estimate`]'s.
+//! [`estimate`]'s. The bytes a worker's requests hold in memory are limited apart, by
+//! [`memory_budget`].
 //!
 //! # One set of counters
 //!
@@ -37,6 +38,7 @@
 mod clock;
 pub mod estimate;
 mod memory;
+pub(crate) mod memory_budget;
 mod redis;
 mod refusal;
 pub mod window;
@@ -47,7 +49,7 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use aisix_config::{
-    Budget, BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, Usd,
+    BudgetPeriod, OnRedisError, RateLimit, RateLimitBackend, RateLimitConfig, SpendBudget, Usd,
 };
 use aisix_obs::metrics::emit;
 use aisix_obs::metrics::labels::{RateLimitKind, RateLimitScope};
@@ -174,7 +176,7 @@ impl Limiter {
         scope: RateLimitScope,
         name: &str,
         limits: &RateLimit,
-        budget: Option<Budget>,
+        budget: Option<SpendBudget>,
     ) -> Option<Arc<Subject>> {
         if limits.is_empty() && budget.is_none() {
             return None;

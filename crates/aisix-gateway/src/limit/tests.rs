@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use aisix_config::{Budget, BudgetPeriod, RateLimit, Usd};
+use aisix_config::{BudgetPeriod, RateLimit, SpendBudget, Usd};
 use aisix_obs::metrics::labels::{RateLimitKind, RateLimitScope};
 
 use super::*;
@@ -297,7 +297,7 @@ fn budget_key(fixture: &Fixture, usd: &str, period: BudgetPeriod) -> Arc<Subject
             RateLimitScope::ApiKey,
             "team-a",
             &RateLimit::default(),
-            Some(Budget {
+            Some(SpendBudget {
                 usd: Usd::parse(usd).unwrap(),
                 period,
             }),

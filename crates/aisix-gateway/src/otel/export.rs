@@ -105,7 +105,7 @@ impl Exporter {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let tls = crate::upstream::tls_client_config()
+        let tls = crate::upstream::tls::tls_client_config()
             .map_err(|e| ExporterError::Config(format!("cannot set up TLS: {e}")))?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);

@@ -22,12 +22,12 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
-use crate::inbound::Inbound;
+use crate::request::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 
 pub(crate) use context::{SpanId, TraceId};
 pub use export::Exporter;
-pub(crate) use record::finish;
+pub(crate) use record::{Facts, finish};
 
 /// What a worker needs to trace its requests; fixed at startup.
 #[derive(Debug, Clone, Copy)]

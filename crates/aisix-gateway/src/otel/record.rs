@@ -1,6 +1,6 @@
-//! The adapter between a request's [`Record`] and its trace: the one place that reads the
-//! record (through its accessors) when the request ends, and turns it into a [`Finished`]
-//! request for the worker's queue.
+//! The adapter between a request's record and its trace: the record's [`Facts`] when the
+//! request ends (lent by `Record::facts`, the one place that reads its fields for a trace),
+//! turned into a [`Finished`] request for the worker's queue.
 
 use std::time::Duration;
 
@@ -11,7 +11,9 @@ use http::HeaderValue;
 use tokio::time::Instant;
 
 use super::{SpanId, Trace, TraceId, duration_ns, queue};
-use crate::account::Record;
+use aisix_obs::access_log::Attempt;
+
+use crate::endpoint::Endpoint;
 
 /// A request that ended, as its spans and usage event tell it. Owned: it crosses to the
 /// exporter's thread.
@@ -65,13 +67,33 @@ pub(crate) struct AttemptSpan {
     pub result: &'static str,
 }
 
-/// `record` ended at `ended`, spending `spend`: its trace goes to this worker's queue.
-pub(crate) fn finish(trace: Box<Trace>, record: &Record, ended: Instant, spend: Option<Usd>) {
+/// What a trace reads of a request's record when it ends.
+#[derive(Debug)]
+pub(crate) struct Facts<'a> {
+    pub request_id: &'a HeaderValue,
+    pub endpoint: Endpoint,
+    pub method: &'a http::Method,
+    pub path: &'a str,
+    pub key_name: Option<&'a str>,
+    pub model: Option<&'a str>,
+    pub group: Option<&'a str>,
+    pub provider: Option<&'a str>,
+    pub stream: bool,
+    pub status: u16,
+    pub ttft: Option<Duration>,
+    pub usage: Option<(u64, u64)>,
+    pub attempts: &'a [Attempt],
+    pub outcome: Outcome,
+    pub error: Option<&'static str>,
+}
+
+/// The request `record` tells of ended at `ended`, spending `spend`: its trace goes to this
+/// worker's queue.
+pub(crate) fn finish(trace: Box<Trace>, record: &Facts<'_>, ended: Instant, spend: Option<Usd>) {
     if !trace.sampled && !trace.tracing.logs {
         return;
     }
     let end_ns = trace.ns_at(ended);
-    let (outcome, error) = record.ending();
     let mut attempts = Vec::with_capacity(trace.attempts.len());
     let last = trace.attempts.len().saturating_sub(1);
     for (i, start) in trace.attempts.iter().enumerate() {
@@ -102,7 +124,7 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Record, ended: Instant, spend: 
             result: done.map_or(Outcome::ClientClosed.as_str(), |d| d.result.as_str()),
         });
     }
-    let owned = |s: &Option<std::sync::Arc<str>>| s.as_deref().map(str::to_owned);
+    let owned = |s: Option<&str>| s.map(str::to_owned);
     let finished = Box::new(Finished {
         trace_id: trace.trace_id,
         span_id: trace.span_id,
@@ -114,23 +136,23 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Record, ended: Instant, spend: 
         end_ns,
         operation: operation(record.endpoint),
         method: record.method.clone(),
-        path: record.uri.path().to_owned(),
+        path: record.path.to_owned(),
         request_id: record.request_id.clone(),
-        key_name: owned(&record.key_name),
+        key_name: owned(record.key_name),
         requested_model: trace
             .requested_model
             .clone()
-            .or_else(|| owned(&record.group).or_else(|| owned(&record.model))),
-        model: owned(&record.model),
-        group: owned(&record.group),
-        provider_key: owned(&record.provider),
+            .or_else(|| owned(record.group).or_else(|| owned(record.model))),
+        model: owned(record.model),
+        group: owned(record.group),
+        provider_key: owned(record.provider),
         max_tokens: trace.max_tokens,
         stream: record.stream,
         status: record.status,
-        ending: outcome.as_str(),
-        error,
+        ending: record.outcome.as_str(),
+        error: record.error,
         ttft: record.ttft,
-        usage: record.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+        usage: record.usage,
         cost: spend,
         prompt: trace.prompt.clone(),
         attempts,
@@ -139,8 +161,7 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Record, ended: Instant, spend: 
 }
 
 /// `gen_ai.operation.name` of an endpoint.
-fn operation(endpoint: crate::endpoint::Endpoint) -> &'static str {
-    use crate::endpoint::Endpoint;
+fn operation(endpoint: Endpoint) -> &'static str {
     match endpoint {
         Endpoint::Completions => "text_completion",
         Endpoint::Embeddings => "embeddings",

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
 
 use super::exchange;
-use super::translated::Translated;
+use super::translated::TranslatedStream;
 use super::{Answer, Call, StreamMap};
 use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
@@ -20,9 +20,6 @@ use crate::wire::anthropic::request::{self, DEFAULT_MAX_TOKENS, RequestError};
 use crate::wire::anthropic::{error as anthropic_error, response, roles};
 
 static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-version");
-
-/// The client headers an Anthropic passthrough forwards: they select the API's behaviour.
-pub(crate) const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 
 /// Calls an Anthropic direct model with the client's request, relayed or translated.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
@@ -79,9 +76,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call.send(uri, body, &extra, error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
-            Translated::relay(call.rename.then(|| call.shown_json().clone()))
+            TranslatedStream::passthrough(call.rename.then(|| call.shown_json().clone()))
         } else {
-            Translated::to_openai(
+            TranslatedStream::to_openai(
                 inbound.client_wants_usage(),
                 exchange::unix_now(),
                 call.rename.then(|| call.shown_name()),
@@ -94,7 +91,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         // A token count names no model and reports no usage: nothing was generated.
         let messages = endpoint == Endpoint::Messages;
         let usage = messages.then_some(Dialect::Anthropic);
-        return Ok(call.relay(head, call.rename && messages, usage));
+        return Ok(call.unary(head, call.rename && messages, usage));
     }
     call.translate(head, reserved, |body| {
         let answer = response::to_openai_with(body, exchange::unix_now(), structured)?;

@@ -13,16 +13,15 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::refusal;
-use super::{Answer, Call, StreamMap};
-use crate::budget::{Budget, Held};
-use crate::deadline::Deadlines;
+use super::{Answer, Call, StreamMap, Unary};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::{Held, MemoryBudget};
+use crate::provider::events::Outbox;
+use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
-use crate::stream::Outbox;
-use crate::unary::Unary;
-use crate::upstream::{ConnectError, Lease, Pool, SendError};
+use crate::target::refusal;
+use crate::upstream::pool::{ConnectError, Lease, Pool, SendError};
 use crate::wire::anthropic::response::Malformed;
 use crate::wire::usage::Usage;
 use crate::wire::{Dialect, chunk};
@@ -100,7 +99,7 @@ pub(crate) fn unix_now() -> u64 {
 }
 
 /// An upstream's answer whose head has arrived.
-pub(crate) struct Head {
+pub(crate) struct UpstreamHead {
     pub response: Response<Incoming>,
     pub lease: Option<Lease>,
     /// From sending until the head arrived.
@@ -175,7 +174,7 @@ impl Call<'_> {
         body: Bytes,
         extra: &HeaderMap,
         error_body: ErrorBody,
-    ) -> Result<Head, GatewayError> {
+    ) -> Result<UpstreamHead, GatewayError> {
         let provider = self.provider();
         let stream = self.inbound.stream;
         let request = request(
@@ -239,7 +238,7 @@ impl Call<'_> {
     /// is given back.
     pub(crate) async fn translate(
         &self,
-        head: Head,
+        head: UpstreamHead,
         reserved: Option<Reserved>,
         translate: impl FnOnce(&[u8]) -> Result<(Bytes, Option<Usage>), Malformed>,
     ) -> Result<Answer, GatewayError> {
@@ -286,9 +285,9 @@ impl Call<'_> {
         })
     }
 
-    /// Relays the whole answer of `head`, already in the client's dialect, as it arrives:
+    /// The whole answer of `head`, already in the client's dialect, relayed as it arrives:
     /// named as [`Call::shown_name`] says when `rename`, its usage read in the `usage` dialect.
-    pub(crate) fn relay(&self, head: Head, rename: bool, usage: Option<Dialect>) -> Answer {
+    pub(crate) fn unary(&self, head: UpstreamHead, rename: bool, usage: Option<Dialect>) -> Answer {
         let content_type = head
             .response
             .headers()
@@ -312,7 +311,7 @@ impl Call<'_> {
     }
 }
 
-impl Head {
+impl UpstreamHead {
     /// Whether the answer is the event stream a streaming request asked for.
     pub(crate) fn is_stream(&self, stream: bool) -> bool {
         stream && is_sse(self.response.headers().get(CONTENT_TYPE))
@@ -335,11 +334,11 @@ async fn send(
     provider: &Provider,
     request: Request<Full<Bytes>>,
     deadlines: &Deadlines,
-) -> Result<Head, GatewayError> {
+) -> Result<UpstreamHead, GatewayError> {
     let sent = Instant::now();
     let sending = pool.send(request, &provider.route, deadlines.connect);
     match tokio::time::timeout_at(deadlines.first_byte, sending).await {
-        Ok(Ok((response, lease))) => Ok(Head {
+        Ok(Ok((response, lease))) => Ok(UpstreamHead {
             response,
             lease,
             waited: sent.elapsed(),
@@ -360,7 +359,7 @@ async fn read_body(
     limit: usize,
     deadline: Instant,
     provider: &str,
-    mut room: Option<(&Budget, &mut Held)>,
+    mut room: Option<(&MemoryBudget, &mut Held)>,
 ) -> Result<Bytes, GatewayError> {
     let read = async move {
         let (mut body, mut pieces) = (body, Outbox::default());
@@ -412,7 +411,7 @@ async fn read_body(
 }
 
 /// Reads an error status's body (what arrives of it by `deadline`, bounded).
-async fn rejection(head: Head, deadline: Instant, provider: &str) -> Rejection {
+async fn rejection(head: UpstreamHead, deadline: Instant, provider: &str) -> Rejection {
     let status = head.response.status();
     let retry_after = head.response.headers().get(RETRY_AFTER).cloned();
     let body = read_body(

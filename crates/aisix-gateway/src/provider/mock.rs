@@ -15,9 +15,9 @@ use std::time::Duration;
 use http::{HeaderValue, StatusCode};
 
 use super::{Answer, Call};
-use crate::budget::Held;
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::Held;
 use crate::wire::usage::Usage;
 
 /// The assistant's reply to every chat and completion request.

@@ -9,20 +9,21 @@
 //! - A whole answer the gateway must hold (a translation, the in-process mock) comes back as
 //!   [`Answer::Complete`]: the body already in the client's dialect, with its usage and (for
 //!   groups) its `model` naming the direct model. One in the client's dialect comes back as
-//!   [`Answer::Unary`], its head only: the body is relayed as it arrives ([`crate::unary`]).
+//!   [`Answer::Unary`], its head only: the relay's whole-answer body passes the rest on.
 //! - A stream comes back as [`Answer::Stream`]: the upstream body with the [`StreamMap`] that
 //!   turns each upstream event into the client's (usage read, completeness and the first
 //!   token noticed, the model renamed). The relay drives it; the attempt loop holds it until
-//!   its first token when another attempt could still follow.
+//!   its first token when another attempt could still follow; [`events`] reads it event by
+//!   event into the client's dialect.
 //!
 //! A new provider (another dialect) is a module with its `call`, an arm in [`call`], and, for
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
 
 pub(crate) mod anthropic;
+pub(crate) mod events;
 pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
-pub(crate) mod refusal;
 pub(crate) mod responses;
 pub(crate) mod translated;
 
@@ -32,14 +33,15 @@ use aisix_config::ProviderKind;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use hyper::body::Incoming;
+use tokio::time::Instant;
 
-use crate::budget::{Budget, Held};
-use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
-use crate::inbound::Inbound;
+use crate::limit::memory_budget::{Held, MemoryBudget};
+use crate::request::deadline::Deadlines;
+use crate::request::inbound::Inbound;
 use crate::snapshot::{DirectRoute, GroupRoute};
-use crate::unary::Unary;
-use crate::upstream::{Lease, Pool};
+use crate::target::state::Ticket;
+use crate::upstream::pool::{Lease, Pool};
 use crate::wire::Dialect;
 use crate::wire::anthropic::stream::Blocks;
 use crate::wire::usage::Usage;
@@ -62,9 +64,28 @@ pub(crate) struct Call<'a> {
     /// The largest whole answer held to translate (`upstream.max_response_bytes`).
     pub max_response_bytes: usize,
     /// The request's memory budget, where a whole answer held to translate reserves room.
-    pub budget: &'a Budget,
+    pub budget: &'a MemoryBudget,
     /// When the request stops waiting for room in `budget` (its body deadline).
     pub room_by: tokio::time::Instant,
+}
+
+/// A direct model's whole answer whose head has arrived, its body still upstream.
+pub(crate) struct Unary {
+    pub status: StatusCode,
+    pub content_type: HeaderValue,
+    pub body: Incoming,
+    pub lease: Option<Lease>,
+    /// The direct model's name as a JSON string, put in the answer's `model` (groups).
+    pub rename: Option<Bytes>,
+    /// The shape of the answer's `usage` object (`None`: it reports none).
+    pub usage: Option<Dialect>,
+    /// The whole request's deadline.
+    pub end: Instant,
+    /// Counts the call in its direct model's load while the body is relayed, and reports how
+    /// the body ended to the model's state.
+    pub ticket: Option<Ticket>,
+    /// A native Responses answer: its id is pinned to the provider key when the body has passed.
+    pub pin: Option<crate::stored::Pin>,
 }
 
 /// A direct model's answer, in the client's dialect.
@@ -109,14 +130,14 @@ pub(crate) enum StreamMap {
     /// OpenAI events to an OpenAI client, relayed as they are.
     OpenAi(openai::Passthrough),
     /// Anthropic events relayed to an Anthropic client, or either dialect translated.
-    Translated(Box<translated::Translated>),
+    Translated(Box<translated::TranslatedStream>),
     /// Responses events relayed to a Responses client, or chat chunks translated for one.
     Responses(Box<responses::ResponsesStream>),
 }
 
 /// What the client gets for one upstream event.
 #[derive(Debug, Default)]
-pub(crate) struct Step {
+pub(crate) struct Mapped {
     pub edit: Edit,
     /// The event ends the stream (`data: [DONE]`).
     pub done: bool,
@@ -139,7 +160,7 @@ pub(crate) enum Edit {
 
 impl StreamMap {
     /// Reads one complete event.
-    pub(crate) fn event(&mut self, event: &[u8]) -> Step {
+    pub(crate) fn event(&mut self, event: &[u8]) -> Mapped {
         match self {
             StreamMap::OpenAi(map) => map.event(event),
             StreamMap::Translated(map) => map.event(event),

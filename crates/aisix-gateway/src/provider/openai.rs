@@ -8,8 +8,8 @@
 use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
-use super::translated::Translated;
-use super::{Answer, Call, Carried, Edit, Step, StreamMap};
+use super::translated::TranslatedStream;
+use super::{Answer, Call, Carried, Edit, Mapped, StreamMap};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::wire::anthropic::{error as anthropic_error, request, response};
@@ -65,7 +65,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if translated {
-            StreamMap::Translated(Box::new(Translated::to_anthropic(
+            StreamMap::Translated(Box::new(TranslatedStream::to_anthropic(
                 call.rename.then(|| call.shown_name()),
             )))
         } else {
@@ -78,7 +78,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         return Ok(head.stream(map));
     }
     if !translated {
-        return Ok(call.relay(head, call.rename, Some(Dialect::OpenAi)));
+        return Ok(call.unary(head, call.rename, Some(Dialect::OpenAi)));
     }
     call.translate(head, reserved, |body| match inbound.endpoint {
         // The chat call that counted the prompt was billed for it: its usage is the charge.
@@ -172,15 +172,15 @@ impl Passthrough {
         self.text = Some(so_far.to_owned());
     }
 
-    pub(super) fn event(&mut self, event: &[u8]) -> Step {
+    pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
         if sse::is_error_event(event) {
             return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
         }
         let Some(data) = sse::data_payload(event) else {
             // Comments and events without data pass as they are.
-            return Step::default();
+            return Mapped::default();
         };
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         match sse::classify_data(data) {
             Event::Done => {
                 step.done = true;
@@ -275,10 +275,10 @@ impl Passthrough {
     }
 }
 
-fn failure(kind: ErrorKind) -> Step {
-    Step {
+fn failure(kind: ErrorKind) -> Mapped {
+    Mapped {
         failure: Some(kind),
-        ..Step::default()
+        ..Mapped::default()
     }
 }
 

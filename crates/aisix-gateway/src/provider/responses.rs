@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
-use super::{Answer, Call, Carried, Edit, Step, StreamMap, exchange};
+use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Provider;
@@ -68,7 +68,7 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
         map.pin = pin;
         return Ok(head.stream(StreamMap::Responses(Box::new(ResponsesStream::Relay(map)))));
     }
-    let mut answer = call.relay(head, call.rename, Some(Dialect::Responses));
+    let mut answer = call.unary(head, call.rename, Some(Dialect::Responses));
     if let Answer::Unary { answer, .. } = &mut answer {
         answer.pin = pin;
     }
@@ -252,7 +252,7 @@ pub(crate) fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
         content_type: http::HeaderValue::from_static(content_type),
         body,
         usage: Some(reply.usage),
-        held: crate::budget::Held::default(),
+        held: crate::limit::memory_budget::Held::default(),
         waited: std::time::Duration::ZERO,
     })
 }
@@ -272,7 +272,7 @@ fn echo_id(response: &[u8]) -> String {
 /// the Responses answer, which is kept when asked.
 async fn answered(
     call: &Call<'_>,
-    head: exchange::Head,
+    head: exchange::UpstreamHead,
     reserved: Option<exchange::Reserved>,
     echo: Echo,
     keep: Option<(Keeper, Bytes)>,
@@ -378,7 +378,7 @@ pub(crate) enum ResponsesStream {
 }
 
 impl ResponsesStream {
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         match self {
             ResponsesStream::Relay(map) => map.event(raw),
             ResponsesStream::Translated(map) => map.event(raw),
@@ -522,9 +522,9 @@ impl Translating {
         );
     }
 
-    fn event(&mut self, raw: &[u8]) -> Step {
+    fn event(&mut self, raw: &[u8]) -> Mapped {
         let outcome = self.read(raw);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         let usage = self.from.usage().map(|u| u.to_usage());
         if usage.is_some() && usage != self.usage {
             self.usage = usage;
@@ -601,18 +601,18 @@ impl Relay {
         }
     }
 
-    pub(super) fn event(&mut self, raw: &[u8]) -> Step {
+    pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         let fields = sse::fields(raw);
         let Some(data) = fields.data.as_deref() else {
             // Comments pass as they are.
-            return Step::default();
+            return Mapped::default();
         };
         self.sequence += 1;
         if !chunk::is_object(data) {
             return failure(ErrorKind::UpstreamMalformed);
         }
         let kind = event::event_type(&fields).map_or(Kind::Other, event::kind_of);
-        let mut step = Step::default();
+        let mut step = Mapped::default();
         match kind {
             Kind::Created => {
                 self.who = event::identity(data).unwrap_or_default();
@@ -707,10 +707,10 @@ fn failure_words<'a>(
     (code, provider.masks.text(message).into_owned())
 }
 
-fn failure(kind: ErrorKind) -> Step {
-    Step {
+fn failure(kind: ErrorKind) -> Mapped {
+    Mapped {
         failure: Some(kind),
-        ..Step::default()
+        ..Mapped::default()
     }
 }
 

@@ -12,7 +12,7 @@
 use bytes::{Bytes, BytesMut};
 use http::StatusCode;
 
-use super::{Carried, Edit, Step};
+use super::{Carried, Edit, Mapped};
 use crate::error::ErrorKind;
 use crate::wire::anthropic::stream::{
     self, Blocks, Splice, ToAnthropic, ToOpenAi, Translator, UsageScan, delta_text,
@@ -22,7 +22,7 @@ use crate::wire::{Dialect, chunk, sse};
 
 /// One stream's events, relayed with a usage scan or translated.
 #[derive(Debug)]
-pub(crate) struct Translated {
+pub(crate) struct TranslatedStream {
     way: Way,
     /// The translator's output for the event at hand.
     out: BytesMut,
@@ -49,18 +49,18 @@ pub(crate) struct Translated {
 #[derive(Debug)]
 enum Way {
     /// Anthropic to an Anthropic client, unchanged.
-    Relay(UsageScan),
+    Passthrough(UsageScan),
     /// Anthropic to an OpenAI client.
     ToOpenAi(ToOpenAi),
     /// OpenAI to an Anthropic client.
     ToAnthropic(ToAnthropic),
 }
 
-impl Translated {
+impl TranslatedStream {
     /// An Anthropic stream for an Anthropic client; `rename` (a JSON string literal) is the
     /// model its `message_start` names (a group's direct model).
-    pub(crate) fn relay(rename: Option<Bytes>) -> Self {
-        let mut map = Self::new(Way::Relay(UsageScan::new()));
+    pub(crate) fn passthrough(rename: Option<Bytes>) -> Self {
+        let mut map = Self::new(Way::Passthrough(UsageScan::new()));
         map.rename = rename;
         map
     }
@@ -118,14 +118,14 @@ impl Translated {
         renamed.map(Bytes::from)
     }
 
-    pub(super) fn event(&mut self, event: &[u8]) -> Step {
+    pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
         let (step, translated) = match &mut self.way {
-            Way::Relay(scan) => (scan.event(event), false),
+            Way::Passthrough(scan) => (scan.event(event), false),
             Way::ToOpenAi(t) => (t.event(event, &mut self.out), true),
             Way::ToAnthropic(t) => (t.event(event, &mut self.out), true),
         };
         self.read_content(event);
-        let mut out = Step::default();
+        let mut out = Mapped::default();
         let usage = self.token_usage().map(|u| u.to_usage());
         let usage = match (usage, self.before) {
             (Some(usage), Some(before)) => Some(before.plus(usage)),
@@ -175,7 +175,7 @@ impl Translated {
             self.tool_call = true;
         }
         match self.way {
-            Way::Relay(_) | Way::ToOpenAi(_) => {
+            Way::Passthrough(_) | Way::ToOpenAi(_) => {
                 if sse::fields(event).name != Some(b"content_block_delta") {
                     return;
                 }
@@ -242,7 +242,7 @@ impl Translated {
 
     fn token_usage(&self) -> Option<crate::wire::anthropic::types::TokenUsage> {
         match &self.way {
-            Way::Relay(scan) => scan.usage(),
+            Way::Passthrough(scan) => scan.usage(),
             Way::ToOpenAi(t) => t.usage(),
             Way::ToAnthropic(t) => t.usage(),
         }
@@ -252,13 +252,13 @@ impl Translated {
     pub(super) fn dialect(&self) -> Dialect {
         match self.way {
             Way::ToOpenAi(_) => Dialect::OpenAi,
-            Way::Relay(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
+            Way::Passthrough(_) | Way::ToAnthropic(_) => Dialect::Anthropic,
         }
     }
 
     pub(super) fn started(&self) -> bool {
         match &self.way {
-            Way::Relay(scan) => scan.content_seen(),
+            Way::Passthrough(scan) => scan.content_seen(),
             Way::ToOpenAi(t) => t.content_seen(),
             Way::ToAnthropic(t) => t.content_seen(),
         }
@@ -269,7 +269,7 @@ impl Translated {
     pub(super) fn finish(&mut self) -> Option<Bytes> {
         let mut out = BytesMut::new();
         let complete = match &mut self.way {
-            Way::Relay(scan) => scan.end(&mut out),
+            Way::Passthrough(scan) => scan.end(&mut out),
             Way::ToOpenAi(t) => t.end(&mut out),
             Way::ToAnthropic(t) => t.end(&mut out),
         };
@@ -335,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_relayed_stream_is_kept_and_its_usage_read() {
-        let mut map = Translated::relay(None);
+        let mut map = TranslatedStream::passthrough(None);
         let step = map.event(START);
         assert!(matches!(step.edit, Edit::Keep));
         assert_eq!(step.usage.map(|u| u.prompt_tokens), Some(3));
@@ -347,7 +347,7 @@ mod tests {
 
     #[test]
     fn a_translated_stream_replaces_each_event_and_fails_on_garbage() {
-        let mut map = Translated::to_openai(false, 1, None, false);
+        let mut map = TranslatedStream::to_openai(false, 1, None, false);
         let Edit::Replace(first) = map.event(START).edit else {
             panic!("message_start was not translated")
         };
@@ -367,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_group_s_stream_names_the_direct_model_in_either_dialect() {
-        let mut relay = Translated::relay(Some(Bytes::from_static(b"\"primary\"")));
+        let mut relay = TranslatedStream::passthrough(Some(Bytes::from_static(b"\"primary\"")));
         let Edit::Replace(start) = relay.event(START).edit else {
             panic!("message_start was not renamed")
         };
@@ -378,7 +378,7 @@ mod tests {
         );
         assert!(matches!(relay.event(BLOCK).edit, Edit::Keep));
 
-        let mut translated = Translated::to_openai(true, 1, Some("primary"), false);
+        let mut translated = TranslatedStream::to_openai(true, 1, Some("primary"), false);
         for event in [START, BLOCK, TEXT, STOP] {
             if let Edit::Replace(out) = translated.event(event).edit {
                 let out = std::str::from_utf8(&out).unwrap();
@@ -387,7 +387,7 @@ mod tests {
             }
         }
 
-        let mut back = Translated::to_anthropic(Some("primary"));
+        let mut back = TranslatedStream::to_anthropic(Some("primary"));
         let first = b"data: {\"id\":\"c\",\"model\":\"up\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
         let Edit::Replace(out) = back.event(first).edit else {
             panic!("the chunk was not translated")
@@ -398,7 +398,7 @@ mod tests {
 
     const DELTA: &[u8] = b"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n";
 
-    fn sent(step: Step) -> String {
+    fn sent(step: Mapped) -> String {
         match step.edit {
             Edit::Replace(bytes) => String::from_utf8(bytes.to_vec()).unwrap(),
             Edit::Drop => String::new(),
@@ -412,7 +412,7 @@ mod tests {
 
     #[test]
     fn a_relayed_anthropic_stream_continued_goes_on_in_the_client_s_open_block() {
-        let mut cut = Translated::relay(None);
+        let mut cut = TranslatedStream::passthrough(None);
         cut.keep_text("");
         for event in [START, BLOCK, TEXT] {
             assert!(
@@ -436,7 +436,7 @@ mod tests {
             Some((3, 1))
         );
 
-        let mut next = Translated::relay(None);
+        let mut next = TranslatedStream::passthrough(None);
         next.keep_text("Hi");
         next.continuing(carried, cut.blocks());
         assert_eq!(
@@ -458,7 +458,7 @@ mod tests {
 
     #[test]
     fn an_openai_stream_continued_for_an_anthropic_client_sends_no_second_message_start() {
-        let mut cut = Translated::to_anthropic(None);
+        let mut cut = TranslatedStream::to_anthropic(None);
         cut.keep_text("");
         let first = sent(cut.event(&chat("Hel")));
         assert!(first.starts_with("event: message_start"), "{first}");
@@ -471,7 +471,7 @@ mod tests {
             }
         );
 
-        let mut next = Translated::to_anthropic(None);
+        let mut next = TranslatedStream::to_anthropic(None);
         next.continuing(cut.carried(), cut.blocks());
         let more = sent(next.event(&chat("lo")));
         assert!(more.starts_with("event: content_block_delta\n"), "{more}");
@@ -492,14 +492,14 @@ mod tests {
 
     #[test]
     fn an_anthropic_stream_continued_for_an_openai_client_drops_its_role_chunk() {
-        let mut cut = Translated::to_openai(true, 1, None, false);
+        let mut cut = TranslatedStream::to_openai(true, 1, None, false);
         cut.keep_text("");
         for event in [START, BLOCK, TEXT] {
             cut.event(event);
         }
         assert_eq!(cut.text(), Some("Hi"));
 
-        let mut next = Translated::to_openai(true, 1, None, false);
+        let mut next = TranslatedStream::to_openai(true, 1, None, false);
         next.continuing(cut.carried(), cut.blocks());
         assert_eq!(
             sent(next.event(START)),

@@ -13,9 +13,9 @@ use http_body_util::BodyExt;
 use tokio::time::Instant;
 
 use crate::factory::Common;
-use crate::route::state::{Admission, Excuse, TargetState, Verdict};
 use crate::snapshot::{Loaded, Named, Provider, Snapshot};
-use crate::upstream::Pool;
+use crate::target::state::{Admission, Excuse, TargetState, Verdict};
+use crate::upstream::pool::Pool;
 use aisix_config::ProviderKind;
 
 type Body = http_body_util::Full<bytes::Bytes>;

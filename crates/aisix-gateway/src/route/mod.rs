@@ -1,20 +1,19 @@
 //! Routing: which direct models may answer a request and in which order ([`Plan`], the route
-//! phase), the state they share across workers ([`state`]), the strategies that order a
-//! group's targets ([`strategy`]) and the pauses between retries ([`retry`]). Walking a plan is
-//! the attempt loop's job.
+//! phase), the attempt loop that walks a plan ([`attempt`]), and the active health checks that
+//! feed the targets' state ([`check`]). What is known of each target (state, strategies,
+//! retry pauses) is [`crate::target`]'s.
 
+pub(crate) mod attempt;
 pub(crate) mod check;
-pub(crate) mod retry;
-pub(crate) mod state;
-pub(crate) mod strategy;
 
 use std::sync::Arc;
 
 use aisix_config::{TimeoutOverrides, UpstreamTimeouts};
 use tokio::time::Instant;
 
-use crate::route::state::{Clock, Excuse};
 use crate::snapshot::{DirectRoute, GroupRoute, Named, Policy};
+use crate::target::state::{Excuse, StateClock};
+use crate::target::strategy;
 
 /// The rules of a request to a direct model.
 static DIRECT: Policy = Policy::DIRECT;
@@ -116,7 +115,7 @@ impl Plan {
         &self,
         target: &DirectRoute,
         defaults: UpstreamTimeouts,
-        clock: Clock,
+        clock: StateClock,
         end: Instant,
     ) -> Excuse {
         let Named::Group(group) = &self.named else {

@@ -34,27 +34,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_config::WhenAllUnavailable;
-use aisix_obs::access_log::Attempt;
-use aisix_obs::metrics::labels::Outcome;
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use tokio::time::Instant;
 
 use crate::account::Record;
-use crate::budget::Budget;
-use crate::deadline;
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::inbound::Inbound;
+use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Refused};
-use crate::provider::refusal::Refusal;
-use crate::provider::{self, Answer, Call, Carried, StreamMap};
+use crate::provider::events::{Events, StreamSettings};
+use crate::provider::{self, Answer, Call, Carried, StreamMap, Unary};
+use crate::request::deadline;
+use crate::request::inbound::Inbound;
 use crate::route::Plan;
-use crate::route::retry::{self, LONG_WAIT};
-use crate::route::state::{Admission, Clock, Excuse, Verdict};
 use crate::snapshot::{DirectRoute, GroupRoute};
-use crate::stream::{Events, StreamSettings};
-use crate::unary::Unary;
-use crate::upstream::Pool;
+use crate::target::refusal::UpstreamRefusal;
+use crate::target::retry::{self, LONG_WAIT};
+use crate::target::state::{Admission, Excuse, StateClock, Verdict};
+use crate::upstream::pool::Pool;
 use crate::wire::anthropic::stream::Blocks;
 
 /// What every attempt of one worker needs.
@@ -66,8 +63,8 @@ pub(crate) struct Ctx {
     /// `upstream.max_response_bytes`.
     pub max_response_bytes: usize,
     /// The request's memory budget: the worker's, and its key's share.
-    pub budget: Budget,
-    pub clock: Clock,
+    pub budget: MemoryBudget,
+    pub clock: StateClock,
 }
 
 /// A direct model's answer, ready for the relay.
@@ -172,9 +169,11 @@ impl Attempts {
 
     /// The attempt loop: the first answer of the plan's direct models, or the error to return.
     pub(crate) async fn run(&mut self, record: &mut Record) -> Result<Served, GatewayError> {
-        record.group = self.plan.group().map(|g| g.name.clone());
         // Until a direct model is called, the request is counted against the name it used.
-        record.model = Some(self.plan.name().clone());
+        record.routed(
+            self.plan.group().map(|g| g.name.clone()),
+            self.plan.name().clone(),
+        );
         let mut last_error = None;
         let mut cooling_until: Option<u64> = None;
         let mut ignore_cooling = false;
@@ -254,7 +253,7 @@ impl Attempts {
         let (Some(_), Some(limits)) = (self.plan.group(), &target.limits) else {
             return Ok(());
         };
-        let estimate = record.estimate;
+        let estimate = record.estimate();
         let charge = Charge {
             tokens: estimate.total(),
             spend: target.cost.map(|c| estimate.cost(&c)).unwrap_or_default(),
@@ -320,7 +319,7 @@ impl Attempts {
                 Move::Retry(pause) => {
                     tracing::debug!(target = %target.name, retry = retry + 1, ?pause, "retrying");
                     tokio::time::sleep(pause).await;
-                    record.upstream_wait += pause;
+                    record.paused(pause);
                     retry += 1;
                 }
                 next => return Err((error, next)),
@@ -342,7 +341,7 @@ impl Attempts {
         if now >= end {
             return Move::Stop;
         }
-        let key_refused = error.refusal.is_some_and(Refusal::of_the_key);
+        let key_refused = error.refusal.is_some_and(UpstreamRefusal::of_the_key);
         if !meaning.retryable && !key_refused {
             let listed = error
                 .upstream_status()
@@ -409,13 +408,12 @@ impl Attempts {
             excuse,
         );
         // Named before the call: a client that leaves during it is counted against this model.
-        record.model = Some(target.name.clone());
-        record.provider = Some(target.provider.name.clone());
-        record.cost = target.cost;
-        let context = record
-            .trace
-            .as_mut()
-            .map(|trace| trace.attempt(sent_at, target, inbound));
+        record.calling(
+            target.name.clone(),
+            target.provider.name.clone(),
+            target.cost,
+        );
+        let context = record.trace_attempt(sent_at, target, inbound);
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,
@@ -441,10 +439,9 @@ impl Attempts {
                 waited,
             }) => {
                 status = Some(answered);
-                record.held.merge(held);
                 ticket.first_token(waited);
                 ticket.settle(Verdict::Answered);
-                record.usage = usage;
+                record.answered(usage, held);
                 Ok(Served::Complete {
                     status: answered,
                     content_type,
@@ -494,21 +491,13 @@ impl Attempts {
             }
         };
         let duration = sent_at.elapsed();
-        record.upstream_wait += duration;
-        let error = result.as_ref().err();
-        record.upstream_status = status
-            .map(|s| s.as_u16())
-            .or_else(|| error.and_then(GatewayError::upstream_status));
-        let meaning = error.map(GatewayError::meaning);
-        record.attempts.push(Attempt {
-            target: target.name.clone(),
-            provider: target.provider.name.clone(),
-            status: record.upstream_status,
+        record.attempted(
+            target.name.clone(),
+            target.provider.name.clone(),
+            status.map(|s| s.as_u16()),
             duration,
-            error: meaning.map(|m| m.code),
-            result: meaning.map_or(Outcome::Success, |m| m.outcome),
-            failure: meaning.and_then(|m| m.upstream_error),
-        });
+            result.as_ref().err(),
+        );
         result
     }
 
@@ -542,7 +531,7 @@ impl Attempts {
         at: Blocks,
         cause: GatewayError,
     ) -> Continued {
-        let tokens = record.produced.unwrap_or(0);
+        let tokens = record.produced().unwrap_or(0);
         let mut cooling = None;
         let mut tried = 0u32;
         while let Some((target, probe)) = self.next_target(false, &mut cooling) {
@@ -584,6 +573,18 @@ impl Attempts {
         } else {
             "every target asked to continue it refused or failed"
         };
-        Continued::Failed(crate::relay::cut_named(&cause, tokens, why), record)
+        Continued::Failed(cut_named(&cause, tokens, why), record)
     }
+}
+
+/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
+/// was not continued: the cut, not a later refusal, is what the client is told.
+pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
+    GatewayError::new(
+        cause.kind,
+        format!(
+            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
+            cause.message.trim_end_matches('.')
+        ),
+    )
 }

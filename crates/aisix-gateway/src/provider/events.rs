@@ -33,13 +33,13 @@ use http_body::Body;
 use hyper::body::Incoming;
 use tokio::time::{Instant, Sleep};
 
-use crate::budget::{Budget, Held};
-use crate::deadline::Deadlines;
 use crate::error::{ErrorKind, GatewayError};
+use crate::limit::memory_budget::{Held, MemoryBudget};
 use crate::provider::{Edit, StreamMap};
-use crate::route::state::{Ticket, Verdict};
+use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
-use crate::upstream::Lease;
+use crate::target::state::{Ticket, Verdict};
+use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::usage::Usage;
@@ -305,7 +305,7 @@ impl Events {
     /// the stream fails first. What it holds is charged to `budget` until it returns; past
     /// the cap (`upstream.max_sse_event_bytes`) or the budget's room it returns early, the
     /// stream committed.
-    pub(crate) async fn hold(&mut self, budget: &Budget) -> Result<(), GatewayError> {
+    pub(crate) async fn hold(&mut self, budget: &MemoryBudget) -> Result<(), GatewayError> {
         let mut held = Held::default();
         poll_fn(|cx| self.poll_held(cx, budget, &mut held)).await
     }
@@ -313,7 +313,7 @@ impl Events {
     fn poll_held(
         &mut self,
         cx: &mut Context<'_>,
-        budget: &Budget,
+        budget: &MemoryBudget,
         held: &mut Held,
     ) -> Poll<Result<(), GatewayError>> {
         loop {
@@ -741,7 +741,9 @@ mod tests {
         events.extend(burst(1));
         events.push("data: [DONE]\n\n".to_owned());
         let mut held = events_of(chunked(&events), false, 1 << 20).await;
-        held.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
+        held.hold(&MemoryBudget::new(1 << 20, 1 << 20))
+            .await
+            .unwrap();
         assert!(held.map().started() && held.ttft().is_some());
         let (frames, failure, _) = frames(held).await;
         assert!(failure.is_none());
@@ -751,7 +753,7 @@ mod tests {
         raw.extend_from_slice(b"0\r\n\r\n");
         let mut cut = events_of(raw, true, 1 << 20).await;
         assert_eq!(
-            cut.hold(&Budget::new(1 << 20, 1 << 20))
+            cut.hold(&MemoryBudget::new(1 << 20, 1 << 20))
                 .await
                 .map_err(|e| e.kind),
             Err(ErrorKind::StreamCut)
@@ -764,7 +766,7 @@ mod tests {
         .await;
         assert_eq!(
             malformed
-                .hold(&Budget::new(1 << 20, 1 << 20))
+                .hold(&MemoryBudget::new(1 << 20, 1 << 20))
                 .await
                 .map_err(|e| e.kind),
             Err(ErrorKind::UpstreamMalformed)
@@ -777,7 +779,7 @@ mod tests {
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let mut events = events_of(chunked(&[role]), false, 1 << 20).await;
         let error = events
-            .hold(&Budget::new(1 << 20, 1 << 20))
+            .hold(&MemoryBudget::new(1 << 20, 1 << 20))
             .await
             .unwrap_err();
         assert_eq!(error.kind, ErrorKind::UpstreamTimeout);
@@ -790,13 +792,16 @@ mod tests {
             "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n".to_owned();
         let preamble: Vec<String> = (0..40).map(|_| role.clone()).collect();
         let mut events = events_of(chunked(&preamble), false, 1024).await;
-        events.hold(&Budget::new(1 << 20, 1 << 20)).await.unwrap();
+        events
+            .hold(&MemoryBudget::new(1 << 20, 1 << 20))
+            .await
+            .unwrap();
         assert!(!events.map().started(), "committed before its first token");
         assert!(events.out.len() > 1024);
 
         let mut events = events_of(chunked(&preamble), false, 1 << 20).await;
         // A budget of one KiB covers less than the preamble.
-        events.hold(&Budget::new(1024, 1024)).await.unwrap();
+        events.hold(&MemoryBudget::new(1024, 1024)).await.unwrap();
         assert!(!events.map().started());
     }
 }

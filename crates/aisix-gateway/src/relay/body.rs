@@ -6,8 +6,8 @@ use std::task::{Context, Poll};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
-use crate::relay::SseRelay;
-use crate::unary::{Cut, Polled, UnaryRelay};
+use crate::relay::stream::SseRelay;
+use crate::relay::unary::{Cut, Polled, UnaryRelay};
 
 /// A response body: a whole buffer, a relayed upstream event stream, or a relayed whole
 /// upstream answer (the only one that can fail: it is [`Cut`] when the upstream's breaks).

@@ -15,37 +15,17 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
-use http::{HeaderValue, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use hyper::body::Incoming;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 
 use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError};
-use crate::route::state::{Ticket, Verdict};
-use crate::upstream::Lease;
-use crate::wire::Dialect;
+use crate::provider::Unary;
+use crate::target::state::{Ticket, Verdict};
+use crate::upstream::pool::Lease;
 use crate::wire::rename::{Renamer, join};
 use crate::wire::usage::UsageWindow;
-
-/// A direct model's whole answer whose head has arrived, its body still upstream.
-pub(crate) struct Unary {
-    pub status: StatusCode,
-    pub content_type: HeaderValue,
-    pub body: Incoming,
-    pub lease: Option<Lease>,
-    /// The direct model's name as a JSON string, put in the answer's `model` (groups).
-    pub rename: Option<Bytes>,
-    /// The shape of the answer's `usage` object (`None`: it reports none).
-    pub usage: Option<Dialect>,
-    /// The whole request's deadline.
-    pub end: Instant,
-    /// Counts the call in its direct model's load while the body is relayed, and reports how
-    /// the body ended to the model's state.
-    pub ticket: Option<Ticket>,
-    /// A native Responses answer: its id is pinned to the provider key when the body has passed.
-    pub pin: Option<crate::stored::Pin>,
-}
 
 /// The client's response was cut off: the upstream's body broke or came too late. Returned
 /// by the body so that hyper aborts the response rather than end it as if complete.
@@ -105,8 +85,7 @@ impl UnaryRelay {
             ticket.settle(Verdict::Answered);
         }
         if let Some(mut record) = self.record.take() {
-            record.usage = self.usage.usage();
-            record.succeeded();
+            record.completed(self.usage.usage());
         }
         if let Some(pin) = self.pin.take() {
             pin.answered(self.usage.head());
@@ -126,9 +105,8 @@ impl UnaryRelay {
             ticket.settle_error(error);
         }
         if let Some(mut record) = self.record.take() {
-            tracing::warn!(request_id = ?record.request_id, code = error.code(), "answer to client cut off");
-            record.usage = self.usage.usage();
-            record.stream_failed(error);
+            tracing::warn!(request_id = ?record.request_id(), code = error.code(), "answer to client cut off");
+            record.cut(self.usage.usage(), error);
         }
     }
 }
@@ -234,12 +212,15 @@ impl std::fmt::Debug for UnaryRelay {
 mod tests {
     use std::time::Duration;
 
+    use http::HeaderValue;
     use http_body_util::BodyExt;
+    use tokio::time::Instant;
 
     use super::*;
     use crate::account::Sinks;
     use crate::endpoint::Endpoint;
     use crate::testing::raw_response;
+    use crate::wire::Dialect;
 
     async fn relay_of(raw: &[u8], close: bool, rename: Option<&'static [u8]>) -> UnaryRelay {
         let response = raw_response(raw.to_vec(), close).await;

@@ -23,10 +23,10 @@ use http_body::{Body, Frame};
 use tokio::time::{Instant, Sleep};
 
 use crate::account::Record;
-use crate::attempt::{Attempts, Continued, Served};
 use crate::endpoint::Proxied;
 use crate::error::{ErrorKind, GatewayError};
-use crate::stream::{Events, Next};
+use crate::provider::events::{Events, Next};
+use crate::route::attempt::{Attempts, Continued, Served, cut_named};
 use crate::wire::sse;
 
 type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
@@ -122,18 +122,6 @@ fn continuable(error: &GatewayError) -> bool {
     )
 }
 
-/// The error that ends a stream cut (`cause`) after `tokens` output tokens, saying `why` it
-/// was not continued: the cut, not a later refusal, is what the client is told.
-pub(crate) fn cut_named(cause: &GatewayError, tokens: u64, why: &str) -> GatewayError {
-    GatewayError::new(
-        cause.kind,
-        format!(
-            "The upstream stream broke off after {tokens} tokens ({}); it was not continued: {why}.",
-            cause.message.trim_end_matches('.')
-        ),
-    )
-}
-
 impl State {
     /// Moves on from a failed stream: to its continuation when the plan has one, else to its
     /// error event (after what was read before the failure).
@@ -144,23 +132,19 @@ impl State {
         error: GatewayError,
     ) -> (State, Bytes) {
         let before = events.take_out();
-        record.ttft = record.ttft.or(events.ttft());
-        if let Some(usage) = events.usage() {
-            record.usage = Some(usage);
-        }
-        record.produced = Some(events.map().produced());
+        record.streamed(events.ttft(), events.usage(), events.map().produced());
         let mut error = error;
         if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
             // The text alone would rebuild a corrupted call: the cut is the client's answer.
             error = cut_named(
                 &error,
-                record.produced.unwrap_or(0),
+                record.produced().unwrap_or(0),
                 "inside a tool call, which is never continued",
             );
         } else if let (Some(rest), true) = (rest, continuable(&error))
             && let Some(text) = events.map().text().map(str::to_owned)
         {
-            tracing::info!(request_id = ?record.request_id, code = error.code(), "continuing a cut stream on the next target");
+            tracing::info!(request_id = ?record.request_id(), code = error.code(), "continuing a cut stream on the next target");
             record.answer_broke(&error);
             record.continuing();
             let carried = events.map().carried();
@@ -172,10 +156,10 @@ impl State {
                 before,
             );
         }
-        tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+        tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
         record.stream_failed(&error);
         let mut last = BytesMut::from(&before[..]);
-        last.extend_from_slice(&events.map().closing(&error, record.endpoint.dialect()));
+        last.extend_from_slice(&events.map().closing(&error, record.endpoint().dialect()));
         (State::Closing(last.freeze(), record), Bytes::new())
     }
 }
@@ -197,11 +181,7 @@ impl Body for SseRelay {
                         return Poll::Ready(Some(Ok(Frame::data(data))));
                     }
                     Poll::Ready(Next::End) => {
-                        record.ttft = record.ttft.or(events.ttft());
-                        if let Some(usage) = events.usage() {
-                            record.usage = Some(usage);
-                        }
-                        record.produced = Some(events.map().produced());
+                        record.streamed(events.ttft(), events.usage(), events.map().produced());
                         record.succeeded();
                         this.state = State::Done;
                         return Poll::Ready(None);
@@ -243,12 +223,12 @@ impl Body for SseRelay {
                                     "The upstream answered a stream request with a whole answer.",
                                 );
                                 record.failed(&error);
-                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                                State::Closing(error.to_event(record.endpoint().dialect()), record)
                             }
                             Err(error) => {
-                                tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                                tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
                                 record.failed(&error);
-                                State::Closing(error.to_event(record.endpoint.dialect()), record)
+                                State::Closing(error.to_event(record.endpoint().dialect()), record)
                             }
                         };
                     }
@@ -268,9 +248,9 @@ impl Body for SseRelay {
                         };
                     }
                     Poll::Ready(Continued::Failed(error, mut record)) => {
-                        tracing::warn!(request_id = ?record.request_id, code = error.code(), "stream to client ended with an error event");
+                        tracing::warn!(request_id = ?record.request_id(), code = error.code(), "stream to client ended with an error event");
                         record.stream_failed(&error);
-                        let last = error.to_event(record.endpoint.dialect());
+                        let last = error.to_event(record.endpoint().dialect());
                         this.state = State::Closing(last, record);
                     }
                 },
@@ -299,7 +279,7 @@ impl Drop for SseRelay {
     /// with it as it drops.
     fn drop(&mut self) {
         if let State::Relaying { events, record, .. } = &mut self.state {
-            record.produced = Some(events.map().produced());
+            record.streamed(None, None, events.map().produced());
         }
     }
 }

@@ -4,7 +4,7 @@
 use aisix_config::SpendingPolicy;
 
 use crate::error::{ErrorKind, GatewayError, echo};
-use crate::inbound::Inbound;
+use crate::request::inbound::Inbound;
 
 /// Refuses what `policy` does not allow, naming the field: more choices than `max_n`, a
 /// `service_tier` or an `anthropic-beta` value not on its list.

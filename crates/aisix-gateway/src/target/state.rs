@@ -11,7 +11,7 @@
 //!
 //! State is keyed by name and a hash of the entry's configuration: a reload keeps it for
 //! entries that did not change ([`States::carry_over`]) and starts afresh for those that did.
-//! Times are milliseconds since the process's routing epoch (see [`Clock`]).
+//! Times are milliseconds since the process's routing epoch (see [`StateClock`]).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
@@ -24,8 +24,8 @@ use aisix_obs::metrics::emit;
 use tokio::time::Instant;
 
 use crate::error::{ErrorKind, GatewayError, Side};
-use crate::provider::refusal::Refusal;
-use crate::route::retry::{self, LONG_WAIT};
+use crate::target::refusal::UpstreamRefusal;
+use crate::target::retry::{self, LONG_WAIT};
 
 /// The retry budget's window.
 const BUDGET_WINDOW_SECS: u64 = 10;
@@ -47,11 +47,11 @@ const HALF_OPEN: u8 = 2;
 /// Milliseconds on one clock for every worker: the time since the epoch the clock was made at.
 /// Built on tokio's clock, so tests that pause time move it too.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Clock {
+pub(crate) struct StateClock {
     epoch: Instant,
 }
 
-impl Default for Clock {
+impl Default for StateClock {
     fn default() -> Self {
         Self {
             epoch: Instant::now(),
@@ -59,7 +59,7 @@ impl Default for Clock {
     }
 }
 
-impl Clock {
+impl StateClock {
     pub(crate) fn now_ms(&self) -> u64 {
         self.ms_at(Instant::now())
     }
@@ -340,7 +340,7 @@ impl TargetState {
     /// [`Admission::Probe`] (0 for none); `load` counts it in flight and learns its latency.
     pub(crate) fn ticket(
         self: &Arc<Self>,
-        clock: Clock,
+        clock: StateClock,
         sent: u64,
         probe: u64,
         load: bool,
@@ -429,7 +429,7 @@ impl Verdict {
         if meaning.side != Side::Upstream {
             return Verdict::Silent;
         }
-        if error.refusal.is_some_and(Refusal::of_the_key) {
+        if error.refusal.is_some_and(UpstreamRefusal::of_the_key) {
             return Verdict::KeyRefused;
         }
         let excused = match error.kind {
@@ -467,7 +467,7 @@ pub(crate) struct Excuse {
 #[derive(Debug)]
 pub(crate) struct Ticket {
     state: Arc<TargetState>,
-    clock: Clock,
+    clock: StateClock,
     /// When the call was sent (ms).
     sent: u64,
     /// The probe's stamp; 0 when the call is no probe.
@@ -559,7 +559,7 @@ impl GroupState {
 pub struct States {
     targets: HashMap<String, (u64, Arc<TargetState>)>,
     groups: HashMap<String, (u64, Arc<GroupState>)>,
-    pub(crate) clock: Clock,
+    pub(crate) clock: StateClock,
 }
 
 impl States {
@@ -674,7 +674,7 @@ mod tests {
 
     /// A call sent at `sent` with `probe`'s stamp, ended at `at` as `verdict`.
     fn call(state: &Arc<TargetState>, sent: u64, probe: u64, at: u64, verdict: Verdict) {
-        let mut ticket = state.ticket(Clock::default(), sent, probe, true, Excuse::default());
+        let mut ticket = state.ticket(StateClock::default(), sent, probe, true, Excuse::default());
         ticket.settle_at(verdict, || at);
     }
 
@@ -771,7 +771,13 @@ mod tests {
         }
         let stamp = probe(&state, 30_003);
         // Its client left: dropped unsettled.
-        drop(state.ticket(Clock::default(), 30_003, stamp, false, Excuse::default()));
+        drop(state.ticket(
+            StateClock::default(),
+            30_003,
+            stamp,
+            false,
+            Excuse::default(),
+        ));
         let stamp = probe(&state, 30_004);
         // A 400: the model answered.
         call(&state, 30_004, stamp, 30_005, Verdict::Answered);
@@ -801,7 +807,7 @@ mod tests {
             ErrorKind::UpstreamClientError(http::StatusCode::UNAUTHORIZED),
             "",
         );
-        refused.refusal = Some(Refusal::Credentials);
+        refused.refusal = Some(UpstreamRefusal::Credentials);
         assert_eq!(
             Verdict::of(&refused, &Excuse::default(), 0),
             Verdict::KeyRefused
@@ -904,11 +910,11 @@ mod tests {
                     match step {
                         Step::Wait(ms) => now += ms,
                         Step::Send => match state.admit(now) {
-                            Admission::Open => out.push(state.ticket(Clock::default(), now, 0, true, Excuse::default())),
-                            Admission::Probe(stamp) => out.push(state.ticket(Clock::default(), now, stamp, true, Excuse::default())),
+                            Admission::Open => out.push(state.ticket(StateClock::default(), now, 0, true, Excuse::default())),
+                            Admission::Probe(stamp) => out.push(state.ticket(StateClock::default(), now, stamp, true, Excuse::default())),
                             Admission::Cooling(until) => assert!(until > now || state.probe_at.load(Relaxed) != 0),
                         },
-                        Step::Force => out.push(state.ticket(Clock::default(), now, 0, true, Excuse::default())),
+                        Step::Force => out.push(state.ticket(StateClock::default(), now, 0, true, Excuse::default())),
                         Step::End(n, how) => {
                             if out.is_empty() {
                                 continue;
@@ -988,8 +994,8 @@ mod tests {
         let failing = Arc::new(TargetState::new("f", settings()));
         fail(&failing, 0);
         assert_eq!(failing.latency_us(), 2_000_000);
-        let a = state.ticket(Clock::default(), 0, 0, true, Excuse::default());
-        let b = state.ticket(Clock::default(), 0, 0, true, Excuse::default());
+        let a = state.ticket(StateClock::default(), 0, 0, true, Excuse::default());
+        let b = state.ticket(StateClock::default(), 0, 0, true, Excuse::default());
         assert_eq!(state.in_flight(), 2);
         drop((a, b));
         assert_eq!(state.in_flight(), 0);

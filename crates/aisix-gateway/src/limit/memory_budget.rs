@@ -24,7 +24,7 @@ const UNIT: u64 = 1024;
 /// One worker's budget (the process's in the shared runtime), with the share of the key a
 /// request comes from once it is known; cloned cheaply.
 #[derive(Clone)]
-pub(crate) struct Budget {
+pub(crate) struct MemoryBudget {
     // shared: one worker's tasks (all of the process in the shared runtime) draw from it.
     room: Arc<Semaphore>,
     /// Units in `room` when nothing is held.
@@ -53,7 +53,7 @@ pub(crate) struct Held {
     bytes: u64,
 }
 
-impl Budget {
+impl MemoryBudget {
     /// A budget of `bytes` whose keys may each hold `share_bytes` of it at most.
     pub(crate) fn new(bytes: u64, share_bytes: u64) -> Self {
         let units = units_of(bytes);
@@ -267,7 +267,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_waits_for_room_and_is_refused_at_its_deadline() {
-        let budget = Budget::new(4 * UNIT, 4 * UNIT);
+        let budget = MemoryBudget::new(4 * UNIT, 4 * UNIT);
         let mut first = Held::default();
         budget
             .cover(&mut first, 3 * UNIT, Instant::now())
@@ -306,7 +306,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_key_at_its_share_waits_while_another_key_is_served() {
-        let budget = Budget::new(8 * UNIT, 2 * UNIT);
+        let budget = MemoryBudget::new(8 * UNIT, 2 * UNIT);
         let (one, other) = (budget.share(), budget.share());
         let first = budget.for_key(Some(&one));
         let mut held = Held::default();
@@ -330,7 +330,7 @@ mod tests {
         assert_eq!(budget.room.available_permits(), 4);
     }
 
-    impl Budget {
+    impl MemoryBudget {
         /// Covers `bytes` if there is room now.
         async fn cover_now(&self, held: &mut Held, bytes: u64) -> Result<(), GatewayError> {
             self.cover(held, bytes, Instant::now()).await
@@ -339,7 +339,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn room_is_refused_at_once_past_its_deadline_and_given_back_with_the_request() {
-        let budget = Budget::new(4 * UNIT, 4 * UNIT);
+        let budget = MemoryBudget::new(4 * UNIT, 4 * UNIT);
         let mut request = Held::default();
         budget.cover_now(&mut request, UNIT).await.unwrap();
 
@@ -365,7 +365,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answer_s_room_is_reserved_up_front_and_the_rest_given_back_once_it_is_in() {
-        let budget = Budget::new(16 * UNIT, 8 * UNIT);
+        let budget = MemoryBudget::new(16 * UNIT, 8 * UNIT);
         let share = budget.share();
         let keyed = budget.for_key(Some(&share));
         let mut body = Held::default();

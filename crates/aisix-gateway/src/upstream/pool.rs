@@ -25,9 +25,8 @@ use std::time::Duration;
 
 use aisix_config::UpstreamConfig;
 use bytes::Bytes;
-use http::header::{HOST, PROXY_AUTHORIZATION};
-use http::uri::{Authority, PathAndQuery, Scheme};
-use http::{HeaderValue, Request, Response, Uri};
+use http::uri::Scheme;
+use http::{Request, Response, Uri};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -40,30 +39,16 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use crate::egress::{Proxy, Route};
+use super::tls::https_connector;
+use super::wire_form::{HostKey, wire_form};
+use crate::upstream::egress::Route;
 
-type Body = Full<Bytes>;
+pub(super) type Body = Full<Bytes>;
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
 /// How long a response whose content is all in may take to send its last bytes (the final
 /// chunk) before its connection is closed rather than reused.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);
-
-/// TLS settings for every upstream: webpki roots plus the system's trust store (the connector
-/// adds ALPN h2 and http/1.1). Built once at startup and shared read-only by all workers.
-pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
-    let native = rustls_native_certs::load_native_certs();
-    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
-    tracing::debug!(native_roots = added, "loaded system trust store");
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Ok(Arc::new(config))
-}
 
 /// Why an upstream exchange failed before a response head arrived.
 #[derive(Debug, thiserror::Error)]
@@ -89,41 +74,6 @@ impl ConnectError {
     }
 }
 
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct HostKey {
-    scheme: Scheme,
-    authority: Authority,
-}
-
-impl HostKey {
-    /// The `Host` value: the authority without user info, and without the scheme's default
-    /// port (RFC 9110 §7.2).
-    fn host_header(&self) -> &str {
-        let authority = self.authority.as_str();
-        let authority = authority
-            .rsplit_once('@')
-            .map_or(authority, |(_, host)| host);
-        let default_port = if self.scheme == Scheme::HTTPS {
-            443
-        } else {
-            80
-        };
-        match self.authority.port_u16() {
-            Some(port) if port == default_port => authority
-                .rsplit_once(':')
-                .map_or(authority, |(host, _)| host),
-            _ => authority,
-        }
-    }
-
-    fn of(uri: &Uri) -> Option<Self> {
-        Some(Self {
-            scheme: uri.scheme()?.clone(),
-            authority: uri.authority()?.clone(),
-        })
-    }
-}
-
 struct IdleConn {
     sender: http1::SendRequest<Body>,
     /// The reaper's tick when the connection went idle: no clock read per request.
@@ -146,7 +96,7 @@ struct Host {
 }
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
-enum Protocol {
+pub(super) enum Protocol {
     #[default]
     Unknown,
     Http1,
@@ -166,7 +116,7 @@ enum Handoff {
 }
 
 /// What a request does next for its host.
-enum Next {
+enum Acquire {
     Use(Checkout),
     Wait(oneshot::Receiver<Handoff>),
     Connect(Slot),
@@ -297,9 +247,9 @@ impl Pool {
         };
         let slot = loop {
             let conn = match self.inner.next(&key) {
-                Next::Use(conn) => conn,
-                Next::Connect(slot) => break slot,
-                Next::Wait(handoff) => match handoff.await {
+                Acquire::Use(conn) => conn,
+                Acquire::Connect(slot) => break slot,
+                Acquire::Wait(handoff) => match handoff.await {
                     Ok(Handoff::Conn(sender)) => Checkout::Http1(sender),
                     Ok(Handoff::Connect(slot)) => break slot,
                     Ok(Handoff::Failed(error)) => return Err(SendError::Connect(error)),
@@ -378,72 +328,6 @@ impl Pool {
     }
 }
 
-fn https_connector<C>(tls: &rustls::ClientConfig, inner: C) -> HttpsConnector<C> {
-    hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls.clone())
-        .https_or_http()
-        .enable_http1()
-        .enable_http2()
-        .wrap_connector(inner)
-}
-
-/// Puts `request` in the form its connection wants. HTTP/1.1 gets the origin form
-/// (`POST /v1/chat/completions`) and a `Host` header (RFC 9112 §3.2), or, through a forwarding
-/// proxy, the absolute form with `Host` and the proxy's credentials (§3.2.2); HTTP/2 gets the
-/// absolute URI, from which hyper writes `:scheme` and `:authority`, and no `Host`. A request
-/// handed back unsent by one connection may go out on a connection of the other protocol, so
-/// both ways are handled.
-fn wire_form(
-    mut request: Request<Body>,
-    key: &HostKey,
-    protocol: Protocol,
-    forward: Option<&Proxy>,
-) -> Request<Body> {
-    let path = request
-        .uri()
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
-    let absolute = |path: PathAndQuery| {
-        let mut parts = http::uri::Parts::default();
-        parts.scheme = Some(key.scheme.clone());
-        parts.authority = Some(key.authority.clone());
-        parts.path_and_query = Some(path);
-        Uri::from_parts(parts).ok()
-    };
-    match protocol {
-        Protocol::Http2 => {
-            request.headers_mut().remove(HOST);
-            if request.uri().authority().is_none()
-                && let Some(uri) = absolute(path)
-            {
-                *request.uri_mut() = uri;
-            }
-        }
-        Protocol::Http1 | Protocol::Unknown => {
-            if !request.headers().contains_key(HOST)
-                && let Ok(host) = HeaderValue::from_str(key.host_header())
-            {
-                request.headers_mut().insert(HOST, host);
-            }
-            match forward {
-                Some(proxy) => {
-                    if let Some(uri) = absolute(path) {
-                        *request.uri_mut() = uri;
-                    }
-                    if let Some(authorization) = &proxy.authorization {
-                        request
-                            .headers_mut()
-                            .insert(PROXY_AUTHORIZATION, authorization.clone());
-                    }
-                }
-                None => *request.uri_mut() = Uri::from(path),
-            }
-        }
-    }
-    request
-}
-
 enum Checkout {
     Http1(http1::SendRequest<Body>),
     Http2(http2::SendRequest<Body>),
@@ -466,7 +350,7 @@ impl Inner {
     }
 
     /// A pooled connection for `key`, or a place in line, or room to connect.
-    fn next(self: &Arc<Self>, key: &HostKey) -> Next {
+    fn next(self: &Arc<Self>, key: &HostKey) -> Acquire {
         let mut hosts = self.hosts();
         let host = match hosts.get_mut(key) {
             Some(host) => host,
@@ -474,26 +358,26 @@ impl Inner {
         };
         if let Some(sender) = &host.http2 {
             if !sender.is_closed() {
-                return Next::Use(Checkout::Http2(sender.clone()));
+                return Acquire::Use(Checkout::Http2(sender.clone()));
             }
             host.http2 = None;
         }
         while let Some(conn) = host.idle.pop() {
             if !conn.sender.is_closed() {
-                return Next::Use(Checkout::Http1(conn.sender));
+                return Acquire::Use(Checkout::Http1(conn.sender));
             }
         }
         if host.probing || (self.max_open > 0 && host.open >= self.max_open) {
             let (handoff, wait) = oneshot::channel();
             host.waiters.push_back(handoff);
-            return Next::Wait(wait);
+            return Acquire::Wait(wait);
         }
         host.open += 1;
         // Plain HTTP never negotiates HTTP/2, and a host known to speak HTTP/1.1 gains nothing
         // from waiting: only others connect alongside.
         let probing = host.protocol != Protocol::Http1 && key.scheme == Scheme::HTTPS;
         host.probing = probing;
-        Next::Connect(self.slot(key, probing))
+        Acquire::Connect(self.slot(key, probing))
     }
 
     /// Records what a connection attempt learned about the host: requests that waited for a

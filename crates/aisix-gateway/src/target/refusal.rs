@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 /// An upstream refusal's kind, as routing knows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub enum UpstreamRefusal {
     /// 401 or 403: the provider key is wrong, revoked or not allowed the model.
     Credentials,
     /// 402, OpenAI's `insufficient_quota`, Anthropic's `billing_error`: the key's account
@@ -23,21 +23,21 @@ pub enum Refusal {
     ContentFilter,
 }
 
-impl Refusal {
+impl UpstreamRefusal {
     /// The name in `fallback_on_errors`, metrics and logs.
     pub const fn as_str(self) -> &'static str {
         match self {
-            Refusal::Credentials => "credentials",
-            Refusal::Quota => "quota",
-            Refusal::ContextLengthExceeded => "context_length_exceeded",
-            Refusal::ContentFilter => "content_filter",
+            UpstreamRefusal::Credentials => "credentials",
+            UpstreamRefusal::Quota => "quota",
+            UpstreamRefusal::ContextLengthExceeded => "context_length_exceeded",
+            UpstreamRefusal::ContentFilter => "content_filter",
         }
     }
 
     /// The provider key itself is at fault: no request through it can succeed until an
     /// operator acts, so the direct model cools down for longer.
     pub const fn of_the_key(self) -> bool {
-        matches!(self, Refusal::Credentials | Refusal::Quota)
+        matches!(self, UpstreamRefusal::Credentials | UpstreamRefusal::Quota)
     }
 }
 
@@ -59,7 +59,7 @@ struct Object<'a> {
 }
 
 /// The kind of an upstream's refusal with `status` and error `body`, if routing knows it.
-pub fn classify(status: u16, body: &[u8]) -> Option<Refusal> {
+pub fn classify(status: u16, body: &[u8]) -> Option<UpstreamRefusal> {
     let object = serde_json::from_slice::<Envelope<'_>>(body)
         .ok()
         .and_then(|e| e.error);
@@ -72,19 +72,19 @@ pub fn classify(status: u16, body: &[u8]) -> Option<Refusal> {
     });
     let named = |name: &str| kind == name || code == name;
     if named("insufficient_quota") || named("billing_error") || status == 402 {
-        return Some(Refusal::Quota);
+        return Some(UpstreamRefusal::Quota);
     }
     if matches!(status, 401 | 403) {
-        return Some(Refusal::Credentials);
+        return Some(UpstreamRefusal::Credentials);
     }
     if named("context_length_exceeded")
         || message.contains("prompt is too long")
         || message.contains("maximum context length")
     {
-        return Some(Refusal::ContextLengthExceeded);
+        return Some(UpstreamRefusal::ContextLengthExceeded);
     }
     if named("content_filter") || named("content_policy_violation") {
-        return Some(Refusal::ContentFilter);
+        return Some(UpstreamRefusal::ContentFilter);
     }
     None
 }
@@ -95,42 +95,42 @@ mod tests {
 
     #[test]
     fn refusals_are_recognised_in_each_dialect() {
-        let cases: [(u16, &str, Option<Refusal>); 10] = [
+        let cases: [(u16, &str, Option<UpstreamRefusal>); 10] = [
             (
                 401,
                 r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,
-                Some(Refusal::Credentials),
+                Some(UpstreamRefusal::Credentials),
             ),
             (
                 403,
                 r#"{"type":"error","error":{"type":"permission_error","message":"no"}}"#,
-                Some(Refusal::Credentials),
+                Some(UpstreamRefusal::Credentials),
             ),
-            (402, "", Some(Refusal::Quota)),
+            (402, "", Some(UpstreamRefusal::Quota)),
             (
                 429,
                 r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#,
-                Some(Refusal::Quota),
+                Some(UpstreamRefusal::Quota),
             ),
             (
                 400,
                 r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low"}}"#,
-                Some(Refusal::Quota),
+                Some(UpstreamRefusal::Quota),
             ),
             (
                 400,
                 r#"{"error":{"message":"This model's maximum context length is 8192 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#,
-                Some(Refusal::ContextLengthExceeded),
+                Some(UpstreamRefusal::ContextLengthExceeded),
             ),
             (
                 400,
                 r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 208310 tokens > 200000 maximum"}}"#,
-                Some(Refusal::ContextLengthExceeded),
+                Some(UpstreamRefusal::ContextLengthExceeded),
             ),
             (
                 400,
                 r#"{"error":{"message":"filtered","type":null,"param":"prompt","code":"content_filter","status":400}}"#,
-                Some(Refusal::ContentFilter),
+                Some(UpstreamRefusal::ContentFilter),
             ),
             (
                 429,

@@ -45,11 +45,14 @@ pub(crate) fn inspect(endpoint: Endpoint, body: Bytes) -> Result<Inbound, Gatewa
     })
 }
 
+/// The client headers an Anthropic passthrough forwards: they select the API's behaviour.
+const FORWARDED: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+
 /// The headers of `request` that a relayed request to `endpoint` carries upstream.
 pub(crate) fn forwarded(endpoint: Endpoint, request: &HeaderMap) -> HeaderMap {
     let mut forwarded = HeaderMap::new();
     if endpoint.dialect() == Dialect::Anthropic {
-        for name in crate::provider::anthropic::FORWARDED {
+        for name in FORWARDED {
             for value in request.get_all(name) {
                 forwarded.append(name, value.clone());
             }

@@ -1,0 +1,143 @@
+//! A provider key made ready to send: its credential and static headers (marked sensitive),
+//! the masks of every value the gateway adds, its egress route and its health-check URI.
+
+use std::sync::Arc;
+
+use aisix_config::{DEFAULT_ANTHROPIC_VERSION, HealthCheck, ProviderKey, ProviderKind};
+use http::{HeaderMap, HeaderName, HeaderValue, Uri};
+
+use super::uris::{EndpointUris, percent_encoded};
+use crate::mask::Masks;
+use crate::upstream::egress::{Egress, Route};
+
+/// A provider key as the request path uses it: where to send, with which credential.
+#[derive(Debug)]
+pub struct Provider {
+    /// The provider key's display name (a metric label; never the key).
+    pub name: Arc<str>,
+    pub kind: ProviderKind,
+    /// The provider key's `api_base` joined with each endpoint's path, parsed once.
+    pub uris: Arc<EndpointUris>,
+    /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
+    /// or `api-key` for Azure) and its static `headers`, all marked sensitive so hyper never
+    /// logs them.
+    pub headers: HeaderMap,
+    /// The provider key itself, to scrub it from the error bodies the provider sends back.
+    pub secret: Option<Box<str>>,
+    /// Every value the gateway adds (the key and each `headers` value), masked in whatever
+    /// the provider sends back that reaches a client or a log.
+    pub(crate) masks: Masks,
+    /// Whether streams ask for `stream_options.include_usage`.
+    pub stream_usage: bool,
+    /// Whether it serves the Responses API itself (else `/v1/responses` is translated).
+    pub responses: bool,
+    /// `anthropic` only: the `anthropic-version` sent when the client sent none.
+    pub anthropic_version: HeaderValue,
+    /// Directly, or through the proxy the environment names.
+    pub(crate) route: Route,
+    /// Its active health check, if the key has one, and the model list it requests
+    /// (`None` for a base that is no URI: the `mock` provider's).
+    pub(crate) health_check: Option<(HealthCheck, Uri)>,
+}
+
+/// The cheapest request that proves a key works: the provider's model list.
+/// `{api_base}/models` (OpenAI and compatible servers), `{api_base}/v1/models` (Anthropic),
+/// `{api_base}/openai/models?api-version=…` (Azure), with `api_base`'s query string kept.
+fn health_uri(key: &ProviderKey) -> Option<Uri> {
+    let (base, query) = match key.api_base.split_once('?') {
+        Some((base, query)) => (base, Some(query.to_owned())),
+        None => (key.api_base.as_str(), None),
+    };
+    let (path, extra) = match key.provider {
+        ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
+        ProviderKind::Anthropic => ("/v1/models", None),
+        ProviderKind::AzureOpenAi => (
+            "/openai/models",
+            key.api_version
+                .as_deref()
+                .map(|v| format!("api-version={}", percent_encoded(v))),
+        ),
+    };
+    let query = match (query, extra) {
+        (Some(a), Some(b)) => format!("?{a}&{b}"),
+        (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+        (None, None) => String::new(),
+    };
+    format!("{base}{path}{query}").parse().ok()
+}
+
+impl Provider {
+    /// The key to scrub from an error the provider sends back, whole or mid-stream (keys
+    /// shorter than 8 characters are not looked for: they would match ordinary text).
+    pub(crate) fn error_secret(&self) -> Option<&str> {
+        self.secret.as_deref().filter(|k| k.len() >= 8)
+    }
+
+    pub(super) fn new(key: &ProviderKey, egress: &Egress) -> Self {
+        let (uris, auth_header, auth_value) = match key.provider {
+            ProviderKind::AzureOpenAi => (
+                EndpointUris::default(),
+                HeaderName::from_static("api-key"),
+                key.api_key.as_ref().map(|k| k.expose().to_owned()),
+            ),
+            ProviderKind::Anthropic => (
+                EndpointUris::new(&key.api_base, "", None),
+                HeaderName::from_static("x-api-key"),
+                key.api_key.as_ref().map(|k| k.expose().to_owned()),
+            ),
+            ProviderKind::OpenAi | ProviderKind::Mock => (
+                EndpointUris::new(&key.api_base, "", None),
+                http::header::AUTHORIZATION,
+                key.api_key
+                    .as_ref()
+                    .map(|k| format!("Bearer {}", k.expose())),
+            ),
+        };
+        let mut headers = HeaderMap::new();
+        let sensitive = |value: &str| {
+            let mut value = HeaderValue::try_from(value).ok()?;
+            value.set_sensitive(true);
+            Some(value)
+        };
+        for (name, value) in &key.headers {
+            // Validated at load; a header that still does not parse is left out.
+            if let (Ok(name), Some(value)) = (
+                HeaderName::try_from(name.as_str()),
+                sensitive(value.expose()),
+            ) {
+                headers.append(name, value);
+            }
+        }
+        if let Some(value) = auth_value.as_deref().and_then(sensitive) {
+            headers.insert(auth_header, value);
+        }
+        let health_check = key.health_check.zip(health_uri(key));
+        // The route depends only on the scheme and host, the same for every endpoint.
+        let route = key
+            .api_base
+            .parse::<Uri>()
+            .map_or(Route::Direct, |uri| egress.route(&uri));
+        Self {
+            name: key.display_name.as_str().into(),
+            kind: key.provider,
+            uris: Arc::new(uris),
+            headers,
+            secret: key.api_key.as_ref().map(|k| k.expose().into()),
+            masks: Masks::new(
+                key.api_key
+                    .iter()
+                    .chain(key.headers.iter().map(|(_, value)| value))
+                    .map(|secret| secret.expose()),
+            ),
+            stream_usage: key.stream_usage,
+            responses: key.responses,
+            health_check,
+            anthropic_version: key
+                .anthropic_version
+                .as_deref()
+                .and_then(|v| HeaderValue::from_str(v).ok())
+                .unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION)),
+            route,
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! URL building: each endpoint's upstream URI from a provider's `api_base`, Azure's deployment
+//! paths and `api-version` included, with every spliced value percent-encoded.
+
+use http::Uri;
+
+use crate::endpoint::{Endpoint, Proxied};
+
+/// The upstream URI of each proxied endpoint.
+#[derive(Debug, Default)]
+pub struct EndpointUris {
+    chat_completions: Option<Uri>,
+    completions: Option<Uri>,
+    embeddings: Option<Uri>,
+    /// Anthropic's `/v1/messages` (an `anthropic` provider's only endpoint but one).
+    messages: Option<Uri>,
+    count_tokens: Option<Uri>,
+    /// OpenAI's `/responses`; Azure's is the resource's `/openai/v1/responses`.
+    responses: Option<Uri>,
+}
+
+impl EndpointUris {
+    /// `{api_base}{path}` for each endpoint, with `api_base`'s query string (if any) and
+    /// `extra_query` (if any) after the path.
+    pub(super) fn new(api_base: &str, prefix: &str, extra_query: Option<&str>) -> Self {
+        let (base, query) = match api_base.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (api_base, None),
+        };
+        let query = match (query, extra_query) {
+            (Some(a), Some(b)) => format!("?{a}&{b}"),
+            (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+            (None, None) => String::new(),
+        };
+        let uri = |endpoint: Endpoint| {
+            format!("{base}{prefix}{}{query}", endpoint.upstream_path())
+                .parse()
+                .ok()
+        };
+        Self {
+            chat_completions: uri(Endpoint::ChatCompletions),
+            completions: uri(Endpoint::Completions),
+            embeddings: uri(Endpoint::Embeddings),
+            messages: uri(Endpoint::Messages),
+            count_tokens: uri(Endpoint::CountTokens),
+            responses: uri(Endpoint::Responses),
+        }
+    }
+
+    /// An Azure OpenAI deployment's URIs:
+    /// `{api_base}/openai/deployments/{deployment}/{endpoint}?api-version={version}`, the
+    /// deployment and the version percent-encoded (the loader takes only names that need no
+    /// encoding; resources built otherwise still cannot splice a `/`, `?` or `#` in).
+    /// Its Responses API is the resource's v1 surface, `{api_base}/openai/v1/responses`, which
+    /// takes the deployment in the body's `model` and no `api-version`.
+    pub(super) fn azure(api_base: &str, deployment: &str, api_version: &str) -> Self {
+        let mut uris = Self::new(
+            api_base,
+            &format!("/openai/deployments/{}", percent_encoded(deployment)),
+            Some(&format!("api-version={}", percent_encoded(api_version))),
+        );
+        uris.responses = Self::new(api_base, "/openai/v1", None).responses;
+        uris
+    }
+
+    /// The URI for `endpoint`; `None` for endpoints that are never proxied or a base that is
+    /// not a valid URI (a `mock` provider's empty base). Which endpoints a provider speaks is
+    /// its adapter's to say.
+    pub fn get(&self, endpoint: Endpoint) -> Option<&Uri> {
+        match endpoint {
+            Endpoint::ChatCompletions => self.chat_completions.as_ref(),
+            Endpoint::Completions => self.completions.as_ref(),
+            Endpoint::Embeddings => self.embeddings.as_ref(),
+            Endpoint::Messages => self.messages.as_ref(),
+            Endpoint::CountTokens => self.count_tokens.as_ref(),
+            Endpoint::Responses => self.responses.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+/// `value` with every byte but RFC 3986's unreserved ones (letters, digits, `-`, `.`, `_`,
+/// `~`) percent-encoded: safe as one path segment or one query value. `.` and `..` (which
+/// name other paths once resolved) are encoded whole.
+pub(super) fn percent_encoded(value: &str) -> String {
+    use std::fmt::Write;
+    let dots = matches!(value, "." | "..");
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if !dots && (byte.is_ascii_alphanumeric() || b"-._~".contains(&byte)) {
+            encoded.push(char::from(byte));
+        } else {
+            let _ = write!(encoded, "%{byte:02X}");
+        }
+    }
+    encoded
+}

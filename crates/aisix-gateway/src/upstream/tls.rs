@@ -1,0 +1,31 @@
+//! TLS toward upstreams: the one client configuration every worker shares, and the connector
+//! that speaks it (ALPN h2 and http/1.1) over a plain or tunnelled TCP connection.
+
+use std::sync::Arc;
+
+use hyper_rustls::HttpsConnector;
+
+/// TLS settings for every upstream: webpki roots plus the system's trust store (the connector
+/// adds ALPN h2 and http/1.1). Built once at startup and shared read-only by all workers.
+pub fn tls_client_config() -> Result<Arc<rustls::ClientConfig>, rustls::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    let native = rustls_native_certs::load_native_certs();
+    let (added, _ignored) = roots.add_parsable_certificates(native.certs);
+    tracing::debug!(native_roots = added, "loaded system trust store");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+pub(super) fn https_connector<C>(tls: &rustls::ClientConfig, inner: C) -> HttpsConnector<C> {
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls.clone())
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(inner)
+}
