@@ -1,7 +1,8 @@
 //! What the stream targets share: the upstream bytes split into events as the relay splits
-//! them, fed in order, and the stream ended as the relay ends it.
+//! them, fed in order, and the stream ended (the error event that ends a failed one is the
+//! relay's, not the translator's).
 
-use aisix_gateway::wire::anthropic::stream::{Fault, Step, Translator};
+use aisix_gateway::wire::anthropic::stream::{Step, Translator};
 use aisix_gateway::wire::sse;
 use bytes::BytesMut;
 
@@ -19,15 +20,11 @@ pub fn feed(data: &[u8], mut event: impl FnMut(&[u8]) -> Step) -> Step {
     Step::Continue
 }
 
-/// Runs `translator` over `data` and ends the stream: completed, or failed in band.
+/// Runs `translator` over `data` and ends the stream.
 pub fn translate(translator: &mut dyn Translator, data: &[u8]) {
     let mut out = BytesMut::new();
-    match feed(data, |event| translator.event(event, &mut out)) {
-        Step::Continue if !translator.end(&mut out) => {
-            translator.fail(Fault::Cut, "cut", &mut out);
-        }
-        Step::Malformed => translator.fail(Fault::Malformed, "malformed", &mut out),
-        _ => {}
+    if feed(data, |event| translator.event(event, &mut out)) == Step::Continue {
+        translator.end(&mut out);
     }
     let _ = translator.usage();
 }

@@ -559,21 +559,8 @@ impl Drop for Record {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoint::Endpoint;
 
-    fn record() -> Record {
-        Record::new(
-            HeaderValue::from_static("r"),
-            Endpoint::ChatCompletions,
-            Method::POST,
-            Uri::from_static("/v1/chat/completions"),
-            Instant::now(),
-            Sinks {
-                metrics: false,
-                access_log: false,
-            },
-        )
-    }
+    use crate::testing::record;
 
     fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
         Usage {

@@ -12,6 +12,8 @@ compile_error!(
 );
 
 mod account;
+#[cfg(test)]
+mod attempt_tests;
 mod endpoint;
 mod error;
 mod factory;

@@ -129,6 +129,13 @@ impl Outbox {
         self.first.is_none() && self.more.is_empty()
     }
 
+    fn last(&self) -> Option<u8> {
+        match &self.first {
+            Some(first) => first.last().copied(),
+            None => self.more.last().copied(),
+        }
+    }
+
     fn len(&self) -> usize {
         self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
     }
@@ -401,6 +408,22 @@ impl Events {
                     return Poll::Ready(());
                 }
                 if self.done {
+                    // The LF of the last event's CRLF, come apart from its CR, is still that
+                    // event's: the client gets it with the event (when the event went out as it
+                    // came), and the connection stays reusable.
+                    let data = match data.first() {
+                        Some(b'\n') if self.splitter.owes_lf() => {
+                            self.splitter = Splitter::default();
+                            if self.out.last() == Some(b'\r') {
+                                self.out.push(data.slice(..1));
+                            }
+                            data.slice(1..)
+                        }
+                        _ => data,
+                    };
+                    if data.is_empty() {
+                        return Poll::Ready(());
+                    }
                     // Bytes after `[DONE]`: not relayed, and the connection is not reused.
                     self.lease = None;
                     self.finish();

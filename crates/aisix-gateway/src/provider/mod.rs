@@ -25,6 +25,8 @@ pub(crate) mod exchange;
 pub(crate) mod mock;
 pub(crate) mod openai;
 pub(crate) mod responses;
+#[cfg(test)]
+pub(crate) mod scripted;
 pub(crate) mod translated;
 
 use std::time::Duration;
@@ -117,6 +119,10 @@ pub(crate) enum Answer {
 
 /// Calls the direct model of `call` with its provider's adapter.
 pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
+    #[cfg(test)]
+    if let Some(answer) = scripted::answer(&call).await {
+        return answer;
+    }
     match call.route.provider.kind {
         ProviderKind::Mock => mock::call(&call),
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,

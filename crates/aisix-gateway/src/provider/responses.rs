@@ -149,7 +149,7 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
         .send(uri, chat, &HeaderMap::new(), super::openai::error_body)
         .await?;
     if head.is_stream(inbound.stream) {
-        let map = Translating::new(echo, call, keep, None);
+        let map = Translating::new(echo, Arc::clone(&call.route.provider), keep, None);
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
                 map,
@@ -185,7 +185,12 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
         .await?;
     if head.is_stream(inbound.stream) {
         let to_chat = ToOpenAi::new(true, exchange::unix_now());
-        let map = Translating::new(echo, call, keep, Some(Box::new(to_chat)));
+        let map = Translating::new(
+            echo,
+            Arc::clone(&call.route.provider),
+            keep,
+            Some(Box::new(to_chat)),
+        );
         return Ok(
             head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
                 map,
@@ -435,9 +440,9 @@ pub(crate) struct Translating {
 }
 
 impl Translating {
-    fn new(
+    pub(crate) fn new(
         echo: Echo,
-        call: &Call<'_>,
+        provider: Arc<Provider>,
         keep: Option<(Keeper, Bytes)>,
         anthropic: Option<Box<ToOpenAi>>,
     ) -> Self {
@@ -445,7 +450,7 @@ impl Translating {
             from: FromChat::new(echo),
             out: BytesMut::new(),
             reported: None,
-            provider: Arc::clone(&call.route.provider),
+            provider,
             usage: None,
             keep,
             anthropic,
@@ -463,6 +468,9 @@ impl Translating {
             return outcome;
         };
         let step = to_chat.event(raw, &mut self.chat);
+        if step == anthropic_stream::Step::UpstreamError {
+            self.reported = sse::reported(raw);
+        }
         let outcome = self.feed_chat();
         match (step, outcome) {
             (anthropic_stream::Step::Malformed, _) => Outcome::Malformed,
@@ -717,17 +725,10 @@ fn failure(kind: ErrorKind) -> Mapped {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::{Named, Snapshot};
 
     /// The provider key of an `openai` model whose key is `sk-responses-secret`.
     fn provider() -> Arc<Provider> {
-        let yaml = "_format_version: \"1\"\nprovider_keys: [{display_name: p, provider: openai, api_key: sk-responses-secret}]\nmodels: [{display_name: m, provider: openai, model_name: gpt, provider_key: p}]\n";
-        let resources =
-            aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap();
-        match Snapshot::from_resources(&resources).model("m") {
-            Some(Named::Direct(route)) => Arc::clone(&route.provider),
-            other => panic!("{other:?}"),
-        }
+        crate::testing::provider("sk-responses-secret")
     }
 
     const CREATED: &[u8] = b"event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"created_at\":5,\"status\":\"in_progress\",\"model\":\"gpt-up\",\"output\":[]}}\n\n";

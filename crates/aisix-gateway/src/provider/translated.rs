@@ -240,7 +240,8 @@ impl TranslatedStream {
         sent
     }
 
-    fn token_usage(&self) -> Option<crate::wire::anthropic::types::TokenUsage> {
+    /// The usage the upstream reported, in Anthropic's terms (cache reads and writes apart).
+    pub(crate) fn token_usage(&self) -> Option<crate::wire::anthropic::types::TokenUsage> {
         match &self.way {
             Way::Passthrough(scan) => scan.usage(),
             Way::ToOpenAi(t) => t.usage(),

@@ -3,5 +3,8 @@
 //! Above the attempt loop, which a continuation asks for the next target.
 
 pub(crate) mod body;
+/// The golden files and properties of the translations, certified on the path clients get.
+#[cfg(test)]
+mod golden;
 pub(crate) mod stream;
 pub(crate) mod unary;

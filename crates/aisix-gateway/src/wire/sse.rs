@@ -14,8 +14,6 @@ use std::borrow::Cow;
 use memchr::memmem;
 use serde::Deserialize;
 
-use bytes::Bytes;
-
 use super::usage::Usage;
 
 /// Finds the ends of events in a stream fed piece by piece.
@@ -36,6 +34,12 @@ enum LineState {
 }
 
 impl Splitter {
+    /// Whether the last event ended at a CR whose LF has not come yet: an LF next is still
+    /// that event's.
+    pub fn owes_lf(&self) -> bool {
+        self.state == LineState::AfterCr
+    }
+
     /// Scans `bytes`, the stream's next unscanned bytes, up to the end of the first event that
     /// ends in them: returns the offset just past it, or `None` when no event ends in `bytes`
     /// (all of which are then scanned).
@@ -257,15 +261,6 @@ pub fn fields(event: &[u8]) -> Fields<'_> {
         }
     }
     fields
-}
-
-/// The in-band error that ends an OpenAI-style stream which cannot complete (no `[DONE]`
-/// follows it).
-pub fn error_event(code: &str, message: &str) -> Bytes {
-    let event = serde_json::json!({
-        "error": {"message": message, "type": "upstream_error", "param": null, "code": code}
-    });
-    Bytes::from(format!("event: error\ndata: {event}\n\n"))
 }
 
 #[cfg(test)]

@@ -27,47 +27,18 @@ pub enum Step {
     Continue,
     /// That was the stream's last event; the client's stream is complete.
     Complete,
-    /// The upstream reported an error in the stream; its translation has been written and the
-    /// stream is over, incomplete.
+    /// The upstream reported an error in the stream; nothing was written for it and the stream
+    /// is over, incomplete. The caller renders the error event, once, from the upstream's words
+    /// (`crate::wire::sse::reported`).
     UpstreamError,
     /// The event breaks the upstream dialect's rules; nothing was written for it. The caller
-    /// ends the stream ([`Translator::fail`]) or, if nothing reached the client yet, may retry.
+    /// ends the stream with its error event or, if nothing reached the client yet, may retry.
     Malformed,
-}
-
-/// Why the gateway ends a stream that has not completed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// The upstream connection broke or ended early.
-    Cut,
-    /// The upstream went silent for too long.
-    Idle,
-    /// The upstream sent an event that could not be translated.
-    Malformed,
-}
-
-impl Fault {
-    /// The `code` of the OpenAI in-band error.
-    pub fn code(self) -> &'static str {
-        match self {
-            Fault::Cut => "stream_cut",
-            Fault::Idle => "stream_timeout",
-            Fault::Malformed => "stream_malformed",
-        }
-    }
-
-    /// The `error.type` of Anthropic's `error` event.
-    pub fn anthropic_type(self) -> &'static str {
-        match self {
-            Fault::Idle => "timeout_error",
-            Fault::Cut | Fault::Malformed => "api_error",
-        }
-    }
 }
 
 /// A stream translator: fed every complete upstream event in order, it appends the client's
-/// bytes to `out`. Once it has returned anything but [`Step::Continue`] it writes nothing more,
-/// except the error event of [`Translator::fail`] after [`Step::Malformed`].
+/// bytes to `out`. Once it has returned anything but [`Step::Continue`] it writes nothing more.
+/// It never writes an error event: the relay renders every error in the client's envelope.
 pub trait Translator {
     /// Translates one complete event (its bytes up to and including the blank line).
     fn event(&mut self, event: &[u8], out: &mut BytesMut) -> Step;
@@ -75,9 +46,6 @@ pub trait Translator {
     /// The upstream body ended. Returns whether the client's stream is complete; a stream that
     /// reported its stop reason but lacked its final marker is completed here.
     fn end(&mut self, out: &mut BytesMut) -> bool;
-
-    /// Ends the client's stream with an in-band error (no final marker follows).
-    fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut);
 
     /// The usage reported so far, if the upstream reported any.
     fn usage(&self) -> Option<TokenUsage>;
@@ -99,18 +67,12 @@ enum Phase {
 }
 
 impl Phase {
-    /// Records what `step` did to the stream: a malformed event ends it, though it may still
-    /// be failed. Returns `step`.
+    /// Records what `step` did to the stream: a malformed event ends it. Returns `step`.
     fn after(&mut self, step: Step) -> Step {
         if step == Step::Malformed {
             *self = Phase::Over(Step::Malformed);
         }
         step
-    }
-
-    /// Whether [`Translator::fail`] may still write its error event.
-    fn may_fail(self) -> bool {
-        !matches!(self, Phase::Over(step) if step != Step::Malformed)
     }
 
     /// How the stream ended, if it has.

@@ -9,10 +9,9 @@ use serde::de::DeserializeOwned;
 
 use crate::wire::{sse, usage};
 
-use super::super::error;
 use super::super::types::TokenUsage;
 use super::to_openai::DeltaUsage;
-use super::{Fault, Phase, Step};
+use super::{Phase, Step};
 
 /// Scans a relayed Anthropic stream for usage and its end.
 #[derive(Debug)]
@@ -89,15 +88,6 @@ impl UsageScan {
         self.stopped
     }
 
-    /// Ends the client's stream with Anthropic's `error` event (no `message_stop` follows).
-    pub fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if !self.phase.may_fail() {
-            return;
-        }
-        out.put_slice(&error::stream_event(fault.anthropic_type(), message));
-        self.phase = Phase::Over(Step::UpstreamError);
-    }
-
     pub fn usage(&self) -> Option<TokenUsage> {
         self.usage
     }
@@ -161,13 +151,11 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_stream_is_incomplete_and_fails_with_an_error_event() {
+    fn a_cut_stream_is_incomplete_and_gets_nothing_added() {
         let mut scan = UsageScan::new();
         scan.event(START);
         let mut out = BytesMut::new();
         assert!(!scan.end(&mut out));
-        scan.fail(Fault::Cut, "cut", &mut out);
-        assert!(out.starts_with(b"event: error\n"));
-        assert_eq!(scan.event(START), Step::UpstreamError);
+        assert!(out.is_empty(), "the relay adds the error event");
     }
 }

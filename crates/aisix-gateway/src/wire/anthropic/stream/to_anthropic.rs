@@ -10,16 +10,16 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 
 use bytes::BytesMut;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::wire::chat::ChatUsage;
 use crate::wire::sse;
 
-use super::super::error;
 use super::super::mapping::{stop_reason, usage_from_openai};
 use super::super::types::TokenUsage;
-use super::{Fault, Phase, Step, Translator, write_event};
+use super::{Phase, Step, Translator, write_event};
 
 /// OpenAI chunks in, Anthropic events out.
 #[derive(Debug)]
@@ -255,9 +255,8 @@ impl ToAnthropic {
         let Ok(chunk) = serde_json::from_slice::<ChunkIn<'_>>(data) else {
             return Step::Malformed;
         };
-        if let Some(error) = chunk.error {
-            self.upstream_error(out, &error.message);
-            return Step::UpstreamError;
+        if chunk.error.is_some() {
+            return self.upstream_error();
         }
         if let Some(usage) = chunk.usage {
             self.usage = Some(usage_from_openai(&usage));
@@ -290,9 +289,11 @@ impl ToAnthropic {
         Step::Continue
     }
 
-    fn upstream_error(&mut self, out: &mut BytesMut, message: &str) {
-        out.extend_from_slice(&error::stream_event("api_error", message));
+    /// The upstream reported an error: the stream is over, and its error event is the relay's
+    /// to render.
+    fn upstream_error(&mut self) -> Step {
         self.phase = Phase::Over(Step::UpstreamError);
+        Step::UpstreamError
     }
 }
 
@@ -309,9 +310,7 @@ impl Translator for ToAnthropic {
             return self.complete(out);
         }
         if fields.name == Some(b"error") {
-            let error: ErrorEvent<'_> = serde_json::from_slice(&data).unwrap_or_default();
-            self.upstream_error(out, &error.error.unwrap_or_default().message);
-            return Step::UpstreamError;
+            return self.upstream_error();
         }
         let step = self.chunk(&data, out);
         self.phase.after(step)
@@ -322,14 +321,6 @@ impl Translator for ToAnthropic {
             Some(complete) => complete,
             None => self.stop.is_some() && self.complete(out) == Step::Complete,
         }
-    }
-
-    fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if !self.phase.may_fail() {
-            return;
-        }
-        out.extend_from_slice(&error::stream_event(fault.anthropic_type(), message));
-        self.phase = Phase::Over(Step::UpstreamError);
     }
 
     fn usage(&self) -> Option<TokenUsage> {
@@ -351,8 +342,9 @@ struct ChunkIn<'a> {
     choices: Vec<ChoiceIn<'a>>,
     #[serde(default)]
     usage: Option<ChatUsage>,
-    #[serde(borrow, default)]
-    error: Option<ErrorIn<'a>>,
+    /// An error object in place of a chunk: only its presence matters here.
+    #[serde(default)]
+    error: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -397,30 +389,6 @@ struct FunctionIn<'a> {
     name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     arguments: Option<Cow<'a, str>>,
-}
-
-#[derive(Deserialize, Default)]
-struct ErrorEvent<'a> {
-    #[serde(borrow, default)]
-    error: Option<ErrorIn<'a>>,
-}
-
-#[derive(Deserialize)]
-struct ErrorIn<'a> {
-    #[serde(borrow, default = "upstream_error_message")]
-    message: Cow<'a, str>,
-}
-
-impl Default for ErrorIn<'_> {
-    fn default() -> Self {
-        ErrorIn {
-            message: upstream_error_message(),
-        }
-    }
-}
-
-fn upstream_error_message() -> Cow<'static, str> {
-    Cow::Borrowed("The upstream provider reported an error.")
 }
 
 #[derive(Serialize)]
@@ -650,11 +618,10 @@ mod tests {
     }
 
     #[test]
-    fn a_cut_ends_with_an_error_event_and_no_message_stop() {
+    fn a_cut_stream_is_incomplete_and_gets_no_message_stop() {
         let (mut t, mut out) = fed("null");
         assert!(!t.end(&mut out));
-        t.fail(Fault::Cut, "The upstream stream was interrupted.", &mut out);
-        assert_eq!(names(&out), [&OPENING[..], &["error"]].concat());
+        assert_eq!(names(&out), OPENING, "the relay adds the error event");
     }
 
     #[test]
@@ -680,6 +647,6 @@ mod tests {
             &mut out,
         );
         assert_eq!(step, Step::UpstreamError);
-        assert!(String::from_utf8_lossy(&out).contains("\"message\":\"overloaded\""));
+        assert!(out.is_empty(), "the relay renders the error event");
     }
 }

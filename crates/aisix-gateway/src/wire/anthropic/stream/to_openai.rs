@@ -18,7 +18,7 @@ use crate::wire::sse;
 use super::super::mapping::{finish_reason, usage_to_openai};
 use super::super::request::OUTPUT_TOOL;
 use super::super::types::TokenUsage;
-use super::{Fault, Phase, Step, Translator, write_data};
+use super::{Phase, Step, Translator, write_data};
 
 /// Anthropic events in, OpenAI chunks out.
 #[derive(Debug)]
@@ -280,8 +280,6 @@ impl Translator for ToOpenAi {
             return Step::Continue;
         };
         if name == b"error" {
-            let error: ErrorEvent<'_> = serde_json::from_slice(&data).unwrap_or_default();
-            out.put_slice(&sse::error_event(&error.error.kind, &error.error.message));
             self.phase = Phase::Over(Step::UpstreamError);
             return Step::UpstreamError;
         }
@@ -302,14 +300,6 @@ impl Translator for ToOpenAi {
             Some(complete) => complete,
             None => self.finish.is_some() && self.complete(out) == Step::Complete,
         }
-    }
-
-    fn fail(&mut self, fault: Fault, message: &str, out: &mut BytesMut) {
-        if !self.phase.may_fail() {
-            return;
-        }
-        out.put_slice(&sse::error_event(fault.code(), message));
-        self.phase = Phase::Over(Step::UpstreamError);
     }
 
     fn usage(&self) -> Option<TokenUsage> {
@@ -433,29 +423,6 @@ impl DeltaUsage {
         }
         if self.cache_read_input_tokens.is_some() {
             total.cache_read_input_tokens = self.cache_read_input_tokens;
-        }
-    }
-}
-
-#[derive(Deserialize, Default)]
-struct ErrorEvent<'a> {
-    #[serde(borrow, default)]
-    error: ErrorIn<'a>,
-}
-
-#[derive(Deserialize)]
-struct ErrorIn<'a> {
-    #[serde(rename = "type", borrow, default)]
-    kind: Cow<'a, str>,
-    #[serde(borrow, default)]
-    message: Cow<'a, str>,
-}
-
-impl Default for ErrorIn<'_> {
-    fn default() -> Self {
-        ErrorIn {
-            kind: Cow::Borrowed("api_error"),
-            message: Cow::Borrowed("The upstream provider reported an error."),
         }
     }
 }
@@ -604,7 +571,7 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta",
     }
 
     #[test]
-    fn an_upstream_error_event_ends_the_stream_in_openai_shape() {
+    fn an_upstream_error_event_ends_the_stream_and_is_left_to_the_relay_to_render() {
         let mut t = ToOpenAi::new(false, 0);
         let (steps, out) = run(
             &mut t,
@@ -618,10 +585,7 @@ data: {"type":"content_block_delta","index":0,"delta":{"type":"signature_delta",
             steps,
             [Step::Continue, Step::UpstreamError, Step::UpstreamError]
         );
-        let error = out.rsplit("event: error\ndata: ").next().unwrap();
-        let error: serde_json::Value = serde_json::from_str(error.trim_end()).unwrap();
-        assert_eq!(error["error"]["code"], "overloaded_error");
-        assert_eq!(error["error"]["message"], "Overloaded");
+        assert!(!out.contains("error"), "{out}");
         assert!(!out.contains("[DONE]"));
         assert!(!t.end(&mut BytesMut::new()));
     }

@@ -1,15 +1,13 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Properties of the Responses translation: no bytes make a parser panic (requests, whole
 //! answers, stream events), and a chat stream of any text and tool calls, however its bytes are
-//! split, translates to the same Responses events, numbered from 0 without a gap.
+//! split, translates to the same Responses events, numbered from 0 without a gap: streams
+//! through the relay's own path.
 
-use aisix_gateway::wire::responses::object::Echo;
-use aisix_gateway::wire::responses::stream::{FromChat, Outcome};
-use aisix_gateway::wire::responses::{answer, event, request};
-use aisix_gateway::wire::sse;
-use bytes::BytesMut;
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
+
+use crate::wire::responses::object::Echo;
+use crate::wire::responses::{answer, event, request};
 
 fn config(cases: u32) -> ProptestConfig {
     ProptestConfig {
@@ -28,25 +26,9 @@ fn echo() -> Echo {
     }
 }
 
-/// Translates `chunks` as the relay does; the events written, in order.
+/// Relays `chunks` to a Responses client; the events it got, in order.
 fn translate(chunks: &[&[u8]]) -> Vec<u8> {
-    let mut from = FromChat::new(echo());
-    let mut out = BytesMut::new();
-    let mut pending = Vec::new();
-    for chunk in chunks {
-        pending.extend_from_slice(chunk);
-        let mut at = 0;
-        while let Some(len) = sse::event_end(&pending[at..]) {
-            let outcome = from.event(&pending[at..at + len], &mut out);
-            at += len;
-            if outcome != Outcome::Continue {
-                return out.to_vec();
-            }
-        }
-        pending.drain(..at);
-    }
-    from.finish(&mut out);
-    out.to_vec()
+    super::to_responses(echo(), false, chunks)
 }
 
 /// Ids minted by the translator, made comparable between runs.

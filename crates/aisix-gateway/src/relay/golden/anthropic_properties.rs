@@ -1,26 +1,24 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Properties of every parser on the Anthropic translation path: no input makes one panic; a
 //! stream gives the same output however its bytes are split; a translation there and back
 //! keeps the content, the tool calls and the usage; and Anthropic's event order always holds.
-
-mod common;
+//! Streams go through the relay's own path.
 
 use std::collections::BTreeMap;
 
-use aisix_gateway::wire::anthropic::stream::{ToAnthropic, ToOpenAi, Translator};
-use aisix_gateway::wire::anthropic::types::{
-    MessageResponse, ResponseBlock, Role, TokenUsage, ToolUse,
-};
-use aisix_gateway::wire::anthropic::{error, mapping, request, response};
-use aisix_gateway::wire::chat::{
-    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FunctionCall, FunctionDef,
-    ImageUrl, NamedFunction, StreamOptions, ToolCall,
-};
-use aisix_gateway::wire::content::TextOr;
-use aisix_gateway::wire::sse;
 use bytes::BytesMut;
 use proptest::prelude::*;
 use serde_json::{Value, json};
+
+use super::{passthrough, to_anthropic, to_openai};
+use crate::wire::anthropic::stream::{Step, ToAnthropic, ToOpenAi, Translator};
+use crate::wire::anthropic::types::{MessageResponse, ResponseBlock, Role, TokenUsage, ToolUse};
+use crate::wire::anthropic::{error, mapping, request, response};
+use crate::wire::chat::{
+    ChatMessage, ChatRequest, ChatTool, ChatToolChoice, ContentPart, FunctionCall, FunctionDef,
+    ImageUrl, NamedFunction, StreamOptions, ToolCall,
+};
+use crate::wire::content::TextOr;
+use crate::wire::sse;
 
 /// `cases` per property; a failure prints its minimal input, and no file is written.
 fn config(cases: u32) -> ProptestConfig {
@@ -490,10 +488,9 @@ proptest! {
 
     #[test]
     fn openai_stream_to_anthropic_keeps_content_tools_and_usage_in_anthropic_order(answer in answer()) {
-        let mut translator = ToAnthropic::new();
-        let streamed = common::translate(&mut translator, [&answer.openai_stream()[..]]);
+        let streamed = to_anthropic(&[&answer.openai_stream()]);
         prop_assert!(streamed.complete);
-        prop_assert_eq!(translator.content_seen(), !answer.pieces.is_empty());
+        prop_assert_eq!(streamed.started, !answer.pieces.is_empty());
         let mut expected = answer.expected();
         // Anthropic has one reason for OpenAI's "stop" and "length" alike; the mapping is fixed.
         expected.finish = mapping::finish_reason(mapping::stop_reason(answer.finish)).to_owned();
@@ -502,10 +499,9 @@ proptest! {
 
     #[test]
     fn anthropic_stream_to_openai_keeps_content_tools_and_usage(answer in answer()) {
-        let mut translator = ToOpenAi::new(true, 1);
-        let streamed = common::translate(&mut translator, [&answer.anthropic_stream()[..]]);
+        let streamed = to_openai(true, 1, false, &[&answer.anthropic_stream()]);
         prop_assert!(streamed.complete);
-        prop_assert_eq!(translator.content_seen(), !answer.pieces.is_empty());
+        prop_assert_eq!(streamed.started, !answer.pieces.is_empty());
         let mut expected = answer.expected();
         expected.finish = mapping::finish_reason(mapping::stop_reason(answer.finish)).to_owned();
         prop_assert_eq!(accumulate_openai(&streamed.out), expected);
@@ -513,8 +509,8 @@ proptest! {
 
     #[test]
     fn a_stream_there_and_back_keeps_content_tools_and_usage(answer in answer()) {
-        let anthropic = common::translate(&mut ToAnthropic::new(), [&answer.openai_stream()[..]]);
-        let openai = common::translate(&mut ToOpenAi::new(true, 1), [&anthropic.out[..]]);
+        let anthropic = to_anthropic(&[&answer.openai_stream()]);
+        let openai = to_openai(true, 1, false, &[&anthropic.out]);
         prop_assert!(openai.complete);
         let mut expected = answer.expected();
         expected.finish = mapping::finish_reason(mapping::stop_reason(answer.finish)).to_owned();
@@ -528,17 +524,17 @@ proptest! {
         cuts in prop::collection::vec(any::<usize>(), 0..12),
     ) {
         let openai = answer.openai_stream();
-        let whole = common::translate(&mut ToAnthropic::new(), [&openai[..]]);
-        prop_assert_eq!(&common::translate(&mut ToAnthropic::new(), chunks(&openai, &cuts)), &whole);
+        let whole = to_anthropic(&[&openai]);
+        prop_assert_eq!(&to_anthropic(&chunks(&openai, &cuts)), &whole);
 
         let anthropic = answer.anthropic_stream();
-        let whole = common::translate(&mut ToOpenAi::new(false, 1), [&anthropic[..]]);
-        prop_assert_eq!(&common::translate(&mut ToOpenAi::new(false, 1), chunks(&anthropic, &cuts)), &whole);
+        let whole = to_openai(false, 1, false, &[&anthropic]);
+        prop_assert_eq!(&to_openai(false, 1, false, &chunks(&anthropic, &cuts)), &whole);
 
-        let whole = common::scan([&anthropic[..]]);
+        let whole = passthrough(&[&anthropic]);
         prop_assert!(whole.complete);
         prop_assert_eq!(whole.usage.map(|u| usage_tuple(&u)), Some(usage_tuple(&answer.usage)));
-        prop_assert_eq!(&common::scan(chunks(&anthropic, &cuts)), &whole);
+        prop_assert_eq!(&passthrough(&chunks(&anthropic, &cuts)), &whole);
     }
 
     #[test]
@@ -549,7 +545,7 @@ proptest! {
         // Cut strictly before the last event's end: the final marker never arrives.
         let openai = answer.openai_stream();
         let cut_at = cut % (openai.len() - "data: [DONE]\n\n".len());
-        let streamed = common::translate(&mut ToAnthropic::new(), [&openai[..cut_at]]);
+        let streamed = to_anthropic(&[&openai[..cut_at]]);
         if !streamed.complete {
             let events = events(&streamed.out);
             prop_assert!(events.iter().all(|e| e.0.as_deref() != Some("message_stop")));
@@ -564,8 +560,8 @@ proptest! {
         let stop_event = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".len();
         let cut_at = cut % (anthropic.len() - stop_event);
         for streamed in [
-            common::translate(&mut ToOpenAi::new(true, 1), [&anthropic[..cut_at]]),
-            common::scan([&anthropic[..cut_at]]),
+            to_openai(true, 1, false, &[&anthropic[..cut_at]]),
+            passthrough(&[&anthropic[..cut_at]]),
         ] {
             if !streamed.complete {
                 let events = events(&streamed.out);
@@ -845,7 +841,7 @@ proptest! {
                 serde_json::from_str(c["function"]["arguments"].as_str().unwrap()).unwrap()))
             .collect();
         prop_assert_eq!(back_calls, expected.calls);
-        let usage: aisix_gateway::wire::chat::ChatUsage = serde_json::from_value(back["usage"].clone()).unwrap();
+        let usage: crate::wire::chat::ChatUsage = serde_json::from_value(back["usage"].clone()).unwrap();
         prop_assert_eq!(usage_tuple(&mapping::usage_from_openai(&usage)), usage_tuple(&answer.usage));
     }
 }
@@ -985,12 +981,12 @@ proptest! {
                 if over {
                     prop_assert_eq!(out.len(), before, "wrote after the stream was over");
                 }
-                over |= step != aisix_gateway::wire::anthropic::stream::Step::Continue;
+                over |= step != Step::Continue;
             }
             translator.end(&mut out);
         }
-        let _ = common::scan(chunks(&bytes, &cuts));
-        let _ = common::translate(&mut ToAnthropic::new(), chunks(&bytes, &cuts));
-        let _ = common::translate(&mut ToOpenAi::new(false, 1), chunks(&bytes, &cuts));
+        let _ = passthrough(&chunks(&bytes, &cuts));
+        let _ = to_anthropic(&chunks(&bytes, &cuts));
+        let _ = to_openai(false, 1, false, &chunks(&bytes, &cuts));
     }
 }

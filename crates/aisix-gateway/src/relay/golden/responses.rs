@@ -1,54 +1,25 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Golden files for the translation of OpenAI's Responses API to and from chat completions:
 //! requests (Responses → chat), whole answers and streams (chat → Responses). Inputs are
 //! `tests/golden/responses/<kind>/<case>.in.*`; the expected output sits beside each as
 //! `<case>.out.*` (JSON compared as values, SSE byte for byte after the random item ids are
 //! replaced by their order of appearance). A request case whose translation is refused has a
-//! `<case>.out.json` holding `{"refused": message, "param": field}`.
-//!
-//! After a deliberate change, `AISIX_BLESS=1 cargo test -p aisix-gateway --test
-//! responses_golden` rewrites the expected files; review the diff before committing it.
+//! `<case>.out.json` holding `{"refused": message, "param": field}`. Streams go through the
+//! relay's own path, so a stream's `response.failed` is the one clients get.
 
 use std::path::{Path, PathBuf};
 
-use aisix_gateway::wire::responses::answer;
-use aisix_gateway::wire::responses::object::Echo;
-use aisix_gateway::wire::responses::request::{self, RequestError};
-use aisix_gateway::wire::responses::stream::{FromChat, Outcome};
-use aisix_gateway::wire::sse;
-use bytes::BytesMut;
 use serde_json::{Map, Value, json};
+
+use super::Diffs;
+use crate::wire::responses::answer;
+use crate::wire::responses::object::Echo;
+use crate::wire::responses::request::{self, RequestError};
 
 const UPSTREAM_MODEL: &str = "chat-upstream";
 
-fn golden(dir: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/responses")
-        .join(dir)
-}
-
-fn bless() -> bool {
-    std::env::var_os("AISIX_BLESS").is_some_and(|v| v == "1")
-}
-
+/// Every `<case>.in.<ext>` of `dir` (under `tests/golden/responses`), sorted, with its bytes.
 fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
-    let suffix = format!(".in.{ext}");
-    let mut cases: Vec<_> = std::fs::read_dir(golden(dir))
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .filter_map(|path| {
-            let name = path
-                .file_name()?
-                .to_str()?
-                .strip_suffix(&suffix)?
-                .to_owned();
-            let bytes = std::fs::read(&path).unwrap();
-            Some((name, path, bytes))
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!cases.is_empty(), "no golden cases in {dir}");
-    cases
+    super::cases(&format!("responses/{dir}"), ext)
 }
 
 /// `text` with every id the translator minted (`msg_…`, `fc_…`, `call_…` of 32 hex digits)
@@ -106,46 +77,9 @@ fn request_of(path: &Path) -> Vec<u8> {
         .unwrap_or_else(|_| br#"{"model":"m","input":"Hi"}"#.to_vec())
 }
 
-fn check_json(path: &Path, got: &Value, diffs: &mut Vec<String>) {
-    let out = path.with_file_name(
-        path.file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .replace(".in.", ".out."),
-    );
-    let pretty = serde_json::to_string_pretty(got).unwrap() + "\n";
-    if bless() {
-        std::fs::write(&out, pretty).unwrap();
-        return;
-    }
-    let want: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
-    if &want != got {
-        diffs.push(format!("{}:\n{pretty}", out.display()));
-    }
-}
-
-fn check_text(path: &Path, got: &str, diffs: &mut Vec<String>) {
-    let out = path.with_file_name(
-        path.file_name()
-            .unwrap()
-            .to_str()
-            .unwrap()
-            .replace(".in.", ".out."),
-    );
-    if bless() {
-        std::fs::write(&out, got).unwrap();
-        return;
-    }
-    let want = std::fs::read_to_string(&out).unwrap();
-    if want != got {
-        diffs.push(format!("{}:\n{got}", out.display()));
-    }
-}
-
 #[test]
 fn responses_requests_translate_to_chat_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("request", "json") {
         let got = match request::to_chat(&bytes, UPSTREAM_MODEL, &[], true) {
             Ok(chat) => serde_json::from_slice(&chat.body).unwrap(),
@@ -154,62 +88,36 @@ fn responses_requests_translate_to_chat_as_the_golden_files_say() {
             }
             Err(RequestError::InvalidJson(message)) => json!({"invalid_json": message}),
         };
-        check_json(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.json", serde_json::to_vec(&got).unwrap(), true);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
 #[test]
 fn chat_answers_translate_to_responses_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("answer", "json") {
         let answer = answer::from_chat(&bytes, &echo(&request_of(&path))).unwrap();
         let text = stable_ids(std::str::from_utf8(&answer.body).unwrap());
         let got: Value = serde_json::from_str(&text).unwrap();
-        check_json(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.json", serde_json::to_vec(&got).unwrap(), true);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
-/// Translates a chat stream whole, as the relay does: events in order until one ends it; a
-/// body that ends without `[DONE]` is finished if a choice finished, else failed as cut.
-pub fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
-    let mut from = FromChat::new(echo(request));
-    let mut out = BytesMut::new();
-    let mut pending = Vec::new();
-    for chunk in chunks {
-        pending.extend_from_slice(chunk);
-        let mut at = 0;
-        while let Some(len) = sse::event_end(&pending[at..]) {
-            let mut piece = BytesMut::new();
-            let outcome = from.event(&pending[at..at + len], &mut piece);
-            out.extend_from_slice(&piece);
-            at += len;
-            match outcome {
-                Outcome::Continue => {}
-                Outcome::Complete => return String::from_utf8(out.to_vec()).unwrap(),
-                Outcome::UpstreamError | Outcome::Malformed => {
-                    out.extend_from_slice(&from.failed("server_error", "failed"));
-                    return String::from_utf8(out.to_vec()).unwrap();
-                }
-            }
-        }
-        pending.drain(..at);
-    }
-    if !from.finish(&mut out) {
-        out.extend_from_slice(&from.failed("server_error", "cut"));
-    }
-    String::from_utf8(out.to_vec()).unwrap()
+/// Relays a chat stream (its body arriving as `chunks`) to a Responses client.
+fn translate(request: &[u8], chunks: &[&[u8]]) -> String {
+    String::from_utf8(super::to_responses(echo(request), false, chunks)).unwrap()
 }
 
 #[test]
 fn chat_streams_translate_to_responses_events_as_the_golden_files_say() {
-    let mut diffs = Vec::new();
+    let mut diffs = Diffs::default();
     for (_, path, bytes) in cases("stream", "sse") {
         let got = stable_ids(&translate(&request_of(&path), &[&bytes]));
-        check_text(&path, &got, &mut diffs);
+        diffs.expect(&path, "out.sse", got.into_bytes(), false);
     }
-    assert!(diffs.is_empty(), "{}", diffs.join("\n"));
+    diffs.check();
 }
 
 #[test]
@@ -229,4 +137,25 @@ fn a_stream_split_anywhere_translates_the_same() {
         let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
         assert_eq!(stable_ids(&translate(&request, &bytewise)), whole);
     }
+}
+
+#[test]
+fn an_anthropic_error_event_fails_a_responses_stream_with_the_upstream_s_words() {
+    let stream = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"c\",\"usage\":{\"input_tokens\":1,\"output_tokens\":1}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded, key sk-golden-key\"}}\n\n",
+    );
+    let out = super::to_responses(echo(b"{}"), true, &[stream]);
+    let out = String::from_utf8(out).unwrap();
+    let last = out.trim_end().rsplit("\n\n").next().unwrap();
+    assert!(last.starts_with("event: response.failed\n"), "{out}");
+    let data: Value = serde_json::from_str(last.split_once("data: ").unwrap().1).unwrap();
+    assert_eq!(data["response"]["error"]["code"], "server_error");
+    assert_eq!(
+        data["response"]["error"]["message"], "Overloaded, key ***",
+        "the upstream's words, the key masked"
+    );
+    assert_eq!(out.matches("event: error").count(), 0, "{out}");
 }

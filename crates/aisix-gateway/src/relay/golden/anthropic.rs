@@ -1,108 +1,29 @@
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Golden files for every translation between OpenAI chat completions and Anthropic's Messages
 //! API: requests, complete answers, streams (and the passthrough usage scan), error bodies.
 //! Inputs are `tests/golden/anthropic/<kind>/<direction>/<case>.in.*`; the expected output sits
 //! beside each as `<case>.out.*` (JSON compared as values, SSE byte for byte), and a stream's
-//! completion and usage as `<case>.report.json`.
-//!
-//! After a deliberate change, `AISIX_BLESS=1 cargo test -p aisix-gateway --test
-//! anthropic_golden` rewrites the expected files; review the diff before committing it.
-
-mod common;
+//! completion and usage as `<case>.report.json`. Streams go through the relay's own path, so an
+//! error event in an expected file is the one clients get.
 
 use std::path::{Path, PathBuf};
 
-use aisix_gateway::wire::anthropic::stream::{ToAnthropic, ToOpenAi};
-use aisix_gateway::wire::anthropic::{error, request, response};
-use serde_json::{Value, json};
+use serde_json::json;
 
-use common::Streamed;
+use super::{Diffs, Streamed};
+use crate::wire::anthropic::{error, request, response};
+use crate::wire::sse;
 
 /// The `created` time the translations to OpenAI report.
 const CREATED: u64 = 1_700_000_000;
 const ANTHROPIC_MODEL: &str = "claude-upstream";
 const OPENAI_MODEL: &str = "gpt-upstream";
 
-fn golden(dir: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/anthropic")
-        .join(dir)
-}
-
-fn bless() -> bool {
-    std::env::var_os("AISIX_BLESS").is_some_and(|v| v == "1")
-}
-
-/// Every `<case>.in.<ext>` of `dir`, sorted, with its bytes.
+/// Every `<case>.in.<ext>` of `dir` (under `tests/golden/anthropic`), sorted, with its bytes.
 fn cases(dir: &str, ext: &str) -> Vec<(String, PathBuf, Vec<u8>)> {
-    let suffix = format!(".in.{ext}");
-    let mut cases: Vec<_> = std::fs::read_dir(golden(dir))
-        .unwrap_or_else(|e| panic!("{dir}: {e}"))
-        .map(|entry| entry.unwrap().path())
-        .filter_map(|path| {
-            let name = path
-                .file_name()?
-                .to_str()?
-                .strip_suffix(&suffix)?
-                .to_owned();
-            let bytes = std::fs::read(&path).unwrap();
-            Some((name, path, bytes))
-        })
-        .collect();
-    cases.sort_by(|a, b| a.0.cmp(&b.0));
-    assert!(!cases.is_empty(), "no golden cases in {dir}");
-    cases
+    super::cases(&format!("anthropic/{dir}"), ext)
 }
-
-/// Mismatches of one test, reported together at its end.
-#[derive(Default)]
-struct Diffs(Vec<String>);
 
 impl Diffs {
-    fn expect(&mut self, input: &Path, suffix: &str, actual: Vec<u8>, as_json: bool) {
-        let name = input.file_name().unwrap().to_str().unwrap();
-        let stem = name.split(".in.").next().unwrap();
-        let path = input.with_file_name(format!("{stem}.{suffix}"));
-        let actual = if as_json {
-            let value: Value = serde_json::from_slice(&actual).unwrap_or_else(|e| {
-                panic!(
-                    "{name}: output is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&actual)
-                )
-            });
-            let mut pretty = serde_json::to_vec_pretty(&value).unwrap();
-            pretty.push(b'\n');
-            pretty
-        } else {
-            actual
-        };
-        if bless() {
-            std::fs::write(&path, &actual).unwrap();
-            return;
-        }
-        let Ok(expected) = std::fs::read(&path) else {
-            self.0.push(format!(
-                "{}: missing (run with AISIX_BLESS=1)",
-                path.display()
-            ));
-            return;
-        };
-        let same = if as_json {
-            serde_json::from_slice::<Value>(&expected).ok()
-                == serde_json::from_slice::<Value>(&actual).ok()
-        } else {
-            expected == actual
-        };
-        if !same {
-            self.0.push(format!(
-                "{}:\n--- expected\n{}\n--- actual\n{}",
-                path.display(),
-                String::from_utf8_lossy(&expected),
-                String::from_utf8_lossy(&actual)
-            ));
-        }
-    }
-
     fn answer(&mut self, input: &Path, answer: response::Answer) {
         self.expect(input, "out.json", answer.body.to_vec(), true);
         let usage = serde_json::to_vec(&answer.usage).unwrap();
@@ -113,14 +34,6 @@ impl Diffs {
         let report = json!({"complete": streamed.complete, "usage": streamed.usage});
         self.expect(input, "out.sse", streamed.out, false);
         self.expect(input, "report.json", report.to_string().into_bytes(), true);
-    }
-
-    fn check(self) {
-        assert!(
-            self.0.is_empty(),
-            "golden mismatches:\n{}",
-            self.0.join("\n\n")
-        );
     }
 }
 
@@ -187,11 +100,8 @@ fn openai_answers_translate_to_anthropic_as_the_golden_files_say() {
 fn anthropic_streams_translate_to_openai_chunks_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (name, path, input) in cases("stream/to_openai", "sse") {
-        let mut translator = ToOpenAi::new(true, CREATED);
-        if name.starts_with("structured_") {
-            translator = translator.structured();
-        }
-        let streamed = common::translate(&mut translator, [&input[..]]);
+        let structured = name.starts_with("structured_");
+        let streamed = super::to_openai(true, CREATED, structured, &[&input]);
         diffs.stream(&path, streamed);
     }
     diffs.check();
@@ -201,15 +111,29 @@ fn anthropic_streams_translate_to_openai_chunks_as_the_golden_files_say() {
 fn anthropic_streams_relayed_unchanged_report_their_usage_and_end_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (_, path, input) in cases("stream/to_openai", "sse") {
-        let streamed = common::scan([&input[..]]);
-        // The client gets the upstream's bytes unchanged, then whatever the scan appends.
-        assert!(streamed.out.starts_with(&input), "{}", path.display());
-        let appended = String::from_utf8_lossy(&streamed.out[input.len()..]).into_owned();
-        let report = json!({
+        let streamed = super::passthrough(&[&input]);
+        // The client gets the upstream's events unchanged up to where the stream ended; the
+        // events the gateway did not relay as they were (an upstream error event, rendered
+        // again in the client's envelope) are `replaced`; what it added is `appended`.
+        let prefix = streamed
+            .out
+            .iter()
+            .zip(&input)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let mut same = 0;
+        while let Some(len) = sse::event_end(&input[same..]).filter(|len| same + len <= prefix) {
+            same += len;
+        }
+        let appended = String::from_utf8_lossy(&streamed.out[same..]).into_owned();
+        let mut report = json!({
             "complete": streamed.complete,
             "usage": streamed.usage,
             "appended": appended,
         });
+        if same < input.len() {
+            report["replaced"] = String::from_utf8_lossy(&input[same..]).into_owned().into();
+        }
         diffs.expect(
             &path,
             "passthrough.json",
@@ -224,7 +148,7 @@ fn anthropic_streams_relayed_unchanged_report_their_usage_and_end_as_the_golden_
 fn openai_streams_translate_to_anthropic_events_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (_, path, input) in cases("stream/to_anthropic", "sse") {
-        let streamed = common::translate(&mut ToAnthropic::new(), [&input[..]]);
+        let streamed = super::to_anthropic(&[&input]);
         diffs.stream(&path, streamed);
     }
     diffs.check();
@@ -252,4 +176,39 @@ fn upstream_error_bodies_cross_to_the_other_envelope_as_the_golden_files_say() {
         diffs.expect(&path, "out.json", out.to_vec(), true);
     }
     diffs.check();
+}
+
+#[test]
+fn every_golden_stream_split_anywhere_reaches_the_client_the_same() {
+    let split = |input: &[u8], at: usize| -> Vec<Vec<u8>> {
+        vec![input[..at].to_vec(), input[at..].to_vec()]
+    };
+    for (name, path, input) in cases("stream/to_openai", "sse") {
+        let structured = name.starts_with("structured_");
+        let whole = super::to_openai(true, CREATED, structured, &[&input]);
+        let relayed = super::passthrough(&[&input]);
+        // Every 7th byte and the last few keep the run short; a byte at a time covers the rest.
+        let ends = input.len().saturating_sub(3)..=input.len();
+        for at in (0..=input.len()).step_by(7).chain(ends) {
+            let parts = split(&input, at);
+            let cut = super::to_openai(true, CREATED, structured, &parts);
+            assert_eq!(cut, whole, "{} split at {at}", path.display());
+            let cut = super::passthrough(&parts);
+            assert_eq!(cut, relayed, "{} relayed, split at {at}", path.display());
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(super::to_openai(true, CREATED, structured, &bytes), whole);
+        assert_eq!(super::passthrough(&bytes), relayed);
+    }
+    for (_, path, input) in cases("stream/to_anthropic", "sse") {
+        let whole = super::to_anthropic(&[&input]);
+        let ends = input.len().saturating_sub(3)..=input.len();
+        for at in (0..=input.len()).step_by(7).chain(ends) {
+            let parts = split(&input, at);
+            let cut = super::to_anthropic(&parts);
+            assert_eq!(cut, whole, "{} split at {at}", path.display());
+        }
+        let bytes: Vec<&[u8]> = input.chunks(1).collect();
+        assert_eq!(super::to_anthropic(&bytes), whole, "{}", path.display());
+    }
 }
