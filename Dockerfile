@@ -7,6 +7,9 @@
 
 # The toolchain named by rust-toolchain.toml.
 FROM rust:1.95-bookworm AS build
+# protoc: the etcd client's build script compiles etcd's protobuf definitions.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, from Cargo.lock only, so a source change reuses their layer.
 COPY Cargo.toml Cargo.lock rust-toolchain.toml ./

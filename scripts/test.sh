@@ -8,6 +8,8 @@
 #   - the conformance matrix's servers: nginx (Debian), uvicorn and hypercorn (that venv);
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 #   - redis-server (Debian package `redis-server`): the shared rate-limit store.
+#   - etcd and etcdctl (Debian packages `etcd-server`, `etcd-client`): the shared resources store;
+#     protoc (`protobuf-compiler`) builds the etcd client's protobuf definitions.
 #   - npm (Debian package `npm`): installs Claude Code, pinned, under target/e2e-node.
 #   - wrk and strace: the benchmark harness's second load generator and system-call counts.
 #   - the same npm installs the Codex CLI, pinned, under target/codex (scripts/setup-codex.sh),
@@ -23,6 +25,10 @@ command -v make >/dev/null 2>&1 || missing+=(make)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing+=(nginx)
 command -v tinyproxy >/dev/null 2>&1 || missing+=(tinyproxy)
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
+# protoc: the etcd client's build script compiles etcd's protobuf definitions.
+command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
 command -v npm >/dev/null 2>&1 || missing+=(npm)

@@ -214,6 +214,8 @@ pub struct Features {
 pub enum Limits {
     Memory,
     Redis(SocketAddr),
+    /// A Redis Cluster of three primaries (`ratelimit.redis.mode: cluster`).
+    RedisCluster([SocketAddr; 3]),
 }
 
 /// The upstreams the generated resources point at.
@@ -259,6 +261,13 @@ impl GatewaySpec {
         let ratelimit = match self.features.limits {
             Some(Limits::Redis(redis)) => {
                 format!("ratelimit:\n  backend: redis\n  redis: {{url: \"redis://{redis}\"}}\n")
+            }
+            Some(Limits::RedisCluster(nodes)) => {
+                let urls: Vec<String> = nodes.iter().map(|n| format!("redis://{n}")).collect();
+                format!(
+                    "ratelimit:\n  backend: redis\n  redis: {{mode: cluster, url: \"{}\"}}\n",
+                    urls.join(",")
+                )
             }
             _ => String::new(),
         };
@@ -546,6 +555,11 @@ mod tests {
         for limits in [
             Limits::Memory,
             Limits::Redis("127.0.0.1:6390".parse().unwrap()),
+            Limits::RedisCluster([
+                "127.0.0.1:7000".parse().unwrap(),
+                "127.0.0.1:7001".parse().unwrap(),
+                "127.0.0.1:7002".parse().unwrap(),
+            ]),
         ] {
             spec.features.limits = Some(limits);
             let (bootstrap, resources) = load(&spec, &upstreams);
@@ -575,7 +589,16 @@ mod tests {
                 bootstrap.ratelimit.backend,
                 aisix_config::RateLimitBackend::Redis(_)
             );
-            assert_eq!(redis, matches!(limits, Limits::Redis(_)));
+            assert_eq!(
+                redis,
+                matches!(limits, Limits::Redis(_) | Limits::RedisCluster(_))
+            );
+            if let aisix_config::RateLimitBackend::Redis(config) = &bootstrap.ratelimit.backend {
+                assert_eq!(
+                    matches!(config.mode, aisix_config::RedisMode::Cluster(_)),
+                    matches!(limits, Limits::RedisCluster(_))
+                );
+            }
         }
     }
 }

@@ -56,7 +56,8 @@ pub struct VariantArgs {
     /// Skip the model-group leg.
     #[arg(long)]
     pub no_group: bool,
-    /// Limiter legs: where the limiter counts (memory, redis).
+    /// Limiter legs: where the limiter counts (memory, redis, cluster: a three-node Redis
+    /// Cluster the harness starts).
     #[arg(long, default_value = "memory,redis")]
     pub limits: CommaList<LimiterStore>,
     #[arg(long)]
@@ -110,6 +111,8 @@ impl VariantArgs {
 pub enum LimiterStore {
     Memory,
     Redis,
+    /// A three-node Redis Cluster the harness starts.
+    Cluster,
 }
 
 impl std::str::FromStr for LimiterStore {
@@ -119,7 +122,10 @@ impl std::str::FromStr for LimiterStore {
         match s {
             "memory" => Ok(LimiterStore::Memory),
             "redis" => Ok(LimiterStore::Redis),
-            _ => Err(format!("{s:?} is not a limiter store (memory or redis)")),
+            "cluster" => Ok(LimiterStore::Cluster),
+            _ => Err(format!(
+                "{s:?} is not a limiter store (memory, redis or cluster)"
+            )),
         }
     }
 }
@@ -391,6 +397,7 @@ impl Legs<'_> {
         let base = gateway::mode_leg(mode);
         let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
         let _redis;
+        let _cluster;
         let (leg, limits) = match store {
             LimiterStore::Memory => (format!("{base}+limiter-memory"), Limits::Memory),
             LimiterStore::Redis => {
@@ -401,6 +408,18 @@ impl Legs<'_> {
                 let addr = redis.addr;
                 _redis = redis;
                 (format!("{base}+limiter-redis"), Limits::Redis(addr))
+            }
+            LimiterStore::Cluster => {
+                let cluster = RedisCluster::start(
+                    self.args.variants.redis_bin.as_deref(),
+                    &self.work.join("redis-cluster"),
+                )?;
+                let nodes = cluster.addrs();
+                _cluster = cluster;
+                (
+                    format!("{base}+limiter-cluster"),
+                    Limits::RedisCluster(nodes),
+                )
             }
         };
         spec.features.limits = Some(limits);
@@ -544,6 +563,10 @@ struct Redis {
 
 impl Redis {
     fn start(bin: Option<&Path>, dir: &Path) -> Result<Redis> {
+        Redis::start_with(bin, dir, &[])
+    }
+
+    fn start_with(bin: Option<&Path>, dir: &Path, extra: &[&str]) -> Result<Redis> {
         let Some(bin) = bin
             .map(Path::to_path_buf)
             .or_else(|| process::which("redis-server"))
@@ -558,6 +581,7 @@ impl Redis {
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir)
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(dir.join("redis.log"))?)
             .stderr(Stdio::inherit());
@@ -583,6 +607,79 @@ impl Redis {
     }
 }
 
+/// Three throwaway redis-servers joined into one Redis Cluster (no replicas) by
+/// `redis-cli --cluster create`; stopped on drop.
+struct RedisCluster {
+    nodes: Vec<Redis>,
+}
+
+impl RedisCluster {
+    fn start(bin: Option<&Path>, dir: &Path) -> Result<RedisCluster> {
+        let cluster_args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        let nodes = (0..3)
+            .map(|i| Redis::start_with(bin, &dir.join(format!("node-{i}")), &cluster_args))
+            .collect::<Result<Vec<_>>>()?;
+        let server = bin
+            .map(Path::to_path_buf)
+            .or_else(|| process::which("redis-server"));
+        let Some(cli) = server
+            .map(|s| s.with_file_name("redis-cli"))
+            .filter(|cli| cli.is_file())
+            .or_else(|| process::which("redis-cli"))
+        else {
+            bail!("redis-cli is not installed (it comes with redis-server)");
+        };
+        let mut create = Command::new(cli);
+        create.args(["--cluster", "create"]);
+        for node in &nodes {
+            create.arg(node.addr.to_string());
+        }
+        let output = create
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()?;
+        if !output.status.success() {
+            bail!(
+                "redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.nodes.iter().all(|node| cluster_ok(node.addr)) {
+            if Instant::now() > deadline {
+                bail!("the Redis Cluster never reported cluster_state:ok");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(cluster)
+    }
+
+    fn addrs(&self) -> [SocketAddr; 3] {
+        [self.nodes[0].addr, self.nodes[1].addr, self.nodes[2].addr]
+    }
+}
+
+/// Whether the node at `addr` answers `CLUSTER INFO` with `cluster_state:ok`.
+fn cluster_ok(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut conn) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+    if conn.write_all(b"CLUSTER INFO\r\n").is_err() {
+        return false;
+    }
+    let mut reply = vec![0; 4096];
+    let n = conn.read(&mut reply).unwrap_or(0);
+    String::from_utf8_lossy(&reply[..n]).contains("cluster_state:ok")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -601,6 +698,7 @@ mod tests {
     #[test]
     fn limiter_stores_parse() {
         assert_eq!("redis".parse::<LimiterStore>(), Ok(LimiterStore::Redis));
+        assert_eq!("cluster".parse::<LimiterStore>(), Ok(LimiterStore::Cluster));
         assert!("disk".parse::<LimiterStore>().is_err());
     }
 
@@ -614,5 +712,12 @@ mod tests {
         let mut answer = [0u8; 7];
         conn.read_exact(&mut answer).unwrap();
         assert_eq!(&answer, b"+PONG\r\n");
+    }
+
+    #[test]
+    fn a_redis_cluster_is_started_and_reports_ok() {
+        let dir = tempfile::tempdir().unwrap();
+        let cluster = RedisCluster::start(None, dir.path()).unwrap();
+        assert!(cluster.addrs().iter().all(|addr| cluster_ok(*addr)));
     }
 }

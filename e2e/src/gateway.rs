@@ -370,7 +370,7 @@ impl Gateway {
     }
 
     /// Finds `addr=<socket addr>` on the first log line containing `marker`.
-    fn wait_for_log_addr(&mut self, marker: &str) -> SocketAddr {
+    pub fn wait_for_log_addr(&mut self, marker: &str) -> SocketAddr {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let logs = self.logs();

@@ -231,3 +231,47 @@ both_modes! {
         }
     }
 }
+
+/// The leases in the key's concurrency set in Redis.
+fn leases_in_redis(redis: &Redis) -> u64 {
+    aisix_e2e::third_party::redis::number(
+        &redis.command(&["ZCARD", "aisix:rl:{api_key:team}:concurrency"]),
+    )
+}
+
+both_modes! {
+    async fn a_redis_frozen_during_reservations_leaks_no_slot_once_it_resumes(mode: Mode) {
+        let redis = Redis::start();
+        let limits = Limits { key: "rate_limit: {concurrency: 2}".into(), ..Limits::default() };
+        let rig = Rig::start(mode, &limits, &backend(&redis, "allow"));
+        rig.mock.set_default(answer(7, 3));
+        let body = chat_body(16, false);
+        assert_eq!(within_deadline(&rig.gateway, &body).await.status, 200);
+
+        // Frozen (SIGSTOP): the scripts wait in its socket while the requests give up on them
+        // and go on counting here; they run, and take their slots, when it resumes.
+        redis.pause();
+        let replies = tokio::time::timeout(Duration::from_secs(5), burst(&rig.gateway, &body, 4))
+            .await
+            .expect("answered within one request deadline");
+        for reply in &replies {
+            assert!(matches!(reply.status.as_u16(), 200 | 429), "{}", reply.text());
+        }
+        assert!(replies.iter().any(|r| r.status == 200), "allow: counted locally");
+        redis.resume();
+
+        // Every slot those scripts took is given back once the gateway reaches Redis again,
+        // long before the leases' own 300 s lifetime.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+        while leases_in_redis(&redis) != 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "leaked slots: {}",
+                leases_in_redis(&redis)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let (a, b) = tokio::join!(chat(&rig.gateway, &body), chat(&rig.gateway, &body));
+        assert_eq!((a.status.as_u16(), b.status.as_u16()), (200, 200), "both slots are free: {} {}", a.text(), b.text());
+    }
+}

@@ -38,9 +38,11 @@ fn resources(base: &str, dead: &str) -> String {
 provider_keys:
   - {{display_name: p, provider: openai, api_key: sk-p-secret, api_base: "{base}"}}
   - {{display_name: gone, provider: openai, api_key: sk-gone-secret, api_base: "{dead}"}}
+  - {{display_name: billing, provider: openai, api_key: sk-billing-secret, api_base: "{base}", bill_prompt_on_error: true}}
 models:
   - {{display_name: chat, provider: openai, model_name: up-chat, provider_key: p, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: chat2, provider: openai, model_name: up-chat2, provider_key: p, cost: {{input_per_1k: 0.003, output_per_1k: 0.006}}}}
+  - {{display_name: billed, provider: openai, model_name: up-billed, provider_key: billing, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: dead, provider: openai, model_name: up-dead, provider_key: gone, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - display_name: both
     routing:
@@ -133,7 +135,7 @@ impl Rig {
         let page = client::get(self.gateway.metrics_addr.unwrap(), "/metrics")
             .await
             .text();
-        let models = ["chat", "chat2", "dead"];
+        let models = ["chat", "chat2", "dead", "billed"];
         let usd: f64 = models
             .iter()
             .map(|m| sample_or_zero(&page, &[("api_key", "team"), ("model", m)]))
@@ -324,6 +326,14 @@ async fn ending(rig: &Rig, name: &str) -> Charged {
         "upstream 400" => refused_upstream(rig, 400, "invalid_request_error", 400).await,
         "upstream 500" => refused_upstream(rig, 500, "server_error", 502).await,
         "upstream 429" => refused_upstream(rig, 429, "rate_limit_error", 429).await,
+        "upstream 500 from a provider that bills prompts on errors: the prompt" => {
+            rig.mock
+                .enqueue(Mock::openai_error(500, "server_error", "refused"));
+            let body = chat_body("billed", MAX_TOKENS, false);
+            let reply = rig.post("/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 502, "{}", reply.text());
+            charged(prompt_estimate(&body), 0, CHAT)
+        }
         "connection refused" => {
             let reply = rig
                 .post(
@@ -434,6 +444,7 @@ const ENDINGS: &[&str] = &[
     "upstream 400",
     "upstream 500",
     "upstream 429",
+    "upstream 500 from a provider that bills prompts on errors: the prompt",
     "connection refused",
     "first-byte timeout",
     "stream idle timeout after output",

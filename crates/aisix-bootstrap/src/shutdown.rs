@@ -1,27 +1,45 @@
 //! Readiness and the drain signal that every worker watches.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-/// Whether the process should receive new traffic.
+/// Whether the process should receive new traffic: not yet (a resources source still loading
+/// its first snapshot), yes, or no more (draining; never yes again).
 // shared: SIGTERM flips it once for every worker's `/readyz`.
 #[derive(Debug, Clone)]
-pub struct Readiness(Arc<AtomicBool>);
+pub struct Readiness(Arc<AtomicU8>);
+
+const WAITING: u8 = 0;
+const READY: u8 = 1;
+const DRAINING: u8 = 2;
 
 impl Readiness {
+    /// Ready from the start.
     pub fn new() -> Self {
-        Self(Arc::new(AtomicBool::new(true)))
+        Self(Arc::new(AtomicU8::new(READY)))
+    }
+
+    /// Not ready until [`Readiness::set_ready`].
+    pub fn waiting() -> Self {
+        Self(Arc::new(AtomicU8::new(WAITING)))
     }
 
     pub fn is_ready(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed) == READY
+    }
+
+    /// Ready, unless the process already drains.
+    pub fn set_ready(&self) {
+        let _ = self
+            .0
+            .compare_exchange(WAITING, READY, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     pub(crate) fn set_draining(&self) {
-        self.0.store(false, Ordering::Relaxed);
+        self.0.store(DRAINING, Ordering::Relaxed);
     }
 }
 

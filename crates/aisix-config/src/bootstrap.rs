@@ -26,6 +26,10 @@ pub struct Bootstrap {
     /// `resources_watch`: reload when the resources file changes (including the symlink swap a
     /// Kubernetes ConfigMap volume does), besides on SIGHUP.
     pub resources_watch: bool,
+    /// `etcd`: resources from etcd instead of `resources_file` (never both).
+    pub etcd: Option<crate::etcd::EtcdConfig>,
+    /// `admin`: the admin API; `None` keeps it off.
+    pub admin: Option<crate::etcd::AdminConfig>,
     /// The config file this was loaded from, if any.
     pub config_file: Option<PathBuf>,
 }
@@ -284,8 +288,11 @@ pub enum RateLimitBackend {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedisConfig {
-    /// `ratelimit.redis.url`: `redis://[[user]:password@]host[:port][/db]`.
+    /// `ratelimit.redis.url`: `redis://[[user]:password@]host[:port][/db]`; with
+    /// `mode: cluster`, the first of the cluster's nodes given.
     pub url: RedisUrl,
+    /// `ratelimit.redis.mode`: one server, or a Redis Cluster.
+    pub mode: RedisMode,
     /// `ratelimit.redis.on_error`: what a request gets while Redis cannot be reached.
     pub on_error: OnRedisError,
     /// `ratelimit.redis.budget_on_error`: what a request that counts against a budget gets
@@ -295,6 +302,16 @@ pub struct RedisConfig {
     /// `ratelimit.redis.timeout_ms`: the longest one Redis call may take before the request
     /// goes on as `on_error` says.
     pub timeout: Duration,
+}
+
+/// `ratelimit.redis.mode`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisMode {
+    /// One server (`url`).
+    Single,
+    /// A Redis Cluster, found through these nodes (`url` is the first); every script touches
+    /// one slot.
+    Cluster(Vec<RedisUrl>),
 }
 
 /// `ratelimit.redis.on_error`.
@@ -379,6 +396,13 @@ impl RedisUrl {
     /// The URL with its password as `***`, for logs.
     pub fn redacted(&self) -> &str {
         &self.redacted
+    }
+
+    /// The database number after the host, if one is given.
+    pub fn database(&self) -> Option<u64> {
+        let text = self.url.expose();
+        let rest = &text[text.find("://").map_or(0, |i| i + 3)..];
+        rest.split_once('/').and_then(|(_, db)| db.parse().ok())
     }
 }
 

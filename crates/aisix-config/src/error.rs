@@ -10,6 +10,8 @@ pub enum Origin {
     File(PathBuf),
     /// An environment variable, by name.
     Env(String),
+    /// A document in etcd, by its full key.
+    Etcd(String),
     /// No single place (a cross-field rule, or a built-in default).
     Unknown,
 }
@@ -19,6 +21,7 @@ impl fmt::Display for Origin {
         match self {
             Origin::File(path) => write!(f, "in {}", path.display()),
             Origin::Env(var) => write!(f, "from {var}"),
+            Origin::Etcd(key) => write!(f, "in etcd key {key}"),
             Origin::Unknown => Ok(()),
         }
     }

@@ -5,6 +5,7 @@
 mod bootstrap;
 mod duration;
 mod error;
+mod etcd;
 mod load;
 mod otlp;
 mod resources;
@@ -14,16 +15,19 @@ mod timeouts;
 pub use bootstrap::{
     Balance, Bootstrap, CooldownOverrides, DownstreamConfig, MetricsConfig, ObservabilityConfig,
     OnRedisError, PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig,
-    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    RedisMode, RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig,
+    UpstreamConfig,
 };
 pub use error::{ConfigError, ConfigErrors, Origin};
+pub use etcd::{AdminConfig, EtcdConfig, EtcdTls};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use otlp::{Compression, OtlpConfig, Signal};
 pub use resources::{
-    ApiKey, BudgetPeriod, CollectionDiff, Continuation, Cost, DEFAULT_ANTHROPIC_VERSION,
-    FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources, Model, ModelGroup,
-    ModelPattern, OutputTokensField, ProviderKey, ProviderKind, RateLimit, Resources,
-    ResourcesDiff, Routing, Secret, SpendBudget, SpendingPolicy, Strategy, Usd, WhenAllUnavailable,
-    hash_key, load_resources, load_resources_file, parse_resources, sha256_hex,
+    ApiKey, BudgetPeriod, COLLECTIONS, CollectionDiff, Continuation, Cost,
+    DEFAULT_ANTHROPIC_VERSION, FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources,
+    Model, ModelGroup, ModelPattern, OutputTokensField, ProviderKey, ProviderKind, RateLimit,
+    Resources, ResourcesDiff, Routing, Secret, SpendBudget, SpendingPolicy, Strategy, Usd,
+    WhenAllUnavailable, document_key, document_place, hash_key, load_resources,
+    load_resources_file, parse_documents, parse_resources, sha256_hex,
 };
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

@@ -12,11 +12,13 @@ use config::{Config, Environment, File, FileFormat, Value, ValueKind};
 
 use crate::bootstrap::{
     Balance, Bootstrap, DownstreamConfig, MetricsConfig, ObservabilityConfig, OnRedisError,
-    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisUrl,
-    Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
+    PrometheusConfig, ProxyConfig, RateLimitBackend, RateLimitConfig, RedisConfig, RedisMode,
+    RedisUrl, Resilience, ResponsesStoreConfig, ShutdownConfig, TlsConfig, UpstreamConfig,
 };
 use crate::duration::{self, Unit};
 use crate::error::{ConfigError, ConfigErrors, Origin};
+use crate::etcd::{AdminConfig, EtcdConfig, EtcdTls};
+use crate::resources::{KeyHash, hash_key};
 use crate::suggest;
 
 mod otlp;
@@ -292,6 +294,24 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         );
     }
 
+    let etcd = read_etcd(r, &resolve);
+    if etcd.is_some() && resources_file.is_some() {
+        r.refuse(
+            "etcd",
+            "cannot be set together with resources_file: resources come from one source",
+        );
+    }
+    let admin = read_admin(r);
+    if let Some(admin) = &admin
+        && admin.addr.port() != 0
+        && (admin.addr == proxy.addr || admin.addr == observability.metrics.prometheus.addr)
+    {
+        r.refuse(
+            "admin.addr",
+            "must differ from proxy.addr and observability.metrics.prometheus.addr",
+        );
+    }
+
     if observability.metrics.prometheus.enabled
         && observability.metrics.prometheus.addr == proxy.addr
         && proxy.addr.port() != 0
@@ -312,8 +332,109 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
         responses_store,
         resources_file,
         resources_watch,
+        etcd,
+        admin,
         config_file: r.file.map(Path::to_path_buf),
     }
+}
+
+fn read_etcd(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> Option<EtcdConfig> {
+    if !r.table_present("etcd") {
+        return None;
+    }
+    let endpoints = r.string_list("etcd.endpoints").unwrap_or_default();
+    if endpoints.is_empty() {
+        r.refuse(
+            "etcd.endpoints",
+            "needs at least one endpoint (http://host:2379)",
+        );
+    }
+    for endpoint in &endpoints {
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            r.refuse(
+                "etcd.endpoints",
+                format!("expected http://host:port or https://host:port, got {endpoint:?}"),
+            );
+        }
+    }
+    let prefix = r
+        .string("etcd.prefix")
+        .unwrap_or_else(|| EtcdConfig::DEFAULT_PREFIX.to_owned());
+    if !prefix.starts_with('/') || prefix.trim_end_matches('/').is_empty() {
+        r.refuse(
+            "etcd.prefix",
+            "must start with '/' and name a folder (such as /aisix)",
+        );
+    }
+    let user = r.string("etcd.user");
+    let password_env = r.string("etcd.password_env");
+    if user.is_some() != password_env.is_some() {
+        r.refuse("etcd.user", "etcd.user and etcd.password_env go together");
+    }
+    let tls = r.table_present("etcd.tls").then(|| {
+        let file = |r: &mut Reader<'_>, key| r.string(key).map(|p| resolve(PathBuf::from(p)));
+        EtcdTls {
+            ca_cert_file: file(r, "etcd.tls.ca_cert_file"),
+            client_cert_file: file(r, "etcd.tls.client_cert_file"),
+            client_key_file: file(r, "etcd.tls.client_key_file"),
+            domain_name: r.string("etcd.tls.domain_name"),
+        }
+    });
+    if let Some(tls) = &tls
+        && tls.client_cert_file.is_some() != tls.client_key_file.is_some()
+    {
+        r.refuse(
+            "etcd.tls.client_cert_file",
+            "client_cert_file and client_key_file go together",
+        );
+    }
+    let dial_timeout = r.millis("etcd.dial_timeout_ms", EtcdConfig::DEFAULT_DIAL_TIMEOUT);
+    Some(EtcdConfig {
+        endpoints,
+        prefix: prefix.trim_end_matches('/').to_owned(),
+        user,
+        password_env,
+        tls,
+        dial_timeout,
+    })
+}
+
+fn read_admin(r: &mut Reader<'_>) -> Option<AdminConfig> {
+    if !r.table_present("admin") {
+        return None;
+    }
+    let addr = r.socket_addr("admin.addr");
+    if addr.is_none() && !r.errors.iter().any(|e| e.path == "admin.addr") {
+        r.refuse("admin.addr", "is required (such as 127.0.0.1:3001)");
+    }
+    let keys = r.string_list("admin.admin_keys").unwrap_or_default();
+    if keys.is_empty() {
+        r.refuse(
+            "admin.admin_keys",
+            "needs at least one key: the admin API never runs open",
+        );
+    }
+    let mut admin_keys = Vec::with_capacity(keys.len());
+    for key in keys {
+        match key.strip_prefix("sha256:") {
+            Some(hex) => match KeyHash::from_hex(hex) {
+                Some(hash) => admin_keys.push(hash),
+                None => r.refuse(
+                    "admin.admin_keys",
+                    "sha256: must be followed by 64 hexadecimal characters",
+                ),
+            },
+            None if key.len() < 16 => r.refuse(
+                "admin.admin_keys",
+                "each key must be at least 16 characters long",
+            ),
+            None => admin_keys.push(hash_key(&key)),
+        }
+    }
+    Some(AdminConfig {
+        addr: addr?,
+        admin_keys,
+    })
 }
 
 fn read_balance(r: &mut Reader<'_>) -> Option<Balance> {
@@ -340,6 +461,7 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     );
     let redis_given = r.table_present("ratelimit.redis");
     let url = r.string("ratelimit.redis.url");
+    let mode = r.string("ratelimit.redis.mode");
     let on_error = r.string("ratelimit.redis.on_error");
     let budget_on_error = r.string("ratelimit.redis.budget_on_error");
     let timeout = r
@@ -386,9 +508,20 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     };
     let on_error = on_redis_error("ratelimit.redis.on_error", on_error);
     let budget_on_error = on_redis_error("ratelimit.redis.budget_on_error", budget_on_error);
+    let cluster = match mode.as_deref() {
+        None | Some("single") => false,
+        Some("cluster") => true,
+        Some(other) => {
+            r.refuse(
+                "ratelimit.redis.mode",
+                format!("expected single or cluster, got {other:?}"),
+            );
+            false
+        }
+    };
     let origin = r.origin_of("ratelimit.redis.url");
-    let url = match url.map(|url| RedisUrl::parse(&url)) {
-        Some(Ok(url)) => Some(url),
+    let urls = match url.map(|url| redis_urls(&url, cluster)) {
+        Some(Ok(urls)) => Some(urls),
         Some(Err(message)) => {
             r.error("ratelimit.redis.url", message, origin);
             None
@@ -403,9 +536,16 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
         }
     };
     RateLimitConfig {
-        backend: url.map_or(RateLimitBackend::Memory, |url| {
+        backend: urls.map_or(RateLimitBackend::Memory, |mut urls| {
+            let url = urls[0].clone();
+            let mode = if cluster {
+                RedisMode::Cluster(std::mem::take(&mut urls))
+            } else {
+                RedisMode::Single
+            };
             RateLimitBackend::Redis(RedisConfig {
                 url,
+                mode,
                 on_error,
                 budget_on_error,
                 timeout,
@@ -415,13 +555,44 @@ fn read_ratelimit(r: &mut Reader<'_>) -> RateLimitConfig {
     }
 }
 
+/// `ratelimit.redis.url`: one URL, or with `mode: cluster` one or more separated by commas
+/// (the nodes the cluster is first asked about). Never empty when `Ok`.
+fn redis_urls(text: &str, cluster: bool) -> Result<Vec<RedisUrl>, String> {
+    let texts: Vec<&str> = text.split(',').map(str::trim).collect();
+    if texts.len() > 1 && !cluster {
+        return Err(
+            "names several servers; set ratelimit.redis.mode: cluster to use a Redis Cluster"
+                .to_owned(),
+        );
+    }
+    let mut urls = Vec::with_capacity(texts.len());
+    for (i, text) in texts.iter().enumerate() {
+        let nth = if texts.len() > 1 {
+            format!("node {}: ", i + 1)
+        } else {
+            String::new()
+        };
+        let url = RedisUrl::parse(text).map_err(|message| format!("{nth}{message}"))?;
+        if cluster && url.database().is_some_and(|db| db != 0) {
+            return Err(format!(
+                "{nth}a Redis Cluster has only database 0; drop the /db after the host"
+            ));
+        }
+        urls.push(url);
+    }
+    Ok(urls)
+}
+
 /// Every leaf key of the bootstrap config (`proxy.addr`, `shutdown.drain_timeout_secs`, …), in
 /// sorted order: the keys a file or an `AISIX_*` variable may set. For documentation checks.
 pub fn bootstrap_keys() -> Vec<&'static str> {
-    // TLS keys are read only when `proxy.tls` is present, so give it one.
+    // TLS, etcd and admin keys are read only when their table is present, so give each one.
     let cfg = Config::builder()
         .set_override("proxy.tls.cert_file", "cert.pem")
         .and_then(|b| b.set_override("proxy.tls.key_file", "key.pem"))
+        .and_then(|b| b.set_override("etcd.endpoints", "http://127.0.0.1:2379"))
+        .and_then(|b| b.set_override("etcd.tls.domain_name", "etcd"))
+        .and_then(|b| b.set_override("admin.addr", "127.0.0.1:3001"))
         .and_then(|b| b.build());
     let Ok(cfg) = cfg else {
         return Vec::new();
@@ -532,6 +703,38 @@ impl Reader<'_> {
             self.error(path, "is required", origin);
         }
         value
+    }
+
+    /// A list of strings: a YAML sequence, or one comma-separated string (as a variable gives).
+    fn string_list(&mut self, path: &'static str) -> Option<Vec<String>> {
+        let (value, origin) = self.raw(path)?;
+        let items = match value.kind {
+            ValueKind::String(s) => {
+                return Some(
+                    s.split(',')
+                        .map(str::trim)
+                        .filter(|item| !item.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                );
+            }
+            ValueKind::Array(items) => items,
+            _ => {
+                self.error(path, "expected a list of strings", origin);
+                return None;
+            }
+        };
+        let mut out = Vec::with_capacity(items.len());
+        for item in items {
+            match item.kind {
+                ValueKind::String(s) => out.push(s),
+                _ => {
+                    self.error(path, "expected a list of strings", origin);
+                    return None;
+                }
+            }
+        }
+        Some(out)
     }
 
     fn bool(&mut self, path: &'static str) -> Option<bool> {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use aisix_config::{
     Bootstrap, BudgetPeriod, ConfigErrors, Cost, OnRedisError, Origin, RateLimit, RateLimitBackend,
-    Resources, SpendBudget, SpendingPolicy, Usd, load_bootstrap, parse_resources,
+    RedisMode, RedisUrl, Resources, SpendBudget, SpendingPolicy, Usd, load_bootstrap,
+    parse_resources,
 };
 
 /// A provider key and a model `m`; `model_extra` and `key_extra` are indented fields appended
@@ -283,6 +284,49 @@ fn redis_backend_reads_its_settings() {
 }
 
 #[test]
+fn redis_cluster_mode_takes_every_node_given() {
+    let config = bootstrap(
+        "ratelimit:\n  backend: redis\n  redis:\n    mode: cluster\n    \
+         url: redis://app:hunter2@10.0.0.5:7000, redis://10.0.0.6:7000/0\n",
+        &[],
+    )
+    .unwrap();
+    let RateLimitBackend::Redis(redis) = config.ratelimit.backend else {
+        panic!("expected the redis backend");
+    };
+    let RedisMode::Cluster(nodes) = &redis.mode else {
+        panic!("expected cluster mode, got {:?}", redis.mode);
+    };
+    let nodes: Vec<&str> = nodes.iter().map(RedisUrl::expose).collect();
+    assert_eq!(
+        nodes,
+        [
+            "redis://app:hunter2@10.0.0.5:7000",
+            "redis://10.0.0.6:7000/0"
+        ]
+    );
+    assert_eq!(redis.url.expose(), nodes[0]);
+    let printed = format!("{:?}", redis);
+    assert!(!printed.contains("hunter2"), "{printed}");
+}
+
+#[test]
+fn redis_is_one_server_unless_told_otherwise() {
+    let config = bootstrap(
+        "",
+        &[
+            ("AISIX_RATELIMIT__BACKEND", "redis"),
+            ("AISIX_RATELIMIT__REDIS__URL", "redis://redis.internal"),
+        ],
+    )
+    .unwrap();
+    let RateLimitBackend::Redis(redis) = config.ratelimit.backend else {
+        panic!("expected the redis backend");
+    };
+    assert_eq!(redis.mode, RedisMode::Single);
+}
+
+#[test]
 fn redis_backend_defaults_to_allow_and_a_short_timeout() {
     let config = bootstrap(
         "",
@@ -356,6 +400,26 @@ fn redis_settings_errors_name_their_key() {
             "backend: redis\n  redis:\n    url: redis://h\n    timeout_ms: 0\n",
             "ratelimit.redis.timeout_ms",
             "must be at least 1ms",
+        ),
+        (
+            "backend: redis\n  redis:\n    url: redis://h\n    mode: sentinel\n",
+            "ratelimit.redis.mode",
+            "expected single or cluster, got \"sentinel\"",
+        ),
+        (
+            "backend: redis\n  redis:\n    url: redis://a:7000,redis://b:7000\n",
+            "ratelimit.redis.url",
+            "names several servers; set ratelimit.redis.mode: cluster to use a Redis Cluster",
+        ),
+        (
+            "backend: redis\n  redis:\n    url: redis://a:7000,http://b\n    mode: cluster\n",
+            "ratelimit.redis.url",
+            "node 2: must start with redis://",
+        ),
+        (
+            "backend: redis\n  redis:\n    url: redis://a:7000/3\n    mode: cluster\n",
+            "ratelimit.redis.url",
+            "a Redis Cluster has only database 0; drop the /db after the host",
         ),
         (
             "backend: etcd\n",

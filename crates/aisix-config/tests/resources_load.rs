@@ -1045,7 +1045,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, health_check)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, bill_prompt_on_error, health_check)",
             "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
@@ -1101,6 +1101,7 @@ provider_keys:
     provider: openai
     api_base: http://gw.local/v1/?tenant=t1
     stream_usage: false
+    bill_prompt_on_error: true
     headers:
       OpenAI-Organization: org-1
       X-Secret-Header: s3cret
@@ -1113,9 +1114,14 @@ models:
     assert_eq!(az.api_base, "https://res.openai.azure.com");
     assert_eq!(az.api_version.as_deref(), Some("2024-12-01-preview"));
     assert!(az.stream_usage);
+    assert!(
+        !az.bill_prompt_on_error,
+        "prompts of error answers are free by default"
+    );
     let gw = &resources.provider_keys[1];
     assert_eq!(gw.api_base, "http://gw.local/v1?tenant=t1");
     assert!(!gw.stream_usage);
+    assert!(gw.bill_prompt_on_error);
     let headers: Vec<(&str, &str)> = gw
         .headers
         .iter()

@@ -81,6 +81,9 @@ pub(crate) struct Record {
     carried: Option<(Tokens, Usd)>,
     /// The prices of the direct model that answered, for the settlement's spend.
     cost: Option<Cost>,
+    /// Whether the provider called last bills the prompt of a request it answers with an
+    /// error status (its key's `bill_prompt_on_error`).
+    bill_prompt_on_error: bool,
     /// Where the request's limits stood when it was admitted or refused (`x-ratelimit-*`).
     limits: Option<Headroom>,
     /// What the limit phase estimated the request would use.
@@ -134,6 +137,7 @@ impl Record {
             target_reservation: None,
             carried: None,
             cost: None,
+            bill_prompt_on_error: false,
             limits: None,
             estimate: Tokens::default(),
             produced: None,
@@ -253,11 +257,19 @@ impl Record {
     }
 
     /// A call to the direct model `model` of provider key `provider` starts: a client that
-    /// leaves during it is counted against this model, and its answer priced at `cost`.
-    pub(crate) fn calling(&mut self, model: Arc<str>, provider: Arc<str>, cost: Option<Cost>) {
+    /// leaves during it is counted against this model, and its answer priced at `cost` (an
+    /// error answer at its prompt, where the provider bills prompts on errors).
+    pub(crate) fn calling(
+        &mut self,
+        model: Arc<str>,
+        provider: Arc<str>,
+        cost: Option<Cost>,
+        bill_prompt_on_error: bool,
+    ) {
         self.model = Some(model);
         self.provider = Some(provider);
         self.cost = cost;
+        self.bill_prompt_on_error = bill_prompt_on_error;
     }
 
     /// The request waited `pause` between retries.
@@ -428,6 +440,7 @@ impl Record {
     /// | a stream ended without usage (cut, client gone, no usage chunk) | the prompt estimate and the output the relay counted |
     /// | a whole answer without usage | the estimate: prompt, and the output reserved |
     /// | the client left while an upstream call was under way | the prompt estimate |
+    /// | the provider answered with an error status, before any output, and bills prompts on errors | the prompt estimate |
     /// | refused, or failed upstream before any output | nothing |
     fn settlement(&self) -> Tokens {
         if let Some(usage) = self.usage {
@@ -445,7 +458,12 @@ impl Record {
                 output,
             };
         }
+        let answered_an_error = self.upstream_status.is_some_and(|status| status >= 400);
         match self.outcome {
+            _ if answered_an_error && self.bill_prompt_on_error => Tokens {
+                input: self.estimate.input,
+                output: 0,
+            },
             Outcome::Success => self.estimate,
             // `provider` is named as a call starts: the prompt went out.
             Outcome::ClientClosed if self.provider.is_some() => Tokens {
@@ -595,6 +613,28 @@ mod tests {
             record.spend(used),
             Some(Usd::from_nanos((90 + 1000) * 1000))
         );
+    }
+
+    #[tokio::test]
+    async fn an_error_answer_charges_its_prompt_only_where_the_provider_bills_it() {
+        let mut record = record();
+        record.estimate = Tokens {
+            input: 30,
+            output: 16,
+        };
+        record.upstream_status = Some(500);
+        assert_eq!(record.settlement(), Tokens::default(), "off by default");
+        record.bill_prompt_on_error = true;
+        assert_eq!(
+            record.settlement(),
+            Tokens {
+                input: 30,
+                output: 0
+            }
+        );
+        // No answer at all (connection refused): the provider saw nothing to bill.
+        record.upstream_status = None;
+        assert_eq!(record.settlement(), Tokens::default());
     }
 
     #[tokio::test(start_paused = true)]

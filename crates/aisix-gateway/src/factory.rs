@@ -151,6 +151,16 @@ impl GatewayFactory {
         &self.common.limiter
     }
 
+    /// The resources in force (for the admin API; never on a request).
+    pub fn resources(&self) -> Resources {
+        self.common.loaded.load().resources.clone()
+    }
+
+    /// Each direct model's health, cooldown, calls in flight and latency estimate now.
+    pub fn model_status(&self) -> Vec<crate::target::status::ModelStatus> {
+        crate::snapshot::status::of(&self.common.loaded.load())
+    }
+
     /// Publishes new resources to every worker; requests already running keep the old ones.
     /// The shared state (cooldown, load, rotation) of entries that did not change carries over.
     pub fn reload(&self, resources: Resources) {

@@ -29,7 +29,7 @@ use crate::limit::estimate::Tokens;
 use crate::limit::memory_budget::MemoryBudget;
 use crate::limit::{Charge, Headroom};
 use crate::models;
-use crate::provider::events::Outbox;
+use crate::pieces::Pieces;
 use crate::relay::body::GatewayBody;
 use crate::relay::stream::{SseRelay, Starting};
 use crate::relay::unary::UnaryRelay;
@@ -368,7 +368,7 @@ impl Inner {
         };
         let held = record.held();
         let mut body = request.into_body();
-        let (mut pieces, mut len) = (Outbox::default(), 0u64);
+        let (mut pieces, mut len) = (Pieces::default(), 0u64);
         loop {
             let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
                 Ok(Some(Ok(frame))) => frame,

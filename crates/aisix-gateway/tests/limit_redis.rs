@@ -25,6 +25,7 @@ const HANG: Duration = Duration::from_secs(10);
 fn config(redis: &Redis, on_error: OnRedisError) -> RateLimitConfig {
     RateLimitConfig {
         backend: RateLimitBackend::Redis(RedisConfig {
+            mode: aisix_config::RedisMode::Single,
             url: RedisUrl::parse(&redis.url()).unwrap(),
             on_error,
             budget_on_error: on_error,

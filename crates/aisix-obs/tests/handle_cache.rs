@@ -407,6 +407,9 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
             std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
         );
         metrics.config_reload(ReloadResult::Failure);
+        metrics.etcd_watch_up(true);
+        metrics.etcd_revision_applied(7);
+        metrics.etcd_documents_refused(1);
     }
     let (cached_page, plain_page) = (cached.render(), plain.render());
     assert_eq!(sorted_lines(&cached_page), sorted_lines(&plain_page));

@@ -14,6 +14,7 @@ use crate::control::reload::{self, Reloader};
 use crate::control::signals::{self, StopSignals};
 use crate::control::systemd::{self, Notifier};
 use crate::control::watch;
+use crate::etcd::watch::EtcdSource;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -48,6 +49,16 @@ pub(crate) fn load_and_check(config: Option<&Path>) -> Result<Checked, Vec<Confi
         errors.push(ConfigError::new(
             "proxy.tls",
             error.to_string(),
+            Origin::Unknown,
+        ));
+    }
+    if let Some(etcd) = &bootstrap.etcd
+        && let Some(var) = &etcd.password_env
+        && std::env::var_os(var).is_none()
+    {
+        errors.push(ConfigError::new(
+            "etcd.password_env",
+            format!("environment variable {var} is not set"),
             Origin::Unknown,
         ));
     }
@@ -89,7 +100,9 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     // The bootstrap config holds no secrets (TLS is given as file paths); resources are
     // summarized by name only.
     tracing::info!(config = ?bootstrap, "effective configuration");
-    if bootstrap.resources_file.is_none() {
+    if let Some(etcd) = &bootstrap.etcd {
+        tracing::info!(endpoints = ?etcd.endpoints, prefix = %etcd.prefix, "resources come from etcd; not ready until the first snapshot is in");
+    } else if bootstrap.resources_file.is_none() {
         tracing::warn!(
             "no resources_file is configured: there are no models, and every model request is refused"
         );
@@ -120,6 +133,10 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         None
     };
     let (metrics, metrics_listener) = metrics.unzip();
+    let admin_listener = match &bootstrap.admin {
+        Some(admin) => Some(crate::admin::bind(admin).map_err(RunError::Startup)?),
+        None => None,
+    };
 
     let factory = Arc::new(
         GatewayFactory::new(&bootstrap, resources.clone(), metrics)
@@ -157,7 +174,11 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         let _runtime = control.enter();
         StopSignals::install()
     };
-    let readiness = Readiness::new();
+    // With etcd, not ready until the first snapshot is in.
+    let readiness = match bootstrap.etcd {
+        Some(_) => Readiness::waiting(),
+        None => Readiness::new(),
+    };
     let settings = ServeSettings::from_config(&bootstrap);
     let server = Server::start(
         &plan,
@@ -192,6 +213,31 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             (Some(file), true) => Some(watch::start(file, triggers).map_err(RunError::Startup)?),
             _ => None,
         };
+        if let (Some(config), Some(listener)) = (&bootstrap.admin, admin_listener) {
+            let source = match &bootstrap.etcd {
+                Some(etcd) => {
+                    crate::admin::Source::Etcd(Box::new(crate::admin::Store::new(etcd.clone())))
+                }
+                None => crate::admin::Source::File(bootstrap.resources_file.clone()),
+            };
+            tokio::spawn(crate::admin::serve(
+                listener,
+                config.clone(),
+                factory.clone(),
+                source,
+            ));
+        }
+        if let Some(etcd) = &bootstrap.etcd {
+            tokio::spawn(
+                EtcdSource {
+                    config: etcd.clone(),
+                    factory: factory.clone(),
+                    metrics,
+                    readiness: readiness.clone(),
+                }
+                .run(),
+            );
+        }
         let reloader = Reloader {
             bootstrap: bootstrap.clone(),
             factory,

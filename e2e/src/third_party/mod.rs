@@ -1,11 +1,12 @@
 //! Servers this project did not write: nginx as a reverse proxy ([`nginx`]) and ASGI servers
 //! (uvicorn, hypercorn) serving a small OpenAI-like app ([`asgi`]) as providers for the
-//! conformance matrix; nginx as a load balancer in front of gateways ([`balancer`]); and Redis
-//! ([`redis`]) as the shared rate-limit store. Each is a child process with its files in a temp
-//! dir, stopped by PID on drop.
+//! conformance matrix; nginx as a load balancer in front of gateways ([`balancer`]); Redis
+//! ([`redis`]) as the shared rate-limit store; and etcd ([`etcd`]) as the shared resources
+//! store. Each is a child process with its files in a temp dir, stopped by PID on drop.
 
 pub mod asgi;
 pub mod balancer;
+pub mod etcd;
 pub mod nginx;
 pub mod otlp;
 pub mod redis;

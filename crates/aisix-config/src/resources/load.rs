@@ -111,6 +111,19 @@ pub fn parse_resources(
     report.finish(resources)
 }
 
+/// Validates resources already parsed into one document (the shape of the file), so every
+/// source is checked by the same walk as the file.
+pub(crate) fn parse_resources_value(
+    mut document: Value,
+    origin: &Path,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Resources, ConfigErrors> {
+    let mut report = Report::new(origin);
+    interpolate(&mut document, "", env, &mut report);
+    let resources = read_document(&mut report, &document, env);
+    report.finish(resources)
+}
+
 fn read_document(
     report: &mut Report,
     document: &Value,
@@ -268,6 +281,9 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let responses = fields
         .optional(report, "responses")
         .map(|(v, p)| bool(report, v, &p));
+    let bill_prompt_on_error = fields
+        .optional(report, "bill_prompt_on_error")
+        .map(|(v, p)| bool(report, v, &p));
     let health_check = fields
         .optional(report, "health_check")
         .map(|(v, p)| read_health_check(report, v, &p));
@@ -317,6 +333,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         headers,
         stream_usage,
         responses,
+        bill_prompt_on_error,
         health_check,
     );
     ProviderKeyDraft {
@@ -340,6 +357,7 @@ fn build_provider_key(
     headers: Option<Option<Vec<(String, Secret)>>>,
     stream_usage: Option<Option<bool>>,
     responses: Option<Option<bool>>,
+    bill_prompt_on_error: Option<Option<bool>>,
     health_check: Option<Option<HealthCheck>>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
@@ -362,6 +380,7 @@ fn build_provider_key(
         headers: given(headers)?.unwrap_or_default(),
         stream_usage: given(stream_usage)?.unwrap_or(true),
         responses,
+        bill_prompt_on_error: given(bill_prompt_on_error)?.unwrap_or(false),
         health_check: given(health_check)?,
     })
 }

@@ -4,6 +4,7 @@
 
 mod cooldown;
 mod diff;
+mod documents;
 mod group;
 mod interpolate;
 mod key;
@@ -15,6 +16,7 @@ mod rfc3339;
 mod types;
 
 pub use diff::{CollectionDiff, ResourcesDiff};
+pub use documents::{COLLECTIONS, document_key, document_place, parse_documents};
 pub use group::{FallbackError, GroupTarget, ModelGroup, Routing, Strategy, WhenAllUnavailable};
 pub use key::{KeyHash, hash_key};
 pub use limits::{BudgetPeriod, Cost, RateLimit, SpendBudget, SpendingPolicy, Usd};

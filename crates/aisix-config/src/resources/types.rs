@@ -105,6 +105,9 @@ pub struct ProviderKey {
     /// Whether streams ask for `stream_options.include_usage`; `false` for servers that refuse
     /// unknown fields.
     pub stream_usage: bool,
+    /// `bill_prompt_on_error`: whether the provider bills the prompt of a request it answers
+    /// with an error status, so the gateway charges that request its prompt (default: no).
+    pub bill_prompt_on_error: bool,
     /// Whether the provider serves OpenAI's Responses API (`/v1/responses`): such requests are
     /// relayed to it as they are; otherwise they are translated to chat completions. Default:
     /// `openai` with OpenAI's own `api_base` and `azure_openai` yes; an `openai` key with any

@@ -26,6 +26,16 @@
 //! way (`Reservation::write_back`), so a shared budget gets it once Redis is back; with
 //! `budget_on_error: deny` such requests are refused instead.
 //!
+//! # Redis Cluster
+//!
+//! With `mode: cluster` the counters are spread over a Redis Cluster. Every key of one subject
+//! (API key, model entry) carries the subject as its hash tag, `aisix:rl:{scope:name}:…`, so it
+//! lies in one slot; a script only ever touches one subject's keys. A reservation is then one
+//! script per subject, sent together: each counts all of its subject's checks or none, and if
+//! one subject refuses, those that counted are undone through the settlement queue (as a lost
+//! reply is), so for that instant a refused request may hold units it never uses: the limit
+//! errs on the side of refusing. Settlements are sent as one script call per subject.
+//!
 //! A concurrency slot is a lease that expires `ratelimit.concurrency_ttl_secs` after it was
 //! last renewed: the background thread renews the leases of every request still in flight
 //! three times per lifetime, so a long stream keeps its slot, and a replica that dies loses
@@ -39,11 +49,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use aisix_config::RedisMode;
 use aisix_config::{OnRedisError, RedisConfig};
 use aisix_obs::metrics::emit;
 use arc_swap::ArcSwapOption;
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Script};
+use futures_util::future::join_all;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisFuture, Script, Value};
 use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::clock::{Clock, SystemClock};
@@ -189,10 +203,10 @@ pub(super) struct RedisBackend {
 // shared: every worker reads the connection and counts leases; the background thread replaces
 // the connection when it reconnects.
 struct State {
-    client: redis::Client,
-    /// The URL with its password as `***`, for logs.
+    client: Connector,
+    /// The URL (each node's, in a cluster) with its password as `***`, for logs.
     url: String,
-    conn: ArcSwapOption<MultiplexedConnection>,
+    conn: ArcSwapOption<Conn>,
     /// Wakes the background thread when a request dropped the connection.
     dropped: Notify,
     timeout: Duration,
@@ -229,11 +243,30 @@ impl RedisBackend {
         concurrency_ttl: Duration,
         clock: Arc<dyn Clock>,
     ) -> Result<Self, LimiterInitError> {
-        let client = redis::Client::open(config.url.expose())
-            .map_err(|_| LimiterInitError::RedisUrl("not a Redis URL the client accepts".into()))?;
+        let refused = |_| LimiterInitError::RedisUrl("not a Redis URL the client accepts".into());
+        let (client, url) = match &config.mode {
+            RedisMode::Single => (
+                Connector::Single(redis::Client::open(config.url.expose()).map_err(refused)?),
+                config.url.redacted().to_owned(),
+            ),
+            RedisMode::Cluster(nodes) => (
+                Connector::Cluster(
+                    ClusterClient::builder(nodes.iter().map(|node| node.expose()))
+                        .connection_timeout(config.timeout)
+                        .response_timeout(config.timeout)
+                        .build()
+                        .map_err(refused)?,
+                ),
+                nodes
+                    .iter()
+                    .map(|node| node.redacted())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ),
+        };
         let state = Arc::new(State {
             client,
-            url: config.url.redacted().to_owned(),
+            url,
             conn: ArcSwapOption::empty(),
             dropped: Notify::new(),
             timeout: config.timeout,
@@ -262,8 +295,8 @@ impl RedisBackend {
         })
     }
 
-    /// Runs the reservation script; `None` when Redis could not answer within the timeout
-    /// (counted and logged; the caller goes by `on_error`).
+    /// Runs the reservation script (one per subject in a cluster); `None` when Redis could not
+    /// answer within the timeout (counted and logged; the caller goes by `on_error`).
     pub(super) async fn reserve(
         &self,
         subjects: &[&Arc<Subject>],
@@ -277,22 +310,112 @@ impl RedisBackend {
         };
         let lease = state.leases.fetch_add(1, Ordering::Relaxed);
         let member = state.lease_member(lease);
+        let evaluated = if matches!(state.client, Connector::Cluster(_)) {
+            self.reserve_per_subject(&conn, subjects, checks, &member, now)
+                .await?
+        } else {
+            let (evaluated, mut undo) = self
+                .reserve_part(&conn, subjects, checks, None, &member, now)
+                .await;
+            let evaluated = evaluated?;
+            undo.entries.clear();
+            evaluated
+        };
+        if evaluated.refused.is_none() {
+            state.hold(member, &lease_keys(checks, subjects));
+        }
+        Some((lease, evaluated))
+    }
+
+    /// A cluster's reservation: one script per subject, sent together. If any refuses, those
+    /// that counted are undone as their [`Undo`]s drop.
+    async fn reserve_per_subject(
+        &self,
+        conn: &Arc<Conn>,
+        subjects: &[&Arc<Subject>],
+        checks: &[Check],
+        member: &str,
+        now: u64,
+    ) -> Option<Evaluated> {
+        let mut parts: Vec<usize> = checks.iter().map(|c| c.subject).collect();
+        parts.sort_unstable();
+        parts.dedup();
+        let mut replies = join_all(
+            parts
+                .iter()
+                .map(|&s| self.reserve_part(conn, subjects, checks, Some(s), member, now)),
+        )
+        .await;
+        let mut evaluated = Evaluated {
+            counts: vec![0; checks.len()],
+            refused: None,
+        };
+        for (&part, (reply, _)) in parts.iter().zip(&replies) {
+            let reply = reply.as_ref()?;
+            let in_part = checks
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.subject == part)
+                .map(|(i, _)| i);
+            for (local, i) in in_part.enumerate() {
+                evaluated.counts[i] = reply.counts.get(local).copied().unwrap_or(0);
+                if reply.refused == Some(local) && evaluated.refused.is_none_or(|r| i < r) {
+                    evaluated.refused = Some(i);
+                }
+            }
+        }
+        if evaluated.refused.is_none() {
+            for (_, undo) in &mut replies {
+                undo.entries.clear();
+            }
+        } else {
+            // Counts as found, as one script would have answered: the parts that counted are
+            // being undone.
+            for (&part, (reply, _)) in parts.iter().zip(&replies) {
+                if reply.as_ref().is_some_and(|r| r.refused.is_none()) {
+                    for (i, check) in checks.iter().enumerate() {
+                        if check.subject == part {
+                            evaluated.counts[i] = evaluated.counts[i].saturating_sub(check.amount);
+                        }
+                    }
+                }
+            }
+        }
+        Some(evaluated)
+    }
+
+    /// Runs the reservation script on the checks of subject `part` (all checks when `None`);
+    /// the marker lies under the prefix of that subject (the first when `None`). The reply is
+    /// `None` when it was lost; the [`Undo`] is armed unless the script refused (then it
+    /// counted nothing): the caller disarms it once it keeps what was counted.
+    async fn reserve_part(
+        &self,
+        conn: &Arc<Conn>,
+        subjects: &[&Arc<Subject>],
+        checks: &[Check],
+        part: Option<usize>,
+        member: &str,
+        now: u64,
+    ) -> (Option<Evaluated>, Undo<'_>) {
+        let state = &self.state;
+        let in_part = |check: &&Check| part.is_none_or(|s| check.subject == s);
+        let count = checks.iter().filter(in_part).count();
         let mut call = state.reserve.prepare_invoke();
-        call.arg(now).arg(&member);
+        call.arg(now).arg(member);
         // Until its reply is read, the reservation may be counted in Redis without anyone
         // holding it: a lost reply (timeout, error) or a cancelled request undoes it.
         let mut undo = Undo {
             backend: self,
-            entries: Vec::with_capacity(checks.len() + 1),
+            entries: Vec::with_capacity(count + 1),
         };
-        let marker = format!("{}:res:{member}", subjects[0].redis_prefix);
+        let marker = format!("{}:res:{member}", subjects[part.unwrap_or(0)].redis_prefix);
         undo.entries.push(SettleEntry {
             key: marker.clone(),
             op: "u",
-            value: checks.len().to_string(),
+            value: count.to_string(),
             ttl_ms: 0,
         });
-        for check in checks {
+        for check in checks.iter().filter(in_part) {
             let subject = subjects[check.subject];
             let (op, ttl) = match check.what {
                 What::Concurrency => ("c", state.concurrency_ttl_ms),
@@ -305,7 +428,7 @@ impl RedisBackend {
                 .arg(check.limit)
                 .arg(ttl);
             let (op, value) = match check.what {
-                What::Concurrency => ("r", member.clone()),
+                What::Concurrency => ("r", member.to_owned()),
                 _ => ("s", check.amount.to_string()),
             };
             undo.entries.push(SettleEntry {
@@ -316,7 +439,7 @@ impl RedisBackend {
             });
         }
         call.key(marker);
-        let mut connection = (*conn).clone();
+        let mut connection = (**conn).clone();
         let reply = tokio::time::timeout(
             state.timeout,
             call.invoke_async::<Vec<i64>>(&mut connection),
@@ -325,28 +448,27 @@ impl RedisBackend {
         let values = match reply {
             Ok(Ok(values)) => values,
             Ok(Err(error)) => {
-                state.unavailable(Some(&conn), &error);
-                return None;
+                state.unavailable(Some(conn), &error);
+                return (None, undo);
             }
             Err(_) => {
-                state.unavailable(Some(&conn), "timed out");
-                return None;
+                state.unavailable(Some(conn), "timed out");
+                return (None, undo);
             }
         };
-        match parse_reserved(&values, checks.len()) {
+        match parse_reserved(&values, count) {
             Some(evaluated) => {
-                undo.entries.clear();
-                if evaluated.refused.is_none() {
-                    state.hold(member, &lease_keys(checks, subjects));
+                if evaluated.refused.is_some() {
+                    undo.entries.clear();
                 }
-                Some((lease, evaluated))
+                (Some(evaluated), undo)
             }
             None => {
                 state.unavailable(
                     None,
                     "the reservation script answered in an unexpected shape",
                 );
-                None
+                (None, undo)
             }
         }
     }
@@ -479,10 +601,21 @@ impl State {
         };
         let now = self.clock.unix_millis();
         let until = now.saturating_add(self.concurrency_ttl_ms);
-        let mut pipe = redis::pipe();
+        // One pipeline per slot: a cluster refuses a pipeline across slots.
+        let mut pipes: Vec<(&str, Pipeline)> = Vec::new();
         for (member, keys) in &leases {
             for key in keys {
-                pipe.cmd("ZADD")
+                let tag = self.slot_of(key);
+                let at = match pipes.iter().position(|(t, _)| *t == tag) {
+                    Some(at) => at,
+                    None => {
+                        pipes.push((tag, redis::pipe()));
+                        pipes.len() - 1
+                    }
+                };
+                pipes[at]
+                    .1
+                    .cmd("ZADD")
                     .arg(key)
                     .arg("XX")
                     .arg(until)
@@ -494,23 +627,38 @@ impl State {
                     .ignore();
             }
         }
-        let mut connection = (*conn).clone();
-        match tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut connection)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => self.unavailable(Some(&conn), &error),
-            Err(_) => self.unavailable(Some(&conn), "timed out"),
+        let sent = join_all(pipes.iter().map(|(_, pipe)| {
+            let mut connection = (*conn).clone();
+            async move {
+                tokio::time::timeout(self.timeout, pipe.query_async::<()>(&mut connection)).await
+            }
+        }))
+        .await;
+        for result in sent {
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => self.unavailable(Some(&conn), &error),
+                Err(_) => self.unavailable(Some(&conn), "timed out"),
+            }
+        }
+    }
+
+    /// What keys must share to go in one script call or pipeline: their hash tag in a
+    /// cluster; nothing (all keys go together) on one server.
+    fn slot_of<'k>(&self, key: &'k str) -> &'k str {
+        match self.client {
+            Connector::Single(_) => "",
+            Connector::Cluster(_) => hash_tag(key),
         }
     }
 
     /// A request or settlement could not use Redis: count it, warn now and then, and drop the
     /// connection it used (if any) so the background thread makes a new one.
-    fn unavailable(&self, conn: Option<&Arc<MultiplexedConnection>>, why: impl fmt::Display) {
+    fn unavailable(&self, conn: Option<&Arc<Conn>>, why: impl fmt::Display) {
         emit::ratelimit_backend_error();
         if let Some(conn) = conn {
             let current = Some(conn.clone());
-            let previous = self
-                .conn
-                .compare_and_swap(&current, None::<Arc<MultiplexedConnection>>);
+            let previous = self.conn.compare_and_swap(&current, None::<Arc<Conn>>);
             if previous.as_ref().is_some_and(|p| Arc::ptr_eq(p, conn)) {
                 self.dropped.notify_one();
             }
@@ -596,14 +744,21 @@ impl State {
     }
 
     async fn connect(&self) {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
         let attempt = async {
-            let mut conn = self
-                .client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?;
+            let mut conn = match &self.client {
+                Connector::Single(client) => {
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(self.timeout))
+                        .set_response_timeout(Some(self.timeout));
+                    Conn::Single(
+                        client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await?,
+                    )
+                }
+                Connector::Cluster(client) => Conn::Cluster(client.get_async_connection().await?),
+            };
+            // In a cluster, SCRIPT LOAD goes to every primary.
             self.reserve.load_async(&mut conn).await?;
             self.settle.load_async(&mut conn).await?;
             Ok::<_, RedisError>(conn)
@@ -622,30 +777,103 @@ impl State {
         }
     }
 
-    /// Sends `batch` in one script call; gives it back unsent when there is no connection.
-    /// A call that fails or times out is not retried (it may have been applied): its
-    /// reservations stay charged.
+    /// Sends `batch` in one script call (one per slot in a cluster, sent together); gives it
+    /// back unsent when there is no connection. A call that fails or times out is not retried
+    /// (it may have been applied): its reservations stay charged.
     async fn send(&self, batch: Vec<SettleEntry>) -> Result<(), Vec<SettleEntry>> {
         let Some(conn) = self.conn.load_full() else {
             return Err(batch);
         };
-        let mut call = self.settle.prepare_invoke();
+        // Entries keep their order within a slot, so an undo's marker stays before its
+        // entries (all of one subject, so of one slot).
+        let mut calls: Vec<(&str, redis::ScriptInvocation<'_>)> = Vec::new();
         for entry in &batch {
-            call.key(&entry.key)
+            let tag = self.slot_of(&entry.key);
+            let at = match calls.iter().position(|(t, _)| *t == tag) {
+                Some(at) => at,
+                None => {
+                    calls.push((tag, self.settle.prepare_invoke()));
+                    calls.len() - 1
+                }
+            };
+            calls[at]
+                .1
+                .key(&entry.key)
                 .arg(entry.op)
                 .arg(&entry.value)
                 .arg(entry.ttl_ms);
         }
-        let mut connection = (*conn).clone();
-        match tokio::time::timeout(self.timeout, call.invoke_async::<i64>(&mut connection)).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(error)) => self.unavailable(Some(&conn), &error),
-            Err(_) => self.unavailable(Some(&conn), "timed out"),
+        let sent = join_all(calls.iter().map(|(_, call)| {
+            let mut connection = (*conn).clone();
+            async move {
+                tokio::time::timeout(self.timeout, call.invoke_async::<i64>(&mut connection)).await
+            }
+        }))
+        .await;
+        for result in sent {
+            match result {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => self.unavailable(Some(&conn), &error),
+                Err(_) => self.unavailable(Some(&conn), "timed out"),
+            }
         }
         Ok(())
     }
 }
 
+/// How the background thread connects: to one server, or to a cluster. One per process, so
+/// the size of the larger client does not matter.
+#[allow(clippy::large_enum_variant)]
+enum Connector {
+    Single(redis::Client),
+    Cluster(ClusterClient),
+}
+
+/// A connection to one server, or to every node of a cluster (commands routed by slot).
+/// Cheap to clone: clones share one connection.
+#[derive(Clone)]
+enum Conn {
+    Single(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// A key's hash tag as Redis Cluster reads it: what lies between the first `{` and the first
+/// `}` after it, if that is not empty; else the whole key.
+fn hash_tag(key: &str) -> &str {
+    key.split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key)
+}
 /// The concurrency sets a reservation's checks hold a lease in.
 fn lease_keys(checks: &[Check], subjects: &[&Arc<Subject>]) -> Vec<String> {
     checks
@@ -734,6 +962,31 @@ mod tests {
         assert_eq!(parse_reserved(&[0, 3], 2), None);
         assert_eq!(parse_reserved(&[], 0), None);
         assert_eq!(parse_reserved(&[-1], 0), None);
+    }
+
+    #[test]
+    fn hash_tags_are_read_as_redis_cluster_reads_them() {
+        assert_eq!(
+            hash_tag("aisix:rl:{api_keys:team-a}:rpm:1"),
+            "api_keys:team-a"
+        );
+        assert_eq!(hash_tag("aisix:rl:{api_keys:a{b}:rpm:1"), "api_keys:a{b");
+        assert_eq!(hash_tag("a{}b{c}"), "a{}b{c}");
+        assert_eq!(hash_tag("plain"), "plain");
+        assert_eq!(hash_tag("open{only"), "open{only");
+    }
+
+    #[test]
+    fn every_key_of_a_subject_lies_in_its_slot() {
+        let prefix = "aisix:rl:{models:gpt-4o}";
+        for key in [
+            format!("{prefix}:rpm:28508434"),
+            format!("{prefix}:budget:month:24290"),
+            format!("{prefix}:concurrency"),
+            format!("{prefix}:res:00000000000000ff:7"),
+        ] {
+            assert_eq!(hash_tag(&key), "models:gpt-4o", "{key}");
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ use tokio::time::{Instant, Sleep};
 
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::memory_budget::{Held, MemoryBudget};
+use crate::pieces::Pieces;
 use crate::provider::{Edit, StreamMap};
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
@@ -77,7 +78,7 @@ pub(crate) struct Events {
     /// Bytes of an event not complete yet.
     partial: BytesMut,
     /// Complete events not sent yet.
-    out: Outbox,
+    out: Pieces,
     /// Turns yielded in a row without a new upstream frame, while holding output.
     yields: u8,
     /// `[DONE]` came: the stream is complete, only the upstream body's end is still awaited.
@@ -99,52 +100,6 @@ pub(crate) struct Events {
     ticket: Option<Ticket>,
     /// The provider called, whose key is masked in an error it reports mid-stream.
     provider: Option<Arc<Provider>>,
-}
-
-/// Bytes gathered for one write (or one request body): the first piece kept as it came (no
-/// copy for the common case of one frame), later ones appended.
-#[derive(Default)]
-pub(crate) struct Outbox {
-    first: Option<Bytes>,
-    more: BytesMut,
-}
-
-impl Outbox {
-    pub(crate) fn push(&mut self, bytes: Bytes) {
-        if bytes.is_empty() {
-            return;
-        }
-        match self.first.take() {
-            None if self.more.is_empty() => self.first = Some(bytes),
-            first => {
-                if let Some(first) = first {
-                    self.more.extend_from_slice(&first);
-                }
-                self.more.extend_from_slice(&bytes);
-            }
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.first.is_none() && self.more.is_empty()
-    }
-
-    fn last(&self) -> Option<u8> {
-        match &self.first {
-            Some(first) => first.last().copied(),
-            None => self.more.last().copied(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.first.as_ref().map_or(0, Bytes::len) + self.more.len()
-    }
-
-    pub(crate) fn take(&mut self) -> Bytes {
-        self.first
-            .take()
-            .unwrap_or_else(|| self.more.split().freeze())
-    }
 }
 
 /// What a run of events came to.
@@ -258,7 +213,7 @@ impl Events {
             map,
             splitter: Splitter::default(),
             partial: BytesMut::new(),
-            out: Outbox::default(),
+            out: Pieces::default(),
             yields: 0,
             done: false,
             finished: false,

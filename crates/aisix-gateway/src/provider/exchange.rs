@@ -17,7 +17,7 @@ use super::{Answer, Call, StreamMap, Unary};
 use crate::endpoint::Endpoint;
 use crate::error::{ErrorKind, GatewayError};
 use crate::limit::memory_budget::{Held, MemoryBudget};
-use crate::provider::events::Outbox;
+use crate::pieces::Pieces;
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
 use crate::target::refusal;
@@ -362,7 +362,7 @@ async fn read_body(
     mut room: Option<(&MemoryBudget, &mut Held)>,
 ) -> Result<Bytes, GatewayError> {
     let read = async move {
-        let (mut body, mut pieces) = (body, Outbox::default());
+        let (mut body, mut pieces) = (body, Pieces::default());
         let mut len = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|error| {

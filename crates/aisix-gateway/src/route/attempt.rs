@@ -412,6 +412,7 @@ impl Attempts {
             target.name.clone(),
             target.provider.name.clone(),
             target.cost,
+            target.provider.bill_prompt_on_error,
         );
         let context = record.trace_attempt(sent_at, target, inbound);
         let answer = provider::call(Call {

@@ -26,6 +26,7 @@ use crate::wire::openai::json_string;
 mod cache;
 mod group;
 mod provider;
+pub(crate) mod status;
 mod uris;
 
 pub(crate) use cache::{Loaded, SnapshotCache};

@@ -29,6 +29,8 @@ pub struct Provider {
     pub(crate) masks: Masks,
     /// Whether streams ask for `stream_options.include_usage`.
     pub stream_usage: bool,
+    /// Whether it bills the prompt of a request it answers with an error status.
+    pub bill_prompt_on_error: bool,
     /// Whether it serves the Responses API itself (else `/v1/responses` is translated).
     pub responses: bool,
     /// `anthropic` only: the `anthropic-version` sent when the client sent none.
@@ -130,6 +132,7 @@ impl Provider {
                     .map(|secret| secret.expose()),
             ),
             stream_usage: key.stream_usage,
+            bill_prompt_on_error: key.bill_prompt_on_error,
             responses: key.responses,
             health_check,
             anthropic_version: key

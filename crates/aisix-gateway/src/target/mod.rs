@@ -6,4 +6,5 @@
 pub(crate) mod refusal;
 pub(crate) mod retry;
 pub(crate) mod state;
+pub mod status;
 pub(crate) mod strategy;

@@ -360,6 +360,19 @@ impl TargetState {
         }
     }
 
+    /// Its health at `now` and how long its cooldown has left (ms), for operators.
+    pub(crate) fn health(&self, now: u64) -> (super::status::Health, u64) {
+        use super::status::Health;
+        let until = self.cooling_until.load(Relaxed);
+        if until == 0 {
+            (Health::Available, 0)
+        } else if now < until {
+            (Health::Cooling, until - now)
+        } else {
+            (Health::HalfOpen, 0)
+        }
+    }
+
     pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight.load(Relaxed)
     }

@@ -37,6 +37,9 @@ pub enum FamilyId {
     TargetsCooling,
     ProviderKeyRefusals,
     TargetState,
+    EtcdWatchUp,
+    EtcdRevisionApplied,
+    EtcdDocumentsRefused,
     /// Not a family: the cache key of [`REQUEST_BUNDLE`].
     RequestBundle,
 }
@@ -271,6 +274,15 @@ families! {
     pub TARGET_STATE = gauge(TargetState, "aisix_target_state", ["target"]),
         "Each direct model's health: 0 available, 1 cooling down, 2 half-open (its probe is out).";
 
+    pub ETCD_WATCH_UP = gauge(EtcdWatchUp, "aisix_etcd_watch_up", []),
+        "1 while the etcd resources watch is connected and current, 0 while it connects or reconnects.";
+
+    pub ETCD_REVISION_APPLIED = gauge(EtcdRevisionApplied, "aisix_etcd_revision_applied", []),
+        "The etcd revision of the resources snapshot in force.";
+
+    pub ETCD_DOCUMENTS_REFUSED = counter(EtcdDocumentsRefused, "aisix_etcd_documents_refused_total", []),
+        "etcd documents refused because the snapshot with them did not validate (the last good one kept serving).";
+
     /// Not exported: names the handle-cache entry that holds every handle of a finished request
     /// (see `cache::RequestHandles`), keyed by the request's labels.
     pub(crate) REQUEST_BUNDLE = counter(RequestBundle, "aisix_request_bundle", REQUEST_LABELS),
@@ -278,7 +290,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 27] = [
+pub static CATALOG: [FamilyInfo; 30] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -306,6 +318,9 @@ pub static CATALOG: [FamilyInfo; 27] = [
     TARGETS_COOLING.info(),
     PROVIDER_KEY_REFUSALS.info(),
     TARGET_STATE.info(),
+    ETCD_WATCH_UP.info(),
+    ETCD_REVISION_APPLIED.info(),
+    ETCD_DOCUMENTS_REFUSED.info(),
 ];
 
 /// The catalog entry named `name`, if any. A linear scan: for registration, not per emit.

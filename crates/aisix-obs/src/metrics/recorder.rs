@@ -15,8 +15,9 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, Prometheu
 use super::cache::{self, METADATA};
 use super::catalog::{
     self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, CONFIG_INFO, CONFIG_LAST_RELOAD_SUCCESS,
-    CONFIG_RELOADS, Kind, OTEL_DROPPED, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT,
-    TARGETS_COOLING, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    CONFIG_RELOADS, ETCD_DOCUMENTS_REFUSED, ETCD_REVISION_APPLIED, ETCD_WATCH_UP, Kind,
+    OTEL_DROPPED, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
+    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::float_counter::FloatCounters;
 use super::histogram::Histograms;
@@ -220,6 +221,29 @@ impl Metrics {
             .config_hash
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(hash.to_owned());
+    }
+
+    /// The etcd watch's state (`aisix_etcd_watch_up`). Control thread only.
+    pub fn etcd_watch_up(&self, up: bool) {
+        self.recorder
+            .register_gauge(&cache::key_of(&ETCD_WATCH_UP, &[]), &METADATA)
+            .set(if up { 1.0 } else { 0.0 });
+    }
+
+    /// The revision of the snapshot in force (`aisix_etcd_revision_applied`). Control thread
+    /// only.
+    pub fn etcd_revision_applied(&self, revision: i64) {
+        self.recorder
+            .register_gauge(&cache::key_of(&ETCD_REVISION_APPLIED, &[]), &METADATA)
+            .set(revision as f64);
+    }
+
+    /// Counts refused etcd documents (`aisix_etcd_documents_refused_total`). Control thread
+    /// only.
+    pub fn etcd_documents_refused(&self, n: u64) {
+        self.recorder
+            .register_counter(&cache::key_of(&ETCD_DOCUMENTS_REFUSED, &[]), &METADATA)
+            .increment(n);
     }
 
     /// Counts one reload attempt (`aisix_config_reloads_total{result}`); a success is also

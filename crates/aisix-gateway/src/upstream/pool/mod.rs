@@ -17,6 +17,8 @@
 //!
 //! Cost per request on a warm pool: one uncontended lock, a hash of the host, a pop and a push;
 //! no task is spawned.
+//!
+//! Opening a connection is [`connect`]'s; closing idle ones by timer is [`reaper`]'s.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,22 +28,24 @@ use std::time::Duration;
 use aisix_config::UpstreamConfig;
 use bytes::Bytes;
 use http::uri::Scheme;
-use http::{Request, Response, Uri};
+use http::{Request, Response};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_rustls::{HttpsConnector, MaybeHttpsStream};
-use hyper_util::client::legacy::connect::proxy::Tunnel;
-use hyper_util::client::legacy::connect::{Connection, HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use tokio::time::Instant;
 
 use super::tls::https_connector;
 use super::wire_form::{HostKey, wire_form};
 use crate::upstream::egress::Route;
+use reaper::reap;
+
+mod connect;
+mod reaper;
 
 pub(super) type Body = Full<Bytes>;
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
@@ -469,116 +473,5 @@ impl Inner {
         if let Some(host) = self.hosts().get_mut(key) {
             host.http2 = None;
         }
-    }
-
-    /// Opens a connection along `route` (TCP, a proxy's CONNECT, TLS with ALPN when `https`)
-    /// and starts its task, which holds `slot` for as long as the connection lives. On failure
-    /// the slot comes back, so the caller decides when its place is freed.
-    async fn connect(
-        &self,
-        uri: &Uri,
-        route: &Route,
-        timeout: Duration,
-        mut slot: Slot,
-    ) -> Result<Checkout, (ConnectError, Slot)> {
-        let io = match tokio::time::timeout(timeout, self.open_io(uri, route)).await {
-            Ok(Ok(io)) => io,
-            Ok(Err(error)) => return Err((error, slot)),
-            Err(_) => return Err((ConnectError::TimedOut, slot)),
-        };
-        // Made: the end of this connection no longer concerns anyone waiting for the probe.
-        slot.probing = false;
-        if io.connected().is_negotiated_h2() {
-            let handshake = http2::Builder::new(TokioExecutor::new())
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Duration::from_secs(30))
-                .handshake(io)
-                .await;
-            let (sender, conn) = match handshake {
-                Ok(made) => made,
-                Err(error) => return Err((ConnectError::failed(error), slot)),
-            };
-            tokio::spawn(async move {
-                let _slot = slot;
-                if let Err(error) = conn.await {
-                    tracing::debug!(%error, "upstream h2 connection ended");
-                }
-            });
-            Ok(Checkout::Http2(sender))
-        } else {
-            let (sender, conn) = match http1::Builder::new().handshake(io).await {
-                Ok(made) => made,
-                Err(error) => return Err((ConnectError::failed(error), slot)),
-            };
-            tokio::spawn(async move {
-                let _slot = slot;
-                if let Err(error) = conn.await {
-                    tracing::debug!(%error, "upstream connection ended");
-                }
-            });
-            Ok(Checkout::Http1(sender))
-        }
-    }
-
-    async fn open_io(&self, uri: &Uri, route: &Route) -> Result<Io, ConnectError> {
-        use tower_service::Service;
-        match route {
-            Route::Direct => self
-                .connector
-                .clone()
-                .call(uri.clone())
-                .await
-                .map_err(ConnectError::failed),
-            Route::Tunnel(proxy) => {
-                let mut tunnel = Tunnel::new(proxy.uri.clone(), self.http.clone());
-                if let Some(authorization) = &proxy.authorization {
-                    tunnel = tunnel.with_auth(authorization.clone());
-                }
-                https_connector(&self.tls, tunnel)
-                    .call(uri.clone())
-                    .await
-                    .map_err(|e| ConnectError::failed(format!("through the proxy: {e}")))
-            }
-            Route::Forward(proxy) => self
-                .http
-                .clone()
-                .call(proxy.uri.clone())
-                .await
-                .map(MaybeHttpsStream::Http)
-                .map_err(|e| ConnectError::failed(format!("to the proxy: {e}"))),
-        }
-    }
-}
-
-/// Closes idle connections that have sat for two to three half-timeouts (so at least the idle
-/// timeout), ticking every half timeout; ends with the pool.
-async fn reap(pool: Weak<Inner>) {
-    let Some(every) = pool
-        .upgrade()
-        .map(|p| (p.idle_timeout / 2).max(Duration::from_millis(100)))
-    else {
-        return;
-    };
-    let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticks.tick().await;
-        let Some(pool) = pool.upgrade() else { return };
-        let tick = pool.tick.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut hosts = pool.hosts();
-        hosts.retain(|_, host| {
-            host.idle
-                .retain(|conn| !conn.sender.is_closed() && tick - conn.since_tick < 3);
-            if host
-                .http2
-                .as_ref()
-                .is_some_and(http2::SendRequest::is_closed)
-            {
-                host.http2 = None;
-            }
-            host.waiters.retain(|waiter| !waiter.is_closed());
-            // A host with connections still counted keeps its entry, so its count stays right.
-            !host.idle.is_empty() || host.http2.is_some() || host.open > 0 || host.probing
-        });
     }
 }
