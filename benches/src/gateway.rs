@@ -119,6 +119,8 @@ pub struct MetricsReading {
     pub dropped_log_lines: u64,
     /// `aisix_worker_requests_total` by `worker` label, sorted by label.
     pub worker_requests: Vec<(String, u64)>,
+    /// `aisix_otel_dropped_total` by `signal`.
+    pub otel_dropped: Vec<(String, u64)>,
 }
 
 /// Reads the gateway's `/metrics` page.
@@ -131,6 +133,7 @@ pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
     Ok(MetricsReading {
         dropped_log_lines: counter(&page, DROPPED_LOG_LINES)?,
         worker_requests: by_label(&page, WORKER_REQUESTS, "worker")?,
+        otel_dropped: by_label(&page, "aisix_otel_dropped_total", "signal")?,
     })
 }
 

@@ -12,6 +12,7 @@ mod measure;
 mod mock;
 mod nginx;
 mod openloop;
+mod otlp_sink;
 mod process;
 mod procstat;
 mod report;

@@ -78,6 +78,13 @@ pub struct VariantArgs {
     /// Connections in the one-worker peak-RSS leg (0: skip it).
     #[arg(long, default_value_t = 512)]
     pub rss_concurrency: usize,
+    /// Connections in the OpenTelemetry legs (export on, and to a stalled collector), each
+    /// compared with the grid's leg at the same concurrency.
+    #[arg(long, default_value = "32,512")]
+    pub otel_concurrency: CommaList<usize>,
+    /// Skip the OpenTelemetry legs.
+    #[arg(long)]
+    pub no_otel: bool,
     /// Skip the bursty-upstream streaming leg.
     #[arg(long)]
     pub no_burst: bool,
@@ -98,6 +105,7 @@ impl VariantArgs {
         self.balance_trials = self.balance_trials.min(2);
         self.balance_window = Duration::from_millis(300);
         self.feature_concurrency = CommaList(vec![8]);
+        self.otel_concurrency = CommaList(vec![8]);
         self.rss_concurrency = self.rss_concurrency.min(32);
         self.hostile_event_mib = self.hostile_event_mib.min(4);
         self.hostile_body_mb = self.hostile_body_mb.min(8);
@@ -216,6 +224,12 @@ impl Legs<'_> {
                 Box::new(move |r| self.responses(bin, base_mode, r)),
             ));
         }
+        if !v.no_otel {
+            legs.push((
+                "otel".into(),
+                Box::new(move |r| self.otel(bin, base_mode, r)),
+            ));
+        }
         if !v.no_burst && self.args.streams > 0 {
             legs.push(("burst".into(), Box::new(|r| self.burst(bin, r))));
         }
@@ -318,6 +332,42 @@ impl Legs<'_> {
         results
             .pairs
             .push(Pair::new("pinned/unpinned", &leg, &base));
+        Ok(())
+    }
+
+    /// OTLP export on, to a collector that answers at once and to one that never answers,
+    /// against the grid's leg of `mode` with export off; what was dropped goes to the notes.
+    fn otel(&self, bin: &Path, mode: Mode, results: &mut Results) -> Result<()> {
+        let base = gateway::mode_leg(mode);
+        for (suffix, stalled) in [("otel", false), ("otel-stalled", true)] {
+            let sink = crate::otlp_sink::Sink::start(stalled)?;
+            let leg = format!("{base}-{suffix}");
+            let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
+            spec.env.extend([
+                (
+                    "AISIX_OBSERVABILITY__OTLP__ENABLED".to_owned(),
+                    "true".to_owned(),
+                ),
+                (
+                    "AISIX_OBSERVABILITY__OTLP__ENDPOINT".to_owned(),
+                    sink.endpoint(),
+                ),
+            ]);
+            let gateway = self.start(bin, &spec, &leg)?;
+            let subject = subject(&leg, spec.workers, &gateway);
+            let concurrency = &self.args.variants.otel_concurrency.0;
+            self.grid_with(&subject, CHAT, UNARY_BODY, concurrency, false, results)?;
+            if let Some(metrics) = gateway.metrics_addr {
+                let dropped = gateway::read_metrics(metrics)?.otel_dropped;
+                results
+                    .notes
+                    .push(format!("{leg}: aisix_otel_dropped_total {dropped:?}"));
+            }
+            gateway.stop()?;
+            results
+                .pairs
+                .push(Pair::new(&format!("{suffix}/off"), &leg, &base));
+        }
         Ok(())
     }
 

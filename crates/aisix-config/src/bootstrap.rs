@@ -6,6 +6,7 @@ use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::otlp::OtlpConfig;
 use crate::resources::Secret;
 use crate::timeouts::UpstreamTimeouts;
 
@@ -224,6 +225,8 @@ pub struct ObservabilityConfig {
     /// `observability.access_log`: one JSON line per request on stderr.
     pub access_log: bool,
     pub metrics: MetricsConfig,
+    /// `observability.otlp`: traces and usage events over OTLP.
+    pub otlp: OtlpConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -490,6 +493,7 @@ impl Default for ObservabilityConfig {
                     path: "/metrics".to_owned(),
                 },
             },
+            otlp: OtlpConfig::default(),
         }
     }
 }

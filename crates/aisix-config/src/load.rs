@@ -20,6 +20,8 @@ use crate::error::{ConfigError, ConfigErrors, Origin};
 use crate::etcd::{AdminConfig, EtcdConfig, EtcdTls};
 use crate::resources::{KeyHash, hash_key};
 use crate::suggest;
+
+mod otlp;
 use crate::timeouts::UpstreamTimeouts;
 
 /// The longest duration any key takes: `u32::MAX` seconds (136 years), far enough for "never"
@@ -39,6 +41,12 @@ pub fn load_bootstrap<I>(file: Option<&Path>, env: I) -> Result<Bootstrap, Confi
 where
     I: IntoIterator<Item = (String, String)>,
 {
+    let env: Vec<(String, String)> = env.into_iter().collect();
+    let otel_env: BTreeMap<String, String> = env
+        .iter()
+        .filter(|(name, _)| name.starts_with(otlp::OTEL_PREFIX))
+        .cloned()
+        .collect();
     let env_vars: BTreeMap<String, String> = env
         .into_iter()
         .filter(|(name, _)| name.starts_with(ENV_PREFIX) && !RESERVED_VARS.contains(&&**name))
@@ -70,6 +78,7 @@ where
         cfg: &cfg,
         file,
         env_origin: &env_origin,
+        otel_env: &otel_env,
         known: BTreeSet::new(),
         errors: ConfigErrors::default(),
     };
@@ -260,6 +269,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                     path,
                 },
             },
+            otlp: otlp::read(r),
         }
     };
 
@@ -592,6 +602,7 @@ pub fn bootstrap_keys() -> Vec<&'static str> {
         cfg: &cfg,
         file: None,
         env_origin: &env_origin,
+        otel_env: &env_origin,
         known: BTreeSet::new(),
         errors: ConfigErrors::default(),
     };
@@ -619,6 +630,8 @@ struct Reader<'a> {
     cfg: &'a Config,
     file: Option<&'a Path>,
     env_origin: &'a BTreeMap<String, String>,
+    /// The standard `OTEL_*` variables, for `observability.otlp`.
+    otel_env: &'a BTreeMap<String, String>,
     known: BTreeSet<&'static str>,
     errors: ConfigErrors,
 }

@@ -93,6 +93,8 @@ pub(crate) struct Record {
     produced: Option<u64>,
     /// The offered tools a translated Responses request left out (`x-aisix-dropped-tools`).
     dropped_tools: Option<HeaderValue>,
+    /// The request's trace, when OpenTelemetry export is on.
+    trace: Option<Box<crate::otel::Trace>>,
     sinks: Sinks,
     _in_flight: Option<InFlightGuard>,
 }
@@ -142,6 +144,7 @@ impl Record {
             estimate: Tokens::default(),
             dropped_tools: None,
             produced: None,
+            trace: None,
             sinks,
             _in_flight: in_flight,
         }
@@ -172,6 +175,45 @@ impl Record {
     /// Where the request's limits stood when it was admitted or refused.
     pub(crate) fn limits(&self) -> Option<Headroom> {
         self.limits
+    }
+
+    /// OpenTelemetry export is on: the request is traced from here.
+    pub(crate) fn traced(&mut self, trace: Box<crate::otel::Trace>) {
+        self.trace = Some(trace);
+    }
+
+    /// An attempt to `target` starts at `sent_at`: its trace context for the upstream
+    /// request, when the request is traced.
+    pub(crate) fn trace_attempt(
+        &mut self,
+        sent_at: Instant,
+        target: &crate::snapshot::DirectRoute,
+        inbound: &crate::request::inbound::Inbound,
+    ) -> Option<crate::otel::Outgoing> {
+        self.trace
+            .as_mut()
+            .map(|trace| trace.attempt(sent_at, target, inbound))
+    }
+
+    /// What the request's trace reads of it when it ends.
+    fn facts(&self) -> crate::otel::Facts<'_> {
+        crate::otel::Facts {
+            request_id: &self.request_id,
+            endpoint: self.endpoint,
+            method: &self.method,
+            path: self.uri.path(),
+            key_name: self.key_name.as_deref(),
+            model: self.model.as_deref(),
+            group: self.group.as_deref(),
+            provider: self.provider.as_deref(),
+            stream: self.stream,
+            status: self.status,
+            ttft: self.ttft,
+            usage: self.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+            attempts: &self.attempts,
+            outcome: self.outcome,
+            error: self.error,
+        }
     }
 
     /// The client's key is known: the request is counted against its name.
@@ -534,6 +576,9 @@ impl Drop for Record {
         }
         if self.sinks.access_log {
             self.write_access_log(latency);
+        }
+        if let Some(trace) = self.trace.take() {
+            crate::otel::finish(trace, &self.facts(), self.received + latency, spend);
         }
     }
 }

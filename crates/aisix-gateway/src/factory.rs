@@ -39,6 +39,8 @@ pub(crate) struct Common {
     pub settings: Settings,
     pub egress: Egress,
     pub sinks: Sinks,
+    /// How requests are traced, when OpenTelemetry export is on.
+    pub otel: Option<crate::otel::Tracing>,
     pub tls: Arc<rustls::ClientConfig>,
     pub metrics: Option<Metrics>,
     /// The limits of every key and model entry: one set of counters for the process.
@@ -144,6 +146,7 @@ impl GatewayFactory {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
                 },
+                otel: crate::otel::Tracing::from_config(&bootstrap.observability.otlp),
                 tls: crate::upstream::tls::tls_client_config()?,
                 metrics,
                 limiter,

@@ -21,6 +21,7 @@ mod health;
 pub mod limit;
 mod mask;
 mod models;
+pub mod otel;
 mod pieces;
 mod provider;
 mod relay;

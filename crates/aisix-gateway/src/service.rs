@@ -181,6 +181,13 @@ impl Inner {
                 self.common.sinks,
             ),
         };
+        if let Some(tracing) = self.common.otel {
+            record.traced(crate::otel::Trace::begin(
+                tracing,
+                request.headers(),
+                received,
+            ));
+        }
         // The model list answers in the dialect of the client asking, errors included.
         let dialect = match resolved {
             Ok(Endpoint::Models) => models::dialect(request.headers()),

@@ -11,6 +11,7 @@ const LAYERS: &[&[&str]] = &[
     &["relay"],
     &["route"],
     &["provider"],
+    &["otel"],
     &["request"],
     &["snapshot"],
     &["target", "limit", "upstream"],

@@ -326,6 +326,8 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::auth_failure(AuthFailure::Expired);
         emit::body_rejected(Endpoint::Completions);
         emit::access_log_dropped(2);
+        emit::otel_dropped("traces", 2);
+        emit::otel_exported("logs", 3);
         emit::upstream_attempt("chat", "primary", Outcome::UpstreamError);
         emit::upstream_attempt("chat", "backup", Outcome::Success);
         emit::fallback("chat", "primary", "backup");
@@ -375,6 +377,8 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_request_body_rejections_total", "endpoint" => "completions")
             .increment(1);
         ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
+        ::metrics::counter!("aisix_otel_dropped_total", "signal" => "traces").increment(2);
+        ::metrics::counter!("aisix_otel_exported_total", "signal" => "logs").increment(3);
         ::metrics::counter!("aisix_upstream_attempts_total",
             "model" => "chat", "target" => "primary", "result" => "upstream_error")
         .increment(1);

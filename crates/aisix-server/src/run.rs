@@ -142,6 +142,17 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         GatewayFactory::new(&bootstrap, resources.clone(), metrics)
             .map_err(|e| RunError::Startup(e.to_string()))?,
     );
+    let otlp = &bootstrap.observability.otlp;
+    let exporter =
+        aisix_gateway::otel::Exporter::new(otlp).map_err(|e| RunError::Startup(e.to_string()))?;
+    if exporter.is_some() {
+        tracing::info!(
+            traces = otlp.traces_url.as_deref().unwrap_or("off"),
+            logs = otlp.logs_url.as_deref().unwrap_or("off"),
+            sample_ratio = f64::from(otlp.sample_ppm) / 1e6,
+            "OTLP export on"
+        );
+    }
     let listeners = aisix_bootstrap::bind(&plan).map_err(|e| RunError::Startup(e.to_string()))?;
     let access_log =
         if bootstrap.observability.access_log {
@@ -189,6 +200,10 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
                 prometheus.path.clone(),
                 metrics,
             ));
+        }
+        // OpenTelemetry export: here too, so no worker ever carries another's delivery.
+        if let Some(exporter) = exporter {
+            tokio::spawn(exporter.run());
         }
         // Active health checks of provider keys: here, on the control runtime, never a worker.
         tokio::spawn(factory.health_checks());

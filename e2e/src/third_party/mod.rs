@@ -9,6 +9,7 @@ pub mod balancer;
 pub mod etcd;
 pub mod gemini;
 pub mod nginx;
+pub mod otlp;
 pub mod redis;
 
 use std::os::fd::RawFd;

@@ -41,6 +41,7 @@ fn request(
     body: Bytes,
     stream: bool,
     request_id: &HeaderValue,
+    context: Option<&crate::otel::Outgoing>,
     extra: &HeaderMap,
 ) -> Result<Request<Full<Bytes>>, GatewayError> {
     let mut request = Request::builder()
@@ -59,6 +60,12 @@ fn request(
             GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
         })?;
     let headers = request.headers_mut();
+    if let Some(context) = context {
+        headers.insert("traceparent", context.traceparent.clone());
+        if let Some(state) = &context.tracestate {
+            headers.insert("tracestate", state.clone());
+        }
+    }
     for (name, value) in extra {
         headers.insert(name, value.clone());
     }
@@ -170,7 +177,15 @@ impl Call<'_> {
     ) -> Result<UpstreamHead, GatewayError> {
         let provider = self.provider();
         let stream = self.inbound.stream;
-        let request = request(provider, uri, body, stream, self.request_id, extra)?;
+        let request = request(
+            provider,
+            uri,
+            body,
+            stream,
+            self.request_id,
+            self.context,
+            extra,
+        )?;
         let head = send(self.pool, provider, request, self.deadlines).await?;
         if !head.response.status().is_success() {
             // An error's body comes with its head: it is read by the first-byte deadline, so
@@ -352,6 +367,7 @@ pub(crate) async fn fetch(
         Bytes::new(),
         false,
         request_id,
+        None,
         &HeaderMap::new(),
     )?;
     *request.method_mut() = method;

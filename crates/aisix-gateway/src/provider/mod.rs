@@ -58,6 +58,8 @@ pub(crate) struct Call<'a> {
     pub inbound: &'a Inbound,
     pub deadlines: &'a Deadlines,
     pub request_id: &'a HeaderValue,
+    /// The attempt's trace context, when OpenTelemetry export is on.
+    pub context: Option<&'a crate::otel::Outgoing>,
     /// Answers name the direct model in `model` (the client named a group), or the group
     /// when `hidden_by` is set: see [`Call::shown_name`].
     pub rename: bool,

@@ -423,12 +423,14 @@ impl Attempts {
             target.cost,
             target.provider.bill_prompt_on_error,
         );
+        let context = record.trace_attempt(sent_at, target, inbound);
         let answer = provider::call(Call {
             pool: &self.ctx.pool,
             route: target,
             inbound,
             deadlines: &deadlines,
             request_id: &self.request_id,
+            context: context.as_ref(),
             rename: self.plan.group().is_some(),
             hidden_by: self.hidden_by(target),
             max_response_bytes: self.ctx.max_response_bytes,

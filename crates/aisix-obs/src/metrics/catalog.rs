@@ -23,6 +23,8 @@ pub enum FamilyId {
     GatewayOverhead,
     BuildInfo,
     AccessLogDropped,
+    OtelDropped,
+    OtelExported,
     SpendUsd,
     RateLimitRejections,
     RateLimitBackendErrors,
@@ -222,6 +224,12 @@ families! {
     pub ACCESS_LOG_DROPPED = counter(AccessLogDropped, "aisix_access_log_dropped_total", []),
         "Access-log lines dropped because stderr could not keep up.";
 
+    pub OTEL_DROPPED = counter(OtelDropped, "aisix_otel_dropped_total", ["signal"]),
+        "OpenTelemetry records lost: a worker's export queue was full, or the collector refused or missed every try.";
+
+    pub OTEL_EXPORTED = counter(OtelExported, "aisix_otel_exported_total", ["signal"]),
+        "OpenTelemetry records the collector accepted.";
+
     /// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
     pub SPEND_USD_TOTAL = counter(SpendUsd, "aisix_spend_usd_total", ["api_key", "model"]),
         "US dollars spent, by API key and model, at the prices the model entries configure.";
@@ -282,7 +290,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 28] = [
+pub static CATALOG: [FamilyInfo; 30] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -296,6 +304,8 @@ pub static CATALOG: [FamilyInfo; 28] = [
     GATEWAY_OVERHEAD.info(),
     BUILD_INFO.info(),
     ACCESS_LOG_DROPPED.info(),
+    OTEL_DROPPED.info(),
+    OTEL_EXPORTED.info(),
     SPEND_USD_TOTAL.info(),
     RATELIMIT_REJECTIONS.info(),
     RATELIMIT_BACKEND_ERRORS.info(),

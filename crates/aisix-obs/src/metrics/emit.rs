@@ -15,10 +15,10 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS,
-    PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT,
-    SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS,
-    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS, OTEL_DROPPED,
+    OTEL_EXPORTED, PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS,
+    REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING, UPSTREAM_ATTEMPTS,
+    UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::labels::{
     AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
@@ -207,6 +207,16 @@ pub fn worker_connection() -> WorkerConnectionGuard {
 /// Access-log lines were dropped because the writer could not keep up.
 pub fn access_log_dropped(lines: u64) {
     cache::counter(&ACCESS_LOG_DROPPED, [], |c| c.increment(lines));
+}
+
+/// `n` OpenTelemetry records of `signal` (`traces`, `logs`) were lost.
+pub fn otel_dropped(signal: &'static str, n: u64) {
+    cache::counter(&OTEL_DROPPED, [signal], |c| c.increment(n));
+}
+
+/// The collector accepted `n` records of `signal`.
+pub fn otel_exported(signal: &'static str, n: u64) {
+    cache::counter(&OTEL_EXPORTED, [signal], |c| c.increment(n));
 }
 
 /// `api_key` spent `usd` US dollars on `model` (both configured names). A non-positive amount

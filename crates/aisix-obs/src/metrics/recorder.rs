@@ -16,8 +16,8 @@ use super::cache::{self, METADATA};
 use super::catalog::{
     self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, CONFIG_INFO, CONFIG_LAST_RELOAD_SUCCESS,
     CONFIG_RELOADS, ETCD_DOCUMENTS_REFUSED, ETCD_REVISION_APPLIED, ETCD_WATCH_UP, Kind,
-    RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING, WORKER_CONNECTIONS_OPEN,
-    WORKER_REQUESTS,
+    OTEL_DROPPED, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
+    WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::float_counter::FloatCounters;
 use super::histogram::Histograms;
@@ -168,6 +168,12 @@ impl Metrics {
         recorder
             .register_counter(&cache::key_of(&ACCESS_LOG_DROPPED, &[]), &METADATA)
             .increment(0);
+        // Likewise for OpenTelemetry records lost, per signal.
+        for signal in ["traces", "logs"] {
+            recorder
+                .register_counter(&cache::key_of(&OTEL_DROPPED, &[signal]), &METADATA)
+                .increment(0);
+        }
         // Likewise for rate-limit backend errors: 0 reads as "the backend answered every call".
         recorder
             .register_counter(&cache::key_of(&RATELIMIT_BACKEND_ERRORS, &[]), &METADATA)

@@ -1,0 +1,76 @@
+//! `observability.otlp`: where and how the gateway exports its traces and usage events over
+//! OTLP/HTTP. Off unless `enabled`; the standard `OTEL_*` variables fill what the file leaves
+//! unset. Reading lives in `load::otlp`; the exporter itself in `aisix-gateway`'s `otel`.
+
+use std::time::Duration;
+
+use crate::resources::Secret;
+
+/// A signal the gateway can export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    Traces,
+    Logs,
+}
+
+/// How an export body is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Gzip,
+    None,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpConfig {
+    /// `observability.otlp.enabled` (default off).
+    pub enabled: bool,
+    /// Where spans go (`<endpoint>/v1/traces`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`);
+    /// `None` when `signals` leaves traces out.
+    pub traces_url: Option<String>,
+    /// Where usage events go (`<endpoint>/v1/logs`); `None` when `signals` leaves logs out.
+    pub logs_url: Option<String>,
+    /// Sent with every export (an API key for a hosted backend): values print as `***`.
+    pub headers: Vec<(String, Secret)>,
+    /// One export request's limit, each try.
+    pub timeout: Duration,
+    pub compression: Compression,
+    /// Root requests sampled, in parts per million; a client's sampled flag wins.
+    pub sample_ppm: u32,
+    /// Records each worker holds for the exporter at most; past it they are dropped and counted.
+    pub queue_size: usize,
+    /// How often the exporter collects the workers' records.
+    pub interval: Duration,
+    /// Records in one export request at most.
+    pub max_batch: usize,
+    /// `service.name` of the resource.
+    pub service_name: String,
+    /// Further resource attributes (`deployment.environment`, …).
+    pub resource_attributes: Vec<(String, String)>,
+    /// Whether spans carry the prompt and the answer (`gen_ai.input.messages`,
+    /// `gen_ai.output.messages`): off, since they hold the users' content.
+    pub capture_content: bool,
+}
+
+impl OtlpConfig {
+    pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+}
+
+impl Default for OtlpConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            traces_url: Some(format!("{}/v1/traces", Self::DEFAULT_ENDPOINT)),
+            logs_url: Some(format!("{}/v1/logs", Self::DEFAULT_ENDPOINT)),
+            headers: Vec::new(),
+            timeout: Duration::from_secs(10),
+            compression: Compression::Gzip,
+            sample_ppm: 1_000_000,
+            queue_size: 2048,
+            interval: Duration::from_secs(1),
+            max_batch: 512,
+            service_name: "aisix".to_owned(),
+            resource_attributes: Vec::new(),
+            capture_content: false,
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! `observability.otlp`: off by default, read from the file, the `AISIX_*` variables and the
+//! standard `OTEL_*` ones, and refused with every error at once.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::time::Duration;
+
+use aisix_config::{Bootstrap, Compression, ConfigErrors, load_bootstrap};
+
+fn load(yaml: &str, vars: &[(&str, &str)]) -> Result<Bootstrap, ConfigErrors> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.yaml");
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let env = vars
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect::<Vec<_>>();
+    load_bootstrap(Some(&path), env)
+}
+
+fn messages(errors: &ConfigErrors) -> Vec<String> {
+    errors.iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn otlp_is_off_by_default_even_with_otel_variables_set() {
+    let config = load("", &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]).unwrap();
+    assert!(!config.observability.otlp.enabled);
+}
+
+#[test]
+fn otlp_keys_are_read_from_the_file() {
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n    endpoint: http://collector:4318/\n\
+         \x20   protocol: http/protobuf\n    headers:\n      x-honeycomb-team: abc\n\
+         \x20   timeout: 2s\n    compression: none\n    sample_ratio: 0.25\n\
+         \x20   signals: [traces]\n    queue_size: 64\n    interval: 200ms\n\
+         \x20   service_name: edge\n    resource_attributes:\n      deployment.environment: prod\n\
+         \x20   capture_content: true\n",
+        &[],
+    )
+    .unwrap();
+    let otlp = config.observability.otlp;
+    assert!(otlp.enabled);
+    assert_eq!(
+        otlp.traces_url.as_deref(),
+        Some("http://collector:4318/v1/traces")
+    );
+    assert_eq!(otlp.logs_url, None);
+    assert_eq!(otlp.headers.len(), 1);
+    assert_eq!(otlp.headers[0].0, "x-honeycomb-team");
+    assert_eq!(otlp.headers[0].1.expose(), "abc");
+    assert_eq!(otlp.timeout, Duration::from_secs(2));
+    assert_eq!(otlp.compression, Compression::None);
+    assert_eq!(otlp.sample_ppm, 250_000);
+    assert_eq!(otlp.queue_size, 64);
+    assert_eq!(otlp.interval, Duration::from_millis(200));
+    assert_eq!(otlp.service_name, "edge");
+    assert_eq!(
+        otlp.resource_attributes,
+        vec![("deployment.environment".to_owned(), "prod".to_owned())]
+    );
+    assert!(otlp.capture_content);
+}
+
+#[test]
+fn standard_otel_variables_fill_what_the_file_leaves_unset() {
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+                "http://logs:9000/ingest",
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=s%3Dcret,x-team=a"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1500"),
+            ("OTEL_SERVICE_NAME", "gw"),
+            ("OTEL_RESOURCE_ATTRIBUTES", "service.name=ignored,team=ml"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0.5"),
+        ],
+    )
+    .unwrap();
+    let otlp = config.observability.otlp;
+    assert_eq!(
+        otlp.traces_url.as_deref(),
+        Some("http://base:4318/v1/traces")
+    );
+    assert_eq!(otlp.logs_url.as_deref(), Some("http://logs:9000/ingest"));
+    assert_eq!(otlp.headers[0].1.expose(), "s=cret");
+    assert_eq!(otlp.timeout, Duration::from_millis(1500));
+    assert_eq!(otlp.service_name, "gw");
+    assert_eq!(
+        otlp.resource_attributes,
+        vec![("team".to_owned(), "ml".to_owned())]
+    );
+    assert_eq!(otlp.sample_ppm, 500_000);
+}
+
+#[test]
+fn the_file_wins_over_otel_variables_and_aisix_variables_win_over_the_file() {
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n    service_name: file\n",
+        &[
+            ("OTEL_SERVICE_NAME", "otel"),
+            ("AISIX_OBSERVABILITY__OTLP__SAMPLE_RATIO", "0.1"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.observability.otlp.service_name, "file");
+    assert_eq!(config.observability.otlp.sample_ppm, 100_000);
+}
+
+#[test]
+fn otel_sdk_disabled_turns_export_off() {
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[("OTEL_SDK_DISABLED", "true")],
+    )
+    .unwrap();
+    assert!(!config.observability.otlp.enabled);
+}
+
+#[test]
+fn bad_otlp_settings_are_all_reported_without_echoing_secrets() {
+    let errors = load(
+        "observability:\n  otlp:\n    enabled: true\n    endpoint: collector:4318\n\
+         \x20   protocol: grpc\n    sample_ratio: 1.5\n    signals: [traces, metrics]\n\
+         \x20   compression: zstd\n    queue_size: 0\n    timeout: soon\n    headers:\n\
+         \x20     authorization: \"Bearer sk-secret\\n\"\n    colour: blue\n",
+        &[],
+    )
+    .unwrap_err();
+    let all = messages(&errors).join("\n");
+    for needle in [
+        "observability.otlp.endpoint",
+        "observability.otlp.protocol: grpc is not supported",
+        "observability.otlp.sample_ratio",
+        "observability.otlp.signals: unknown signal",
+        "observability.otlp.compression",
+        "observability.otlp.queue_size",
+        "observability.otlp.timeout",
+        "observability.otlp.headers.authorization: not a valid header value",
+        "observability.otlp.colour: unknown key",
+    ] {
+        assert!(all.contains(needle), "missing {needle:?} in:\n{all}");
+    }
+    assert!(!all.contains("sk-secret"), "{all}");
+}
+
+#[test]
+fn a_bad_otel_variable_is_named_as_the_origin() {
+    let errors = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")],
+    )
+    .unwrap_err();
+    let all = messages(&errors).join("\n");
+    assert!(all.contains("http/json is not supported"), "{all}");
+    assert!(all.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{all}");
+}

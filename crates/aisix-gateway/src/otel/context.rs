@@ -1,0 +1,176 @@
+//! W3C trace context (`traceparent`, `tracestate`): the client's read, the attempt's written;
+//! and the ids of new traces and spans, from a per-thread generator seeded once, so a request
+//! makes no system call for them.
+
+use std::cell::Cell;
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+
+use http::HeaderValue;
+
+pub(crate) type TraceId = [u8; 16];
+pub(crate) type SpanId = [u8; 8];
+
+/// The trace a client's `traceparent` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Parent {
+    pub trace_id: TraceId,
+    pub span_id: SpanId,
+    pub sampled: bool,
+}
+
+/// The client's `traceparent`, when it is valid: `00-<32 hex>-<16 hex>-<2 hex>` (a later
+/// version may append fields after a `-`; version `ff` and all-zero ids are invalid).
+pub(crate) fn parse(value: &[u8]) -> Option<Parent> {
+    if value.len() < 55 || (value.len() > 55 && value[55] != b'-') {
+        return None;
+    }
+    if value[2] != b'-' || value[35] != b'-' || value[52] != b'-' {
+        return None;
+    }
+    let version = hex_byte(&value[0..2])?;
+    if version == 0xff || (version == 0 && value.len() != 55) {
+        return None;
+    }
+    let mut trace_id = [0u8; 16];
+    for (i, byte) in trace_id.iter_mut().enumerate() {
+        *byte = hex_byte(&value[3 + 2 * i..5 + 2 * i])?;
+    }
+    let mut span_id = [0u8; 8];
+    for (i, byte) in span_id.iter_mut().enumerate() {
+        *byte = hex_byte(&value[36 + 2 * i..38 + 2 * i])?;
+    }
+    let flags = hex_byte(&value[53..55])?;
+    if trace_id == [0; 16] || span_id == [0; 8] {
+        return None;
+    }
+    Some(Parent {
+        trace_id,
+        span_id,
+        sampled: flags & 1 == 1,
+    })
+}
+
+/// Lowercase hex only, as the specification requires.
+fn hex_byte(pair: &[u8]) -> Option<u8> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    Some(digit(pair[0])? << 4 | digit(pair[1])?)
+}
+
+/// The `traceparent` of span `span_id` in trace `trace_id`.
+pub(crate) fn traceparent(trace_id: &TraceId, span_id: &SpanId, sampled: bool) -> HeaderValue {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0u8; 55];
+    out[..3].copy_from_slice(b"00-");
+    for (i, byte) in trace_id.iter().enumerate() {
+        out[3 + 2 * i] = HEX[usize::from(byte >> 4)];
+        out[4 + 2 * i] = HEX[usize::from(byte & 15)];
+    }
+    out[35] = b'-';
+    for (i, byte) in span_id.iter().enumerate() {
+        out[36 + 2 * i] = HEX[usize::from(byte >> 4)];
+        out[37 + 2 * i] = HEX[usize::from(byte & 15)];
+    }
+    out[52..].copy_from_slice(if sampled { b"-01" } else { b"-00" });
+    // Only hex digits and dashes: always a valid header value.
+    HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+thread_local! {
+    static STATE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The next 64 random bits of this thread's generator (splitmix64), seeded from the standard
+/// library's random hasher keys on first use.
+fn next() -> u64 {
+    STATE.with(|state| {
+        let mut s = state.get();
+        if s == 0 {
+            let mut hasher = RandomState::new().build_hasher();
+            hasher.write_usize(std::ptr::from_ref(state) as usize);
+            s = hasher.finish() | 1;
+        }
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        state.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    })
+}
+
+/// A new span id (never all zeros).
+pub(crate) fn span_id() -> SpanId {
+    let n = next();
+    (if n == 0 { 1 } else { n }).to_be_bytes()
+}
+
+/// A new trace id (never all zeros).
+pub(crate) fn trace_id() -> TraceId {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&next().to_be_bytes());
+    id[8..].copy_from_slice(&span_id());
+    id
+}
+
+/// Whether a new root trace is sampled at `ppm` parts per million: its id's low 64 bits
+/// against the ratio's share of their range, as the specification's ratio sampler does.
+pub(crate) fn sampled(trace_id: &TraceId, ppm: u32) -> bool {
+    if ppm >= 1_000_000 {
+        return true;
+    }
+    let mut low = [0u8; 8];
+    low.copy_from_slice(&trace_id[8..]);
+    let threshold = (u64::MAX / 1_000_000).saturating_mul(u64::from(ppm));
+    u64::from_be_bytes(low) < threshold
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W3C_EXAMPLE: &[u8] = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn the_w3c_example_traceparent_is_read_and_written_back_the_same() {
+        let parent = parse(W3C_EXAMPLE).unwrap();
+        assert!(parent.sampled);
+        assert_eq!(
+            parent.span_id,
+            [0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31]
+        );
+        let written = traceparent(&parent.trace_id, &parent.span_id, true);
+        assert_eq!(written.as_bytes(), W3C_EXAMPLE);
+    }
+
+    #[test]
+    fn malformed_traceparents_are_ignored() {
+        for bad in [
+            &b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331"[..],
+            b"00-0AF7651916CD43DD8448EB211C80319C-b7ad6b7169203331-01",
+            b"ff-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            b"00-00000000000000000000000000000000-b7ad6b7169203331-01",
+            b"00-0af7651916cd43dd8448eb211c80319c-0000000000000000-01",
+            b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01-x",
+            b"00_0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        ] {
+            assert_eq!(parse(bad), None, "{}", String::from_utf8_lossy(bad));
+        }
+        // A later version may append fields.
+        assert!(parse(b"01-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00-more").is_some());
+    }
+
+    #[test]
+    fn ratio_sampling_keeps_about_its_share_of_new_traces() {
+        let kept = (0..10_000)
+            .filter(|_| sampled(&trace_id(), 250_000))
+            .count();
+        assert!((2_000..3_000).contains(&kept), "{kept}");
+        assert!(!sampled(&trace_id(), 0));
+        assert!(sampled(&trace_id(), 1_000_000));
+    }
+}

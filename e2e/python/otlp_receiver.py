@@ -1,0 +1,128 @@
+"""An OTLP/HTTP receiver for the end-to-end tests (e2e/tests/otel.rs).
+
+Decodes `POST /v1/traces` and `POST /v1/logs` (protobuf, gzip or not) with OpenTelemetry's own
+generated classes (the `opentelemetry-proto` package), and appends one JSON line per span or
+log record to the file named by OTLP_RECORD, with the resource's attributes and the peer port.
+While a file named `refuse` exists in the working directory, every export is answered 503.
+
+Usage: python otlp_receiver.py <listening fd>
+"""
+
+import gzip
+import json
+import os
+import socket
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
+    ExportLogsServiceRequest,
+    ExportLogsServiceResponse,
+)
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+RECORD = os.environ["OTLP_RECORD"]
+LOCK = threading.Lock()
+
+
+def value(any_value):
+    kind = any_value.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind in ("array_value", "kvlist_value"):
+        return str(getattr(any_value, kind))
+    if kind == "bytes_value":
+        return any_value.bytes_value.hex()
+    return getattr(any_value, kind)
+
+
+def attributes(pairs):
+    return {kv.key: value(kv.value) for kv in pairs}
+
+
+def write(lines):
+    with LOCK, open(RECORD, "a") as out:
+        for line in lines:
+            out.write(json.dumps(line) + "\n")
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, body=b""):
+        self.send_response(status)
+        self.send_header("content-type", "application/x-protobuf")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        if os.path.exists("refuse"):
+            self.answer(503)
+            return
+        encoding = self.headers.get("content-encoding")
+        if encoding == "gzip":
+            body = gzip.decompress(body)
+        peer = self.client_address[1]
+        common = {"peer_port": peer, "encoding": encoding,
+                  "user_agent": self.headers.get("user-agent"),
+                  "content_type": self.headers.get("content-type")}
+        if self.path == "/v1/traces":
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            lines = []
+            for rs in request.resource_spans:
+                resource = attributes(rs.resource.attributes)
+                for ss in rs.scope_spans:
+                    for span in ss.spans:
+                        lines.append(dict(common, signal="traces", resource=resource,
+                                          scope=ss.scope.name,
+                                          trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
+                                          parent_span_id=span.parent_span_id.hex(),
+                                          trace_state=span.trace_state, name=span.name,
+                                          kind=span.kind, start=span.start_time_unix_nano,
+                                          end=span.end_time_unix_nano, flags=span.flags,
+                                          status_code=span.status.code,
+                                          attributes=attributes(span.attributes)))
+            write(lines)
+            self.answer(200, ExportTraceServiceResponse().SerializeToString())
+        elif self.path == "/v1/logs":
+            request = ExportLogsServiceRequest()
+            request.ParseFromString(body)
+            lines = []
+            for rl in request.resource_logs:
+                resource = attributes(rl.resource.attributes)
+                for sl in rl.scope_logs:
+                    for log in sl.log_records:
+                        lines.append(dict(common, signal="logs", resource=resource,
+                                          trace_id=log.trace_id.hex(), span_id=log.span_id.hex(),
+                                          time=log.time_unix_nano, severity=log.severity_number,
+                                          event_name=log.event_name, body=value(log.body),
+                                          attributes=attributes(log.attributes)))
+            write(lines)
+            self.answer(200, ExportLogsServiceResponse().SerializeToString())
+        else:
+            self.answer(404)
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, fd):
+        # The listening socket is the test's, handed over by fd; it is not bound again.
+        super().__init__(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        self.socket = socket.socket(fileno=fd)
+
+
+if __name__ == "__main__":
+    server = Server(int(sys.argv[1]))
+    write([{"signal": "startup"}])
+    server.serve_forever()

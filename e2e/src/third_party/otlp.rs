@@ -1,0 +1,152 @@
+//! An OTLP/HTTP receiver built on OpenTelemetry's own protobuf definitions
+//! (`e2e/python/otlp_receiver.py`, the `opentelemetry-proto` package): it records every span
+//! and log record it decodes, and can be stalled (SIGSTOP), stopped (its port closed), and
+//! made to refuse (503) to test the exporter's faults.
+
+use std::net::{SocketAddr, TcpListener};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{ServerProcess, json_lines, listener};
+use crate::sdk;
+
+const RECORD_FILE: &str = "otlp.jsonl";
+
+/// A running receiver; stopped on drop.
+pub struct Receiver {
+    process: Option<ServerProcess>,
+    listener: Option<TcpListener>,
+    pub addr: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Receiver {
+    /// Starts the receiver on an ephemeral 127.0.0.1 port and waits until it serves.
+    pub fn start() -> Receiver {
+        let dir = tempfile::tempdir().expect("temp dir for the OTLP receiver");
+        let listener = listener();
+        let addr = listener.local_addr().expect("listener address");
+        let mut receiver = Receiver {
+            process: None,
+            listener: None,
+            addr,
+            dir,
+        };
+        receiver.spawn(listener);
+        receiver
+    }
+
+    fn spawn(&mut self, listener: TcpListener) {
+        let fd = listener.as_raw_fd();
+        let mut command = Command::new(sdk::python());
+        command
+            .current_dir(self.dir.path())
+            .arg(sdk::python_dir().join("otlp_receiver.py"))
+            .arg(fd.to_string())
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            .env("OTLP_RECORD", self.record_path());
+        let before = self.startups();
+        let mut process = ServerProcess::spawn(
+            "otlp receiver",
+            command,
+            &self.dir.path().join("receiver.log"),
+            Some(fd),
+        );
+        let record = self.record_path();
+        process.wait_until("serving", || {
+            json_lines(&record)
+                .iter()
+                .filter(|l| l["signal"] == "startup")
+                .count()
+                > before
+        });
+        self.process = Some(process);
+        self.listener = Some(listener);
+    }
+
+    fn startups(&self) -> usize {
+        json_lines(&self.record_path())
+            .iter()
+            .filter(|l| l["signal"] == "startup")
+            .count()
+    }
+
+    fn record_path(&self) -> PathBuf {
+        self.dir.path().join(RECORD_FILE)
+    }
+
+    /// The base URL an exporter is given (`OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub fn endpoint(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every span or log record received so far (`signal`: `traces` or `logs`).
+    pub fn records(&self, signal: &str) -> Vec<Value> {
+        json_lines(&self.record_path())
+            .into_iter()
+            .filter(|l| l["signal"] == signal)
+            .collect()
+    }
+
+    /// The records of `signal` once `done` holds for them; panics after `timeout`.
+    pub fn wait_for(
+        &self,
+        signal: &str,
+        timeout: Duration,
+        done: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let records = self.records(signal);
+            if done(&records) {
+                return records;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the OTLP receiver did not get the expected {signal} within {timeout:?}; it has:\n{}",
+                serde_json::to_string_pretty(&records).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Freezes the receiver: connections are still accepted by the kernel, never answered.
+    pub fn stall(&self) {
+        if let Some(process) = &self.process {
+            process.pause();
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(process) = &self.process {
+            process.resume();
+        }
+    }
+
+    /// Answers every export with 503 (`on`), or decodes them again.
+    pub fn refuse(&self, on: bool) {
+        let flag = self.dir.path().join("refuse");
+        if on {
+            std::fs::write(flag, b"").expect("write the refuse flag");
+        } else {
+            let _ = std::fs::remove_file(flag);
+        }
+    }
+
+    /// Stops the receiver and closes its port: connections are refused.
+    pub fn stop(&mut self) {
+        self.process = None;
+        self.listener = None;
+    }
+
+    /// Starts it again on the same port.
+    pub fn restart(&mut self) {
+        let listener = TcpListener::bind(self.addr).expect("bind the receiver's port again");
+        self.spawn(listener);
+    }
+}

@@ -1,0 +1,398 @@
+//! OpenTelemetry export seen from outside, in both serving modes: what a receiver built on
+//! OpenTelemetry's own protobuf definitions decodes (spans with their links and GenAI
+//! attributes, usage events), the trace context the client sent continued to the provider,
+//! the thread that sends, and requests untouched by a receiver that stalls, stops or refuses.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aisix_e2e::both_modes;
+use aisix_e2e::client;
+use aisix_e2e::gateway::{Gateway, Mode};
+use aisix_e2e::mock::Reply as Mock;
+use aisix_e2e::prom::sample;
+use aisix_e2e::routing::{KEY, Rig};
+use aisix_e2e::sdk;
+use aisix_e2e::third_party::otlp::Receiver;
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(30);
+/// The W3C specification's example trace, as a client would send it.
+const CLIENT_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const CLIENT_SPAN: &str = "b7ad6b7169203331";
+
+/// `chat`: `primary` first, then `backup`.
+const FAILOVER: &str = "  - display_name: chat\n    routing:\n      targets:\n        - {model: primary, priority: 1}\n        - {model: backup}\n";
+
+/// The variables that turn export on towards `receiver`: the gateway's own key for the
+/// switch, the standard ones for the rest.
+fn otlp_env(
+    receiver: &Receiver,
+    extra: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, String)> {
+    let mut env = vec![
+        ("AISIX_OBSERVABILITY__OTLP__ENABLED", "true".to_owned()),
+        ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "100ms".to_owned()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint()),
+        ("OTEL_SERVICE_NAME", "aisix-e2e".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    env
+}
+
+fn start(mode: Mode, receiver: &Receiver, extra: &[(&'static str, &'static str)]) -> Rig {
+    let env = otlp_env(receiver, extra);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Rig::start(mode, FAILOVER, &env)
+}
+
+async fn traced_chat(rig: &Rig, model: &str, id: &str, traceparent: Option<&str>) -> client::Reply {
+    let auth = format!("Bearer {KEY}");
+    let mut headers = vec![("authorization", auth.as_str()), ("x-request-id", id)];
+    if let Some(traceparent) = traceparent {
+        headers.push(("traceparent", traceparent));
+        headers.push(("tracestate", "vendor=opaque"));
+    }
+    let body = json!({
+        "model": model,
+        "max_tokens": 7,
+        "messages": [{"role": "user", "content": "a prompt that stays private"}],
+    });
+    client::send(
+        rig.gateway.addr(),
+        client::request(
+            "POST",
+            "/v1/chat/completions",
+            &headers,
+            Some(&body.to_string()),
+        ),
+    )
+    .await
+}
+
+fn attr<'a>(record: &'a Value, key: &str) -> &'a Value {
+    &record["attributes"][key]
+}
+
+/// The server span of the request tagged `id`, once its trace holds `spans` spans.
+fn trace_of(receiver: &Receiver, id: &str, spans: usize) -> (Value, Vec<Value>) {
+    let all = receiver.wait_for("traces", WAIT, |all| {
+        all.iter()
+            .find(|s| attr(s, "aisix.request_id") == id)
+            .is_some_and(|server| {
+                all.iter()
+                    .filter(|s| s["trace_id"] == server["trace_id"])
+                    .count()
+                    >= spans
+            })
+    });
+    let server = all
+        .iter()
+        .find(|s| attr(s, "aisix.request_id") == id)
+        .unwrap()
+        .clone();
+    let mut attempts: Vec<Value> = all
+        .iter()
+        .filter(|s| s["parent_span_id"] == server["span_id"])
+        .cloned()
+        .collect();
+    attempts.sort_by_key(|s| attr(s, "aisix.attempt").as_i64());
+    (server, attempts)
+}
+
+async fn dropped(rig: &Rig, signal: &str) -> f64 {
+    sample(
+        &rig.scrape().await,
+        "aisix_otel_dropped_total",
+        &[("signal", signal)],
+    )
+}
+
+both_modes! {
+    async fn spans_and_usage_events_carry_links_genai_attributes_and_the_client_s_trace(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[]);
+        let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+        let reply = traced_chat(&rig, "primary", "otel-traced", Some(&traceparent)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let usage = reply.json()["usage"].clone();
+
+        // The provider was called in the client's trace, as the attempt's child.
+        let upstream = rig.primary.last_request().unwrap();
+        let sent = upstream.header("traceparent").expect("the upstream request's traceparent");
+        assert!(sent.starts_with(&format!("00-{CLIENT_TRACE}-")) && sent.ends_with("-01"), "{sent}");
+        assert_eq!(upstream.header("tracestate"), Some("vendor=opaque"));
+        let attempt_id = &sent[36..52];
+
+        let (server, attempts) = trace_of(&receiver, "otel-traced", 2);
+        assert_eq!(server["trace_id"], CLIENT_TRACE);
+        assert_eq!(server["parent_span_id"], CLIENT_SPAN);
+        assert_eq!(server["kind"], 2, "SPAN_KIND_SERVER");
+        assert_eq!(server["trace_state"], "vendor=opaque");
+        assert_eq!(server["name"], "chat primary");
+        for (key, value) in [
+            ("gen_ai.operation.name", json!("chat")),
+            ("gen_ai.provider.name", json!("openai")),
+            ("gen_ai.request.model", json!("primary")),
+            ("gen_ai.response.model", json!("up-primary")),
+            ("gen_ai.request.max_tokens", json!(7)),
+            ("gen_ai.usage.input_tokens", usage["prompt_tokens"].clone()),
+            ("gen_ai.usage.output_tokens", usage["completion_tokens"].clone()),
+            ("server.address", json!("127.0.0.1")),
+            ("http.response.status_code", json!(200)),
+            ("aisix.api_key.name", json!("team")),
+            ("aisix.ending", json!("success")),
+        ] {
+            assert_eq!(attr(&server, key), &value, "{key} in {server:#}");
+        }
+        assert!(server["end"].as_u64() >= server["start"].as_u64());
+
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        let attempt = &attempts[0];
+        assert_eq!(attempt["span_id"], attempt_id);
+        assert_eq!(attempt["kind"], 3, "SPAN_KIND_CLIENT");
+        assert_eq!(attr(attempt, "aisix.model"), "primary");
+        assert_eq!(attr(attempt, "http.response.status_code"), 200);
+        assert_eq!(attr(attempt, "server.port"), rig.primary.addr().port());
+
+        // The usage event, in the same trace.
+        let logs = receiver.wait_for("logs", WAIT, |logs| {
+            logs.iter().any(|l| attr(l, "aisix.request_id") == "otel-traced")
+        });
+        let event = logs.iter().find(|l| attr(l, "aisix.request_id") == "otel-traced").unwrap();
+        assert_eq!(event["event_name"], "aisix.usage");
+        assert_eq!(event["trace_id"], CLIENT_TRACE);
+        assert_eq!(event["span_id"], server["span_id"]);
+        assert_eq!(attr(event, "aisix.api_key.name"), "team");
+        assert_eq!(attr(event, "aisix.model"), "primary");
+        assert_eq!(attr(event, "gen_ai.usage.input_tokens"), &usage["prompt_tokens"]);
+        assert_eq!(attr(event, "gen_ai.usage.output_tokens"), &usage["completion_tokens"]);
+        assert_eq!(attr(event, "aisix.ending"), "success");
+
+        // The resource names the service and the sending thread; the export was protobuf,
+        // compressed; no key and no content anywhere.
+        assert_eq!(server["resource"]["service.name"], "aisix-e2e");
+        assert_eq!(server["content_type"], "application/x-protobuf");
+        assert_eq!(server["encoding"], "gzip");
+        // The control runtime runs on the process's main thread.
+        let thread = server["resource"]["aisix.exporter.thread"].as_str().unwrap();
+        assert_eq!(thread, "main");
+        let everything = format!("{:?}{:?}", receiver.records("traces"), receiver.records("logs"));
+        for secret in [KEY, "sk-p1-secret", "a prompt that stays private"] {
+            assert!(!everything.contains(secret), "{secret} was exported");
+        }
+        assert!(attr(&server, "gen_ai.input.messages").is_null());
+    }
+}
+
+both_modes! {
+    async fn retries_and_fallbacks_are_sibling_attempt_spans(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[]);
+        rig.primary.enqueue(Mock::openai_error(503, "overloaded", "down"));
+        let reply = traced_chat(&rig, "chat", "otel-fallback", None).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+
+        let (server, attempts) = trace_of(&receiver, "otel-fallback", 3);
+        assert_eq!(server["parent_span_id"], "", "a root span");
+        assert_eq!(attr(&server, "gen_ai.request.model"), "chat");
+        assert_eq!(attr(&server, "gen_ai.response.model"), "up-backup");
+        assert_eq!(attempts.len(), 2, "{attempts:#?}");
+        let (first, second) = (&attempts[0], &attempts[1]);
+        assert_eq!(attr(first, "aisix.model"), "primary");
+        assert_eq!(attr(first, "http.response.status_code"), 503);
+        assert!(attr(first, "error.type").is_string(), "{first:#}");
+        assert_eq!(first["status_code"], 2, "STATUS_CODE_ERROR");
+        assert_eq!(attr(second, "aisix.model"), "backup");
+        assert_eq!(attr(second, "http.response.status_code"), 200);
+        assert_eq!(second["status_code"], 0);
+        assert!(second["start"].as_u64() >= first["end"].as_u64());
+        // Each provider saw its own attempt's context.
+        for (mock, attempt) in [(&rig.primary, first), (&rig.backup, second)] {
+            let sent = mock.last_request().unwrap();
+            let sent = sent.header("traceparent").unwrap();
+            assert_eq!(&sent[3..35], server["trace_id"].as_str().unwrap());
+            assert_eq!(&sent[36..52], attempt["span_id"].as_str().unwrap());
+        }
+    }
+}
+
+both_modes! {
+    async fn no_trace_header_goes_upstream_when_export_is_off(mode: Mode) {
+        let rig = Rig::start(mode, FAILOVER, &[]);
+        let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+        let reply = traced_chat(&rig, "primary", "otel-off", Some(&traceparent)).await;
+        assert_eq!(reply.status, 200);
+        let upstream = rig.primary.last_request().unwrap();
+        assert_eq!(upstream.header("traceparent"), None);
+        assert_eq!(upstream.header("tracestate"), None);
+    }
+}
+
+/// Bytes each thread of `gateway` has written so far, by thread id, with its name.
+fn writes(gateway: &Gateway) -> HashMap<String, (String, u64)> {
+    let mut threads = HashMap::new();
+    let tasks = format!("/proc/{}/task", gateway.pid());
+    for entry in std::fs::read_dir(tasks).unwrap().flatten() {
+        let (Ok(comm), Ok(io)) = (
+            std::fs::read_to_string(entry.path().join("comm")),
+            std::fs::read_to_string(entry.path().join("io")),
+        ) else {
+            continue;
+        };
+        let written = io
+            .lines()
+            .find_map(|l| l.strip_prefix("wchar:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        threads.insert(
+            entry.file_name().to_string_lossy().into_owned(),
+            (comm.trim().to_owned(), written),
+        );
+    }
+    threads
+}
+
+both_modes! {
+    async fn the_export_is_written_by_a_thread_that_is_not_a_worker(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__INTERVAL", "1s")]);
+        let worker = |name: &str| name.starts_with("tpc-") || name == "tokio-rt-worker";
+        // A request is answered (the workers' writes are done) well before the next collection:
+        // what a thread writes between the answer and the receiver's record of it is the
+        // export. When a collection happens to fall inside the request, try again.
+        for round in 0..10 {
+            let id = format!("otel-thread-{round}");
+            let reply = traced_chat(&rig, "primary", &id, None).await;
+            assert_eq!(reply.status, 200);
+            let before = writes(&rig.gateway);
+            trace_of(&receiver, &id, 2);
+            let after = writes(&rig.gateway);
+            let senders: Vec<(&str, &str)> = after
+                .iter()
+                .filter(|(tid, (_, written))| before.get(*tid).is_some_and(|(_, was)| written > was))
+                .map(|(tid, (name, _))| (tid.as_str(), name.as_str()))
+                .collect();
+            if senders.is_empty() {
+                continue;
+            }
+            assert!(!senders.iter().any(|(_, name)| worker(name)), "a worker wrote the export: {senders:?}");
+            // The control runtime runs on the process's main thread (its id is the pid).
+            let main = rig.gateway.pid().to_string();
+            assert!(senders.iter().any(|(tid, _)| *tid == main), "{senders:?}");
+            return;
+        }
+        panic!("no export was seen being written in 10 rounds");
+    }
+}
+
+both_modes! {
+    async fn a_stalled_stopped_or_refusing_receiver_changes_nothing_for_requests(mode: Mode) {
+        let mut receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[
+            ("AISIX_OBSERVABILITY__OTLP__QUEUE_SIZE", "4"),
+            ("AISIX_OBSERVABILITY__OTLP__TIMEOUT", "300ms"),
+        ]);
+        assert_eq!(traced_chat(&rig, "primary", "otel-before", None).await.status, 200);
+        trace_of(&receiver, "otel-before", 2);
+        assert_eq!(dropped(&rig, "traces").await, 0.0);
+        // What the receiver accepted is counted once its answer is in.
+        let deadline = std::time::Instant::now() + WAIT;
+        while sample(&rig.scrape().await, "aisix_otel_exported_total", &[("signal", "traces")]) < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "no export counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+
+        // Each fault: every request still answered as before; records lost are counted; once
+        // the receiver is back, a new request's spans arrive.
+        for fault in ["stalled", "stopped", "refusing"] {
+            let lost = dropped(&rig, "logs").await;
+            match fault {
+                "stalled" => receiver.stall(),
+                "stopped" => receiver.stop(),
+                _ => receiver.refuse(true),
+            }
+            for n in 0..20 {
+                let reply = traced_chat(&rig, "primary", &format!("otel-{fault}-{n}"), None).await;
+                assert_eq!(reply.status, 200, "{fault}: {}", reply.text());
+            }
+            let deadline = std::time::Instant::now() + WAIT;
+            while dropped(&rig, "logs").await <= lost {
+                assert!(std::time::Instant::now() < deadline, "{fault}: no drop counted");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            match fault {
+                "stalled" => receiver.resume(),
+                "stopped" => receiver.restart(),
+                _ => receiver.refuse(false),
+            }
+            // Records queued while the receiver was away may fill the queues until the exporter
+            // has worked through them (a stalled try waits out its timeout first): requests go
+            // on until one of them is exported.
+            let deadline = std::time::Instant::now() + WAIT;
+            for n in 0.. {
+                let id = format!("otel-after-{fault}-{n}");
+                assert_eq!(traced_chat(&rig, "primary", &id, None).await.status, 200);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                if receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == id.as_str()) {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{fault}: export did not resume");
+            }
+        }
+    }
+}
+
+both_modes! {
+    async fn a_client_traced_by_the_opentelemetry_sdk_sees_one_trace_to_the_provider(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[]);
+        let (status, printed) = sdk::run_python(
+            "otel_sdk_client.py",
+            vec![
+                ("OTEL_CLIENT_GATEWAY", rig.gateway.url("")),
+                ("OTEL_CLIENT_KEY", KEY.to_owned()),
+                ("OTEL_CLIENT_MODEL", "chat".to_owned()),
+                ("OTEL_CLIENT_RECEIVER", receiver.endpoint()),
+            ],
+        )
+        .await;
+        assert!(status.success(), "{printed}");
+        let ids: Value = printed
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
+            .unwrap_or_else(|| panic!("no ids printed:\n{printed}"));
+        let trace = ids["trace_id"].as_str().unwrap();
+        let spans = receiver.wait_for("traces", WAIT, |all| {
+            all.iter().filter(|s| s["trace_id"] == trace).count() >= 3
+        });
+        let in_trace: Vec<&Value> = spans.iter().filter(|s| s["trace_id"] == trace).collect();
+        let client_span = in_trace
+            .iter()
+            .find(|s| s["resource"]["service.name"] == "sdk-client")
+            .expect("the SDK's own span");
+        assert_eq!(client_span["span_id"], ids["span_id"]);
+        let server = in_trace.iter().find(|s| s["kind"] == 2).expect("the gateway's server span");
+        assert_eq!(server["parent_span_id"], ids["span_id"]);
+        assert_eq!(server["resource"]["service.name"], "aisix-e2e");
+        let attempt = in_trace.iter().find(|s| s["kind"] == 3).expect("the attempt's span");
+        assert_eq!(attempt["parent_span_id"], server["span_id"]);
+        let upstream = rig.primary.last_request().unwrap();
+        let sent = upstream.header("traceparent").unwrap();
+        assert_eq!(sent, format!("00-{trace}-{}-01", attempt["span_id"].as_str().unwrap()));
+    }
+}
+
+both_modes! {
+    async fn the_prompt_is_exported_only_with_capture_content(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__CAPTURE_CONTENT", "true")]);
+        let reply = traced_chat(&rig, "primary", "otel-content", None).await;
+        assert_eq!(reply.status, 200);
+        let (server, _) = trace_of(&receiver, "otel-content", 2);
+        let prompt = attr(&server, "gen_ai.input.messages").as_str().unwrap();
+        assert!(prompt.contains("a prompt that stays private"), "{prompt}");
+    }
+}
