@@ -27,7 +27,7 @@ fn invalid(message: impl Into<String>) -> RequestError {
 
 /// A translated request body and what the answer's translation needs to know.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Translated {
+pub struct TranslatedRequest {
     pub body: Bytes,
     pub stream: bool,
     /// The client asked for the usage-only final chunk (`stream_options.include_usage`).
@@ -36,7 +36,7 @@ pub struct Translated {
 
 /// An OpenAI chat completions body as a Gemini `generateContent` body (the model is in the
 /// URL, so the body names none).
-pub fn from_chat(body: &[u8]) -> Result<Translated, RequestError> {
+pub fn from_chat(body: &[u8]) -> Result<TranslatedRequest, RequestError> {
     let request: ChatRequest = json::parse(body)?;
     let stream = request.stream == Some(true);
     let include_usage = stream
@@ -45,7 +45,7 @@ pub fn from_chat(body: &[u8]) -> Result<Translated, RequestError> {
             .as_ref()
             .is_some_and(|o| o.include_usage);
     let generate = chat_to_gemini(request)?;
-    Ok(Translated {
+    Ok(TranslatedRequest {
         body: to_bytes(&generate)?,
         stream,
         include_usage,

@@ -14,7 +14,7 @@ use crate::wire::usage::Usage;
 
 /// A translated whole answer.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Translated {
+pub struct TranslatedAnswer {
     pub body: Bytes,
     pub usage: Option<Usage>,
     /// The response object (for the store).
@@ -22,7 +22,7 @@ pub struct Translated {
 }
 
 /// The Responses answer to the request `echo` describes, from the chat completion `body`.
-pub fn from_chat(body: &[u8], echo: &Echo) -> Result<Translated, Malformed> {
+pub fn from_chat(body: &[u8], echo: &Echo) -> Result<TranslatedAnswer, Malformed> {
     let chat: ChatCompletion = serde_json::from_slice(body)
         .map_err(|e| Malformed(format!("the chat completion could not be read: {e}")))?;
     let choice = chat.choices.into_iter().next();
@@ -52,7 +52,7 @@ pub fn from_chat(body: &[u8], echo: &Echo) -> Result<Translated, Malformed> {
     let response = echo.response(status_of(finish.as_deref()), output, usage);
     let body = serde_json::to_vec(&response)
         .map_err(|e| Malformed(format!("the answer could not be written: {e}")))?;
-    Ok(Translated {
+    Ok(TranslatedAnswer {
         body: Bytes::from(body),
         usage: usage.map(ResponsesUsage::to_usage),
         response,

@@ -56,7 +56,7 @@ pub(super) fn invalid(message: impl Into<String>) -> RequestError {
 
 /// A translated request body and what the answer's translation needs to know.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Translated {
+pub struct TranslatedRequest {
     pub body: Bytes,
     pub stream: bool,
     /// The OpenAI client asked for the usage-only final chunk (`stream_options.include_usage`).
@@ -73,7 +73,7 @@ pub fn to_anthropic(
     body: &[u8],
     upstream_model: &str,
     default_max_tokens: u64,
-) -> Result<Translated, RequestError> {
+) -> Result<TranslatedRequest, RequestError> {
     let request: ChatRequest = json::parse(body)?;
     let stream = request.stream == Some(true);
     let include_usage = stream
@@ -88,7 +88,7 @@ pub fn to_anthropic(
         .is_some_and(|f| f.kind != "text");
     let mut messages = chat_to_messages(request, default_max_tokens, &tool_ids)?;
     messages.model = upstream_model.to_owned();
-    Ok(Translated {
+    Ok(TranslatedRequest {
         body: to_bytes(&messages)?,
         stream,
         include_usage,
@@ -104,7 +104,7 @@ pub fn to_openai(
     body: &[u8],
     upstream_model: &str,
     field: OutputTokensField,
-) -> Result<Translated, RequestError> {
+) -> Result<TranslatedRequest, RequestError> {
     let request: MessagesRequest = json::parse(body)?;
     if request.max_tokens.is_none() {
         return Err(invalid("max_tokens: Field required"));
@@ -112,7 +112,7 @@ pub fn to_openai(
     let stream = request.stream == Some(true);
     let mut chat = messages_to_chat(request, field)?;
     chat.model = upstream_model.to_owned();
-    Ok(Translated {
+    Ok(TranslatedRequest {
         body: to_bytes(&chat)?,
         stream,
         include_usage: stream,
