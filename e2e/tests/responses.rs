@@ -658,13 +658,35 @@ both_modes! {
     async fn a_native_response_the_provider_no_longer_has_is_its_404_in_openai_s_envelope(mode: Mode) {
         let mock = MockProvider::start();
         let gateway = Gateway::start(&config(mode, &mock));
-        let created = post(&gateway, "gone-1", r#"{"model":"resp","input":"Hi","store":false}"#).await;
+        let created = post(&gateway, "gone-1", r#"{"model":"resp","input":"Hi"}"#).await;
         assert_eq!(created.status, 200, "{}", created.text());
         let id = created.json()["id"].as_str().unwrap().to_owned();
+        // The provider forgets it behind the gateway's back (deleted there by someone else).
+        let forgotten = client::send(
+            mock.addr(),
+            client::request("DELETE", &format!("/v1/responses/{id}"), &[], None),
+        )
+        .await;
+        assert_eq!(forgotten.status, 200, "{}", forgotten.text());
         let got = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
         assert_eq!(got.status, 404, "the provider kept nothing: {}", got.text());
         let error = &got.json()["error"];
         assert_eq!(error["message"], format!("Response with id '{id}' not found."), "{error}");
         assert_eq!(mock.last_request().unwrap().method.as_str(), "GET", "asked of the key that made it");
+    }
+}
+
+both_modes! {
+    async fn a_native_response_made_with_store_false_is_not_pinned_so_its_get_never_leaves_the_gateway(mode: Mode) {
+        let mock = MockProvider::start();
+        let gateway = Gateway::start(&config(mode, &mock));
+        let created = post(&gateway, "unkept-1", r#"{"model":"resp","input":"Hi","store":false}"#).await;
+        assert_eq!(created.status, 200, "{}", created.text());
+        let id = created.json()["id"].as_str().unwrap().to_owned();
+        let before = mock.request_count();
+        let got = call(&gateway, "GET", &format!("/v1/responses/{id}"), KEY).await;
+        assert_eq!(got.status, 404, "nothing was kept: {}", got.text());
+        assert_eq!(got.json()["error"]["message"], format!("Response with id '{id}' not found."));
+        assert_eq!(mock.request_count(), before, "no pin, so nothing is asked upstream");
     }
 }

@@ -545,12 +545,8 @@ impl Inner {
 /// The provider key that created the response a Responses request's `previous_response_id`
 /// names, when a native key answered it.
 async fn pinned_provider(keeper: &crate::stored::Keeper, inbound: &Inbound) -> Option<Bytes> {
-    #[derive(serde::Deserialize)]
-    struct Previous {
-        previous_response_id: Option<String>,
-    }
-    let previous: Previous = serde_json::from_slice(&inbound.body).ok()?;
-    keeper.pinned(&previous.previous_response_id?).await
+    let previous = inbound.inspected.previous_response_id(&inbound.body)?;
+    keeper.pinned(&previous).await
 }
 
 /// The direct models of `group` that `key` may not call: answers from them name the group.

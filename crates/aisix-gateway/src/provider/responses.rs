@@ -61,7 +61,9 @@ async fn native(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let head = call
         .send(uri, body, &HeaderMap::new(), super::openai::error_body)
         .await?;
-    let pin = inbound.stored.clone().map(|keeper| Pin {
+    // A response the upstream does not keep (`store: false`) cannot be continued: no pin.
+    let kept = inbound.inspected.store != Some(false);
+    let pin = inbound.stored.clone().filter(|_| kept).map(|keeper| Pin {
         keeper,
         provider: Arc::clone(&route.provider.name),
     });

@@ -34,6 +34,10 @@ pub struct Inspected {
     /// Byte range of the `service_tier` value (a JSON string), if present and not null: only a
     /// key with a spending policy reads it.
     service_tier_span: Option<(usize, usize)>,
+    /// Byte range of the Responses API's `previous_response_id` value, if present and not null.
+    previous_response_span: Option<(usize, usize)>,
+    /// The Responses API's `store`, when given as `true` or `false`.
+    pub store: Option<bool>,
     /// Byte range of the `model` value (the quoted string) in the body.
     model_span: (usize, usize),
     /// Byte range of the `stream_options` value, if present and not null.
@@ -66,6 +70,11 @@ struct Probe<'a> {
     max_output_tokens: Option<&'a RawValue>,
     #[serde(borrow)]
     service_tier: Option<&'a RawValue>,
+    /// The Responses API's state fields: found in the same pass, read only by that endpoint.
+    #[serde(borrow)]
+    previous_response_id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    store: Option<&'a RawValue>,
 }
 
 #[derive(Deserialize)]
@@ -144,6 +153,15 @@ pub fn inspect(body: &[u8]) -> Result<Inspected, BodyError> {
             .service_tier
             .filter(|raw| raw.get() != "null")
             .map(|raw| span_of(body, raw.get())),
+        previous_response_span: probe
+            .previous_response_id
+            .filter(|raw| raw.get() != "null")
+            .map(|raw| span_of(body, raw.get())),
+        store: match probe.store.map(RawValue::get) {
+            Some("true") => Some(true),
+            Some("false") => Some(false),
+            _ => None,
+        },
         model_span: span_of(body, model_raw.get()),
         stream_options,
         object_start,
@@ -166,6 +184,12 @@ impl Inspected {
             Ok(tier) => tier,
             Err(_) => String::from_utf8_lossy(raw),
         })
+    }
+
+    /// The Responses request's `previous_response_id`, `None` when absent, null or not a string.
+    pub fn previous_response_id<'b>(&self, body: &'b [u8]) -> Option<Cow<'b, str>> {
+        let (start, end) = self.previous_response_span?;
+        serde_json::from_slice::<Cow<'b, str>>(body.get(start..end)?).ok()
     }
 
     /// Whether the client asked for the usage-only final chunk of a stream.
@@ -263,6 +287,24 @@ mod tests {
             rewrite(body, "gpt-4o-2024"),
             r#"{ "messages":[{"role":"user","content":"hi \"model\""}],  "model" : "gpt-4o-2024", "x":1.50}"#
         );
+    }
+
+    #[test]
+    fn the_responses_state_fields_are_read_in_the_same_pass_escapes_included() {
+        let body =
+            br#"{"model":"m","input":"hi","previous_response_id":"resp_\u0061b","store":false}"#;
+        let inspected = inspect(body).unwrap();
+        assert_eq!(
+            inspected.previous_response_id(body).as_deref(),
+            Some("resp_ab")
+        );
+        assert_eq!(inspected.store, Some(false));
+        let body = br#"{"model":"m","previous_response_id":null,"store":"yes"}"#;
+        let inspected = inspect(body).unwrap();
+        assert_eq!(inspected.previous_response_id(body), None);
+        assert_eq!(inspected.store, None, "only a boolean counts");
+        let body = br#"{"model":"m","previous_response_id":7}"#;
+        assert_eq!(inspect(body).unwrap().previous_response_id(body), None);
     }
 
     #[test]
