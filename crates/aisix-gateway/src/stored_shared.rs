@@ -5,7 +5,6 @@
 //! by requests that name a response (`previous_response_id`, `GET`/`DELETE /v1/responses/{id}`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -15,12 +14,12 @@ use redis::AsyncConnectionConfig;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{Notify, mpsc};
 
+use crate::limit::Warnings;
+
 /// Writes waiting for the background thread, at most; beyond that a write is dropped (warned).
 const WRITE_QUEUE: usize = 4096;
 /// How often the background thread tries to reconnect while Redis is away.
 const RECONNECT_INTERVAL: Duration = Duration::from_millis(500);
-/// The shortest gap between two warnings about Redis, in ms.
-const WARN_EVERY_MS: u64 = 10_000;
 
 /// One write: the value under `key` for `ttl`.
 #[derive(Debug)]
@@ -47,9 +46,8 @@ struct State {
     /// Wakes the background thread when a request dropped the connection.
     dropped: Notify,
     timeout: Duration,
-    /// When the next warning may be logged (Unix ms), and how many were held back since.
-    next_warning: AtomicU64,
-    suppressed: AtomicU64,
+    /// The limiter's rate limit on warnings: one every ten seconds, with a count of the rest.
+    warnings: Warnings,
 }
 
 impl Shared {
@@ -62,8 +60,7 @@ impl Shared {
             conn: ArcSwapOption::empty(),
             dropped: Notify::new(),
             timeout: config.timeout,
-            next_warning: AtomicU64::new(0),
-            suppressed: AtomicU64::new(0),
+            warnings: Warnings::default(),
         });
         let (writes, queue) = mpsc::channel(WRITE_QUEUE);
         let thread = std::thread::Builder::new()
@@ -102,28 +99,11 @@ impl Shared {
 }
 
 impl State {
-    /// Logs `what` unless a warning went out less than [`WARN_EVERY_MS`] ago (then counts it).
+    /// Logs `what` unless a warning went out less than ten seconds ago (then counts it).
     fn warn(&self, what: &str) {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        let next = self.next_warning.load(Ordering::Relaxed);
-        if now < next
-            || self
-                .next_warning
-                .compare_exchange(
-                    next,
-                    now + WARN_EVERY_MS,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-        {
-            self.suppressed.fetch_add(1, Ordering::Relaxed);
-            return;
-        }
-        let suppressed = self.suppressed.swap(0, Ordering::Relaxed);
-        tracing::warn!(redis = %self.url, suppressed, "Responses store in Redis: {what}");
+        self.warnings.warn(|suppressed| {
+            tracing::warn!(redis = %self.url, suppressed, "Responses store in Redis: {what}");
+        });
     }
 
     /// One command within the timeout; `None` (the connection dropped, warned) if it failed.

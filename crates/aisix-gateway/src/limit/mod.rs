@@ -57,6 +57,7 @@ use aisix_obs::metrics::labels::{RateLimitKind, RateLimitScope};
 #[cfg(feature = "test-hooks")]
 pub use clock::SkewedClock;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub(crate) use redis::Warnings;
 pub use refusal::{Headroom, Refusal, Refused, Standing};
 
 use memory::Counters;

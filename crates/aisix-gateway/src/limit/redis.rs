@@ -912,13 +912,13 @@ fn parse_reserved(values: &[i64], checks: usize) -> Option<Evaluated> {
 /// Warnings at most every [`WARN_EVERY_MS`], each saying how many were held back since the
 /// last.
 #[derive(Debug, Default)]
-struct Warnings {
+pub(crate) struct Warnings {
     next_at: AtomicU64,
     suppressed: AtomicU64,
 }
 
 impl Warnings {
-    fn warn(&self, log: impl FnOnce(u64)) {
+    pub(crate) fn warn(&self, log: impl FnOnce(u64)) {
         let now = SystemClock.unix_millis();
         let next = self.next_at.load(Ordering::Relaxed);
         if now < next
