@@ -216,3 +216,22 @@ fn a_vertex_key_refuses_an_api_key_and_a_health_check() {
         ]
     );
 }
+
+#[test]
+fn a_relative_credentials_file_is_read_from_the_resources_file_s_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    key_file(dir.path(), &good_key());
+    let resources = dir.path().join("resources.yaml");
+    std::fs::write(
+        &resources,
+        yaml(", project: p, location: global, credentials_file: sa.json"),
+    )
+    .unwrap();
+    let loaded = aisix_config::load_resources(&resources, &|_| None).unwrap();
+    let account = &loaded.provider_keys[0]
+        .vertex
+        .as_ref()
+        .unwrap()
+        .service_account;
+    assert_eq!(account.file, dir.path().join("sa.json"));
+}

@@ -393,7 +393,8 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::gauge!("aisix_targets_cooling").increment(1.0);
         ::metrics::counter!("aisix_provider_key_refusals_total", "provider" => "p1", "reason" => "quota")
             .increment(1);
-        ::metrics::counter!("aisix_credential_refresh_failures_total", "provider" => "vtx").increment(1);
+        ::metrics::counter!("aisix_credential_refresh_failures_total", "provider" => "vtx")
+            .increment(1);
         ::metrics::gauge!("aisix_target_state", "target" => "primary").set(2.0);
         ::metrics::gauge!("aisix_spend_usd_total", "api_key" => "team-a", "model" => "gpt-4o")
             .increment(0.5);

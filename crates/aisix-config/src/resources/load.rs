@@ -468,7 +468,15 @@ fn read_vertex(
         );
     }
     let service_account = match credentials_file {
-        Some(Some((file, at))) => vertex::read_service_account(report, &file, &at),
+        Some(Some((file, at))) => {
+            // A relative path is the resources file's neighbour, as `resources_file` is the
+            // config file's.
+            let file = match report.folder() {
+                Some(folder) if file.is_relative() => folder.join(file),
+                _ => file,
+            };
+            vertex::read_service_account(report, &file, &at)
+        }
         Some(None) => None,
         None => match env(CREDENTIALS_ENV).filter(|f| !f.is_empty()) {
             Some(file) => vertex::read_service_account(
