@@ -375,3 +375,50 @@ both_modes! {
         assert_eq!(rig.sent()["token"], "ya29.mock-token-2");
     }
 }
+
+/// Reloads the gateway's resources with `edit` applied and waits until it has taken them.
+async fn reload(rig: &Rig, count: f64, edit: impl Fn(String) -> String) {
+    let path = rig.gateway.dir().join("resources.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, edit(text)).unwrap();
+    rig.gateway.signal(libc::SIGHUP);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while prom::sample(
+        &rig.metrics().await,
+        "aisix_config_reloads_total",
+        &[("result", "success")],
+    ) < count
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload\n{}",
+            rig.gateway.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+both_modes! {
+    async fn a_reload_keeping_the_key_keeps_its_live_token_and_a_new_key_file_gets_a_new_one(mode: Mode) {
+        let rig = start(mode, TokenSettings::default());
+        let ask = |model: &'static str| rig.chat(json!({"model": model, "messages": [{"role": "user", "content": "Hello there"}]}));
+        assert_eq!(ask("vgem").await.status, 200);
+        reload(&rig, 1.0, |text| text.replace(
+            "  - {display_name: gpt,",
+            "  - {display_name: vgem2, provider: vertex, model_name: gemini-2.5-pro, provider_key: vtx}\n  - {display_name: gpt,",
+        )).await;
+        let reply = ask("vgem2").await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(rig.sent()["token"], "ya29.mock-token-1");
+        assert_eq!(rig.vertex.events("token").len(), 1, "the reload fetched a token again");
+
+        // Another key file (the same account, moved): a new credential, fetched anew.
+        let moved = rig.gateway.dir().join("moved-sa.json");
+        std::fs::copy(rig.vertex.credentials_file(), &moved).unwrap();
+        let old = rig.vertex.credentials_file().display().to_string();
+        reload(&rig, 2.0, |text| text.replace(&old, &moved.display().to_string())).await;
+        let reply = ask("vgem").await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(rig.sent()["token"], "ya29.mock-token-2");
+    }
+}
