@@ -202,26 +202,28 @@ def prompt_words(body: Dict[str, Any]) -> int:
     return max(words(system) + sum(words(text_of(m.get("content") or "")) for m in body["messages"]), 1)
 
 
-async def claude(body: Dict[str, Any], model: str, stream: bool, send) -> int:
+async def claude(body: Dict[str, Any], model: str, stream: bool, send, entry: Dict[str, Any]) -> None:
+    """Answers, recording `entry` with its status before the answer leaves (so a test that
+    has its answer finds the record)."""
     last = text_of(body["messages"][-1].get("content") or "")
     if "[429]" in last:
         status, payload = google_error(429, "RESOURCE_EXHAUSTED",
                                        "Quota exceeded for aiplatform.googleapis.com/online_prediction_requests_per_base_model.")
-        await send_json(send, status, payload)
-        return status
+        record({**entry, "status": status})
+        return await send_json(send, status, payload)
     if "[529]" in last:
         status, payload = anthropic_error(529, "overloaded_error", "Overloaded")
-        await send_json(send, status, payload)
-        return status
+        record({**entry, "status": status})
+        return await send_json(send, status, payload)
     blocks, stop = claude_answer(body)
     output = sum(words(b.get("text", "")) for b in blocks) + sum(1 for b in blocks if b["type"] == "tool_use")
     usage = {"input_tokens": prompt_words(body), "output_tokens": output}
     message = {"id": "msg_vrtx_01", "type": "message", "role": "assistant", "model": model,
                "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
     atypes.Message.model_validate(message)
+    record({**entry, "status": 200})
     if not stream:
-        await send_json(send, 200, message)
-        return 200
+        return await send_json(send, 200, message)
     events: List[Tuple[str, Dict[str, Any]]] = [("message_start", {"type": "message_start", "message": {
         **message, "content": [], "stop_reason": None, "usage": {"input_tokens": usage["input_tokens"], "output_tokens": 1}}})]
     for index, block in enumerate(blocks):
@@ -245,7 +247,6 @@ async def claude(body: Dict[str, Any], model: str, stream: bool, send) -> int:
         chunk = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b""})
-    return 200
 
 
 async def send_json(send, status: int, payload: Any) -> None:
@@ -321,5 +322,4 @@ async def app(scope, receive, send) -> None:
     if problem:
         entry["invalid"] = problem
         return await finish(*anthropic_error(400, "invalid_request_error", problem))
-    entry["status"] = await claude(body, model, stream, send)
-    record(entry)
+    await claude(body, model, stream, send, entry)

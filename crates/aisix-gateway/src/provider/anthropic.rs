@@ -48,17 +48,8 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     };
     // Vertex AI serves Anthropic's models at its own URL, with its own body and headers.
     let vertex = provider.kind == ProviderKind::Vertex;
+    // (`vertex::call` sends only chat and Messages here.)
     let uri = if vertex {
-        if endpoint != Endpoint::Messages {
-            return Err(GatewayError::new(
-                ErrorKind::InvalidRequest,
-                format!(
-                    "The model '{}' is served by a Vertex AI provider, which has no {} endpoint.",
-                    call.shown_name(),
-                    endpoint.upstream_path()
-                ),
-            ));
-        }
         super::vertex::raw_predict_uri(call)?
     } else {
         call.uri(endpoint)?
