@@ -84,14 +84,11 @@ async fn ok(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> 
 }
 
 async fn chat(gateway: &Gateway, key: &str, model: &str) -> u16 {
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-    let request = client::request(
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", &format!("Bearer {key}"))],
-        Some(&body),
-    );
-    client::send(gateway.addr(), request).await.status.as_u16()
+    chat_reply(gateway, key, model).await.status.as_u16()
+}
+
+async fn chat_reply(gateway: &Gateway, key: &str, model: &str) -> client::Reply {
+    client::chat(gateway.addr(), key, model).await
 }
 
 async fn agree(gateways: &[&Gateway], key: &str, model: &str, want: u16) {
@@ -242,18 +239,6 @@ both_modes! {
         assert_eq!(status, 409, "{body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("resources.yaml"), "{body}");
     }
-}
-
-/// A chat request's reply, with its headers.
-async fn chat_reply(gateway: &Gateway, key: &str, model: &str) -> client::Reply {
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-    let request = client::request(
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", &format!("Bearer {key}"))],
-        Some(&body),
-    );
-    client::send(gateway.addr(), request).await
 }
 
 both_modes! {

@@ -69,14 +69,10 @@ fn config_with(mode: Mode, etcd: &Etcd, more: &str) -> GatewayConfig {
 }
 
 async fn status(gateway: &Gateway, key: &str, model: &str) -> u16 {
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-    let request = client::request(
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", &format!("Bearer {key}"))],
-        Some(&body),
-    );
-    client::send(gateway.addr(), request).await.status.as_u16()
+    client::chat(gateway.addr(), key, model)
+        .await
+        .status
+        .as_u16()
 }
 
 /// Polls until every gateway answers `key` on `model` with `want`, or `within` passes.
