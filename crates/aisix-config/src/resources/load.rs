@@ -21,8 +21,8 @@ use super::reader::{
 };
 use super::rfc3339;
 use super::types::{
-    ApiKey, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey, ProviderKind,
-    Resources, Secret,
+    ApiKey, AwsKeys, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey,
+    ProviderKind, Resources, Secret, bedrock_api_base,
 };
 use crate::bootstrap::CooldownOverrides;
 use crate::duration::Unit;
@@ -287,6 +287,17 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let health_check = fields
         .optional(report, "health_check")
         .map(|(v, p)| read_health_check(report, v, &p));
+    let region = fields
+        .optional(report, "region")
+        .map(|(v, p)| non_empty_string(report, v, &p).and_then(|r| aws_region(report, r, &p)));
+    let mut secret = |name: &'static str| {
+        fields
+            .optional(report, name)
+            .map(|(v, p)| non_empty_string(report, v, &p).map(Secret::new))
+    };
+    let access_key_id = secret("access_key_id");
+    let secret_access_key = secret("secret_access_key");
+    let session_token = secret("session_token");
     fields.finish(report, "field");
 
     if let Some(provider) = provider {
@@ -309,7 +320,10 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         }
         if matches!(
             provider,
-            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock
+            ProviderKind::Anthropic
+                | ProviderKind::Gemini
+                | ProviderKind::Bedrock
+                | ProviderKind::Mock
         ) && matches!(responses, Some(Some(true)))
         {
             report.error(
@@ -317,7 +331,45 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only openai and azure_openai providers serve the Responses API",
             );
         }
-        if provider.default_api_base().is_none() && api_base.is_none() {
+        if provider == ProviderKind::Bedrock {
+            if region.is_none() {
+                report.error(field("region"), "required for bedrock (such as us-east-1)");
+            }
+            if api_key.is_some() {
+                report.error(
+                    field("api_key"),
+                    "bedrock signs with AWS credentials: give access_key_id and secret_access_key (or none, to read AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+                );
+            }
+            match (&access_key_id, &secret_access_key) {
+                (Some(_), None) => {
+                    report.error(field("secret_access_key"), "required with access_key_id")
+                }
+                (None, Some(_)) => {
+                    report.error(field("access_key_id"), "required with secret_access_key")
+                }
+                (None, None) if session_token.is_some() => report.error(
+                    field("session_token"),
+                    "only taken with access_key_id and secret_access_key",
+                ),
+                _ => {}
+            }
+        } else {
+            for (given, name) in [
+                (region.is_some(), "region"),
+                (access_key_id.is_some(), "access_key_id"),
+                (secret_access_key.is_some(), "secret_access_key"),
+                (session_token.is_some(), "session_token"),
+            ] {
+                if given {
+                    report.error(field(name), format!("only bedrock providers take a {name}"));
+                }
+            }
+        }
+        if provider.default_api_base().is_none()
+            && provider != ProviderKind::Bedrock
+            && api_base.is_none()
+        {
             report.error(
                 field("api_base"),
                 format!("required for {provider} (such as https://RESOURCE.openai.azure.com)"),
@@ -337,6 +389,12 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         responses,
         bill_prompt_on_error,
         health_check,
+        Aws {
+            region,
+            access_key_id,
+            secret_access_key,
+            session_token,
+        },
     );
     ProviderKeyDraft {
         name,
@@ -361,16 +419,35 @@ fn build_provider_key(
     responses: Option<Option<bool>>,
     bill_prompt_on_error: Option<Option<bool>>,
     health_check: Option<Option<HealthCheck>>,
+    aws: Aws,
 ) -> Option<ProviderKey> {
     let provider = provider?;
-    let api_base = match given(api_base)? {
-        Some(base) => base,
-        None => provider.default_api_base()?.to_owned(),
+    let region = given(aws.region)?;
+    let api_base = match (given(api_base)?, &region) {
+        (Some(base), _) => base,
+        (None, Some(region)) if provider == ProviderKind::Bedrock => bedrock_api_base(region),
+        (None, _) => provider.default_api_base()?.to_owned(),
+    };
+    let aws_keys = match (
+        given(aws.access_key_id)?,
+        given(aws.secret_access_key)?,
+        given(aws.session_token)?,
+    ) {
+        (Some(access_key_id), Some(secret_access_key), session_token) => Some(AwsKeys {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        }),
+        (None, None, None) => None,
+        _ => return None,
     };
     let responses = given(responses)?.unwrap_or(match provider {
         ProviderKind::OpenAi => Some(api_base.as_str()) == provider.default_api_base(),
         ProviderKind::AzureOpenAi => true,
-        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => false,
+        ProviderKind::Anthropic
+        | ProviderKind::Gemini
+        | ProviderKind::Bedrock
+        | ProviderKind::Mock => false,
     });
     Some(ProviderKey {
         display_name: name?,
@@ -384,7 +461,34 @@ fn build_provider_key(
         responses,
         bill_prompt_on_error: given(bill_prompt_on_error)?.unwrap_or(false),
         health_check: given(health_check)?,
+        region,
+        aws: aws_keys,
     })
+}
+
+/// A `bedrock` key's AWS fields as read.
+struct Aws {
+    region: Option<Option<String>>,
+    access_key_id: Option<Option<Secret>>,
+    secret_access_key: Option<Option<Secret>>,
+    session_token: Option<Option<Secret>>,
+}
+
+/// An AWS region such as `us-east-1`: it goes into the endpoint's host name and the
+/// signature's scope, so only lowercase letters, digits and `-` are taken.
+fn aws_region(report: &mut Report, region: &str, path: &str) -> Option<String> {
+    if region
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        Some(region.to_owned())
+    } else {
+        report.error(
+            path,
+            "must be an AWS region name (lowercase letters, digits and -, such as us-east-1)",
+        );
+        None
+    }
 }
 
 /// `health_check: {interval, timeout}`, each a duration (`30s`, or milliseconds).

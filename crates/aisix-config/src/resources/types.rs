@@ -35,17 +35,20 @@ pub enum ProviderKind {
     Anthropic,
     /// Google's Gemini API (AI Studio): `x-goog-api-key`, `models/{model}:generateContent`.
     Gemini,
+    /// Amazon Bedrock's Converse API in one AWS `region`, every request signed with SigV4.
+    Bedrock,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 5] = [
+    pub const ALL: [ProviderKind; 6] = [
         ProviderKind::OpenAi,
         ProviderKind::AzureOpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Bedrock,
         ProviderKind::Mock,
     ];
 
@@ -57,6 +60,7 @@ impl ProviderKind {
             ProviderKind::AzureOpenAi => "azure_openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::Bedrock => "bedrock",
             ProviderKind::Mock => "mock",
         }
     }
@@ -67,11 +71,12 @@ impl ProviderKind {
     }
 
     /// The `api_base` used when a provider key gives none; empty when the kind needs none,
-    /// `None` when every key must give its own.
+    /// `None` when every key must give its own (`bedrock`'s follows its `region`:
+    /// [`bedrock_api_base`]).
     pub fn default_api_base(&self) -> Option<&'static str> {
         match self {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
-            ProviderKind::AzureOpenAi => None,
+            ProviderKind::AzureOpenAi | ProviderKind::Bedrock => None,
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
             ProviderKind::Mock => Some(""),
@@ -83,6 +88,20 @@ impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Bedrock's runtime endpoint in `region`, a `bedrock` key's `api_base` when it gives none.
+pub fn bedrock_api_base(region: &str) -> String {
+    format!("https://bedrock-runtime.{region}.amazonaws.com")
+}
+
+/// A `bedrock` key's static AWS credentials (`access_key_id`, `secret_access_key`,
+/// `session_token`); every value prints as `***`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsKeys {
+    pub access_key_id: Secret,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
 }
 
 /// The `anthropic-version` sent to an `anthropic` provider whose key sets none.
@@ -120,6 +139,11 @@ pub struct ProviderKey {
     pub responses: bool,
     /// `health_check`: an active check of this key, off when not given.
     pub health_check: Option<HealthCheck>,
+    /// `bedrock` only (and required there): the AWS region requests are signed for.
+    pub region: Option<String>,
+    /// `bedrock` only: static credentials; when absent, the gateway reads `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` when it builds its snapshot.
+    pub aws: Option<AwsKeys>,
 }
 
 /// `provider_keys[].health_check`: a cheap request (the provider's model list) every
@@ -211,6 +235,7 @@ impl Continuation {
             ProviderKind::OpenAi
             | ProviderKind::AzureOpenAi
             | ProviderKind::Gemini
+            | ProviderKind::Bedrock
             | ProviderKind::Mock => Continuation::None,
         }
     }

@@ -9,6 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 use super::uris::{EndpointUris, percent_encoded};
 use crate::mask::Masks;
 use crate::upstream::egress::{Egress, Route};
+use crate::upstream::sigv4::Signer;
 
 /// A provider key as the request path uses it: where to send, with which credential.
 #[derive(Debug)]
@@ -40,6 +41,9 @@ pub struct Provider {
     /// Its active health check, if the key has one, and the model list it requests
     /// (`None` for a base that is no URI: the `mock` provider's).
     pub(crate) health_check: Option<(HealthCheck, Uri)>,
+    /// `bedrock` only: signs each request with the key's AWS credentials (`None` when neither
+    /// the key nor the environment gave any: its requests fail with a clear error).
+    pub(crate) signer: Option<Signer>,
 }
 
 /// The cheapest request that proves a key works: the provider's model list.
@@ -54,6 +58,8 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
         ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
         ProviderKind::Anthropic => ("/v1/models", None),
         ProviderKind::Gemini => ("/models", None),
+        // Bedrock's model list is on another host (`bedrock.{region}`) and signed: no check.
+        ProviderKind::Bedrock => return None,
         ProviderKind::AzureOpenAi => (
             "/openai/models",
             key.api_version
@@ -88,6 +94,8 @@ impl Provider {
                 HeaderName::from_static("x-goog-api-key"),
                 key.api_key.as_ref().map(|k| k.expose().to_owned()),
             ),
+            // Signed per request: no credential header.
+            ProviderKind::Bedrock => (EndpointUris::default(), http::header::AUTHORIZATION, None),
             ProviderKind::Anthropic => (
                 EndpointUris::new(&key.api_base, "", None),
                 HeaderName::from_static("x-api-key"),
@@ -120,6 +128,28 @@ impl Provider {
             headers.insert(auth_header, value);
         }
         let health_check = key.health_check.zip(health_uri(key));
+        let aws = (key.provider == ProviderKind::Bedrock).then(|| aws_credentials(key));
+        let signer = aws.as_ref().and_then(|aws| {
+            let Some((id, secret, token)) = aws else {
+                tracing::warn!(
+                    provider = %key.display_name,
+                    "bedrock key has no AWS credentials (neither access_key_id in the resources nor AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment): its requests will fail"
+                );
+                return None;
+            };
+            Some(Signer::new(
+                id,
+                secret,
+                token.as_deref(),
+                key.region.as_deref().unwrap_or_default(),
+                "bedrock",
+            ))
+        });
+        let aws_secrets = aws.iter().flatten().flat_map(|(id, secret, token)| {
+            [Some(id.as_str()), Some(secret.as_str()), token.as_deref()]
+                .into_iter()
+                .flatten()
+        });
         // The route depends only on the scheme and host, the same for every endpoint.
         let route = key
             .api_base
@@ -130,12 +160,18 @@ impl Provider {
             kind: key.provider,
             uris: Arc::new(uris),
             headers,
-            secret: key.api_key.as_ref().map(|k| k.expose().into()),
+            secret: key.api_key.as_ref().map(|k| k.expose().into()).or_else(|| {
+                aws.iter()
+                    .flatten()
+                    .map(|(_, secret, _)| secret.as_str().into())
+                    .next()
+            }),
             masks: Masks::new(
                 key.api_key
                     .iter()
                     .chain(key.headers.iter().map(|(_, value)| value))
-                    .map(|secret| secret.expose()),
+                    .map(|secret| secret.expose())
+                    .chain(aws_secrets),
             ),
             stream_usage: key.stream_usage,
             bill_prompt_on_error: key.bill_prompt_on_error,
@@ -147,6 +183,25 @@ impl Provider {
                 .and_then(|v| HeaderValue::from_str(v).ok())
                 .unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION)),
             route,
+            signer,
         }
     }
+}
+
+/// A `bedrock` key's credentials: its own, else `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+/// and `AWS_SESSION_TOKEN` from the environment, read once here (never on a request).
+fn aws_credentials(key: &ProviderKey) -> Option<(String, String, Option<String>)> {
+    if let Some(aws) = &key.aws {
+        return Some((
+            aws.access_key_id.expose().to_owned(),
+            aws.secret_access_key.expose().to_owned(),
+            aws.session_token.as_ref().map(|t| t.expose().to_owned()),
+        ));
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    Some((
+        var("AWS_ACCESS_KEY_ID")?,
+        var("AWS_SECRET_ACCESS_KEY")?,
+        var("AWS_SESSION_TOKEN"),
+    ))
 }
