@@ -204,7 +204,7 @@ impl BedrockStream {
             Step::Complete => step.done = true,
             Step::UpstreamError => {
                 step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
-                step.reported = sse::reported(&self.out);
+                step.reported = sse::reported(&self.out).map(Box::new);
                 self.out.clear();
                 return step;
             }

@@ -159,7 +159,7 @@ fn scan(map: &mut StreamMap, splitter: &mut Framing, buf: &[u8], mut at: usize) 
         if step.failure.is_some() {
             scanned.failure = step.failure;
             if matches!(step.failure, Some(ErrorKind::UpstreamServerError(_))) {
-                scanned.reported = step.reported.or_else(|| sse::reported(event));
+                scanned.reported = step.reported.map(|r| *r).or_else(|| sse::reported(event));
             }
             break;
         }

@@ -166,7 +166,7 @@ pub(crate) struct Mapped {
     pub failure: Option<ErrorKind>,
     /// What the upstream said of the error it reported, when the map read it itself (a
     /// stream that is not SSE); else the relay reads it from the event.
-    pub reported: Option<crate::wire::sse::ErrorReport>,
+    pub reported: Option<Box<crate::wire::sse::ErrorReport>>,
 }
 
 /// What becomes of an event.
