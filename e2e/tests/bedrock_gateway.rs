@@ -425,3 +425,31 @@ both_modes! {
         assert_eq!(rig.openai.requests().len(), 3);
     }
 }
+
+both_modes! {
+    async fn a_responses_request_reaches_bedrock_through_chat_and_comes_back_as_a_response(mode: Mode) {
+        let rig = start(mode);
+        let reply = rig.post("/v1/responses", json!({"model": "claude", "input": "Hello there", "store": false})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["object"], "response");
+        assert_eq!(body["status"], "completed");
+        assert_eq!(body["output"][0]["content"][0]["text"], "Hello from Bedrock.", "{body}");
+        assert_eq!(rig.sent()["raw_path"], "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse");
+
+        let reply = rig.post("/v1/responses", json!({"model": "claude", "input": "Hello there", "stream": true, "store": false})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let streamed = events(&reply.text());
+        let names: Vec<&str> = streamed.iter().filter_map(|e| e.0.as_deref()).collect();
+        assert_eq!(names.first(), Some(&"response.created"), "{names:?}");
+        assert_eq!(names.last(), Some(&"response.completed"), "{names:?}");
+        let text: String = streamed.iter().filter(|e| e.0.as_deref() == Some("response.output_text.delta"))
+            .map(|e| e.1["delta"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(text, "Hello from Bedrock.");
+        assert_eq!(rig.sent()["raw_path"], "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse-stream");
+
+        let reply = rig.post("/v1/responses", json!({"model": "claude", "input": "hi [exception]", "stream": true, "store": false})).await;
+        let failed = events(&reply.text());
+        assert_eq!(failed.last().unwrap().0.as_deref(), Some("response.failed"), "{failed:?}");
+    }
+}

@@ -3,7 +3,8 @@
 //! embeddings at `/model/{id}/invoke`. Both client dialects are translated, through
 //! Anthropic's: a Messages request becomes a Converse body, a chat request first a Messages
 //! one; the answer comes back as an Anthropic message (an OpenAI client's then as a chat
-//! completion), a stream's event-stream messages as Anthropic events (then chat chunks).
+//! completion), a stream's event-stream messages as Anthropic events (then chat chunks). A
+//! Responses request goes through chat the same way ([`super::responses`]).
 //! Bedrock models are never continued (a cut stream ends with its error).
 
 use std::time::SystemTime;
@@ -33,6 +34,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     match inbound.endpoint {
         Endpoint::ChatCompletions | Endpoint::Messages => {}
         Endpoint::Embeddings => return embeddings(call).await,
+        Endpoint::Responses => return super::responses::via_bedrock(call).await,
         other => {
             return Err(GatewayError::new(
                 ErrorKind::InvalidRequest,
@@ -73,13 +75,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     } else {
         &route.upstream_model
     };
-    let event_stream = head
-        .response
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with(EVENT_STREAM));
-    if inbound.stream && event_stream {
+    if inbound.stream && is_event_stream(&head) {
         let client = if anthropic {
             TranslatedStream::passthrough(None)
         } else {
@@ -133,9 +129,18 @@ async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
     .await
 }
 
+/// Whether the answer is an event stream (ConverseStream's success).
+pub(super) fn is_event_stream(head: &exchange::UpstreamHead) -> bool {
+    head.response
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with(EVENT_STREAM))
+}
+
 /// The SigV4 headers for a `POST` of `body` to `uri`, and for a stream the event-stream
 /// `Accept`.
-fn signed(
+pub(super) fn signed(
     call: &Call<'_>,
     uri: &Uri,
     body: &[u8],
@@ -165,7 +170,7 @@ fn signed(
 }
 
 /// The id a translated answer carries: the gateway's request id, as Anthropic's `msg_` ids.
-fn message_id(call: &Call<'_>) -> String {
+pub(super) fn message_id(call: &Call<'_>) -> String {
     format!("msg_{}", call.request_id.to_str().unwrap_or("bedrock"))
 }
 

@@ -234,7 +234,11 @@ impl StreamMap {
     /// Whether the upstream's events come in AWS's binary event-stream framing (Bedrock)
     /// rather than as server-sent events.
     pub(crate) fn event_stream_framed(&self) -> bool {
-        matches!(self, StreamMap::Bedrock(_))
+        match self {
+            StreamMap::Bedrock(_) => true,
+            StreamMap::Responses(map) => map.event_stream_framed(),
+            _ => false,
+        }
     }
 
     /// The text sent so far, when the map keeps it (for a continuation).

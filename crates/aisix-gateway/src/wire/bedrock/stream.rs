@@ -15,9 +15,10 @@ use super::frames::{self, Frame};
 use super::response::ConverseUsage;
 use super::stop_reason;
 use crate::wire::anthropic::error as anthropic_error;
-use crate::wire::anthropic::stream::Step;
+use crate::wire::anthropic::stream::{Step, ToOpenAi, Translator};
 use crate::wire::anthropic::types::TokenUsage;
 use crate::wire::json as wire_json;
+use crate::wire::sse;
 
 /// Converse stream messages to Anthropic events.
 #[derive(Debug)]
@@ -360,4 +361,62 @@ fn put_event(out: &mut BytesMut, name: &str, data: &Value) {
         out.put_slice(b"{}");
     }
     out.put_slice(b"\n\n");
+}
+
+/// A ConverseStream as OpenAI chat chunks: its Anthropic events ([`ToAnthropic`]) translated
+/// on by Anthropic's [`ToOpenAi`], for a Responses client (whose translator reads chat).
+#[derive(Debug)]
+pub struct ToChat {
+    to_anthropic: ToAnthropic,
+    to_openai: ToOpenAi,
+    /// The Anthropic events of the message at hand (the error event, when one ended it).
+    events: BytesMut,
+}
+
+impl ToChat {
+    /// Chunks that report their usage, created at `created`.
+    pub fn new(id: &str, model: &str, created: u64) -> Self {
+        Self {
+            to_anthropic: ToAnthropic::new(id, model),
+            to_openai: ToOpenAi::new(true, created),
+            events: BytesMut::new(),
+        }
+    }
+
+    /// Translates one whole event-stream message into chat chunks in `out`.
+    pub fn event(&mut self, message: &[u8], out: &mut BytesMut) -> Step {
+        match self.to_anthropic.event(message, &mut self.events) {
+            step @ (Step::UpstreamError | Step::Malformed) => step,
+            step => match self.relay(out) {
+                Step::Continue => step,
+                other => other,
+            },
+        }
+    }
+
+    /// The upstream ended: the end chunks when the answer had stopped, else nothing.
+    pub fn finish(&mut self, out: &mut BytesMut) {
+        if self.to_anthropic.finish(&mut self.events) {
+            self.relay(out);
+        }
+    }
+
+    /// What the stream's exception said, once one has ended it.
+    pub fn reported(&self) -> Option<sse::ErrorReport> {
+        sse::reported(&self.events)
+    }
+
+    fn relay(&mut self, out: &mut BytesMut) -> Step {
+        let events = self.events.split();
+        let mut rest = &events[..];
+        while let Some(end) = sse::event_end(rest) {
+            let (event, more) = rest.split_at(end);
+            let step = self.to_openai.event(event, out);
+            if step != Step::Continue {
+                return step;
+            }
+            rest = more;
+        }
+        Step::Continue
+    }
 }
