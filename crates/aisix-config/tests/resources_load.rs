@@ -1352,7 +1352,7 @@ _format_version: "1"
 provider_keys:
   - {display_name: a, provider: bedrock, api_key: sk-nope}
   - {display_name: b, provider: bedrock, region: US_EAST, access_key_id: AKID}
-  - {display_name: c, provider: bedrock, region: us-east-1, session_token: t}
+  - {display_name: c, provider: bedrock, region: us-east-1, session_token: t, health_check: {}}
   - {display_name: d, provider: openai, region: us-east-1, secret_access_key: s}
 "#;
     assert_eq!(
@@ -1362,6 +1362,7 @@ provider_keys:
             "provider_keys[0].api_key: bedrock signs with AWS credentials: give access_key_id and secret_access_key (or none, to read AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
             "provider_keys[1].region: must be an AWS region name (lowercase letters, digits and -, such as us-east-1)",
             "provider_keys[1].secret_access_key: required with access_key_id",
+            "provider_keys[2].health_check: bedrock keys have no health check (Bedrock's model list is another, signed API)",
             "provider_keys[2].session_token: only taken with access_key_id and secret_access_key",
             "provider_keys[3].region: only bedrock providers take a region",
             "provider_keys[3].secret_access_key: only bedrock providers take a secret_access_key",

@@ -341,6 +341,12 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                     "bedrock signs with AWS credentials: give access_key_id and secret_access_key (or none, to read AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
                 );
             }
+            if health_check.is_some() {
+                report.error(
+                    field("health_check"),
+                    "bedrock keys have no health check (Bedrock's model list is another, signed API)",
+                );
+            }
             match (&access_key_id, &secret_access_key) {
                 (Some(_), None) => {
                     report.error(field("secret_access_key"), "required with access_key_id")
