@@ -76,23 +76,14 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         &route.upstream_model
     };
     if inbound.stream && is_event_stream(&head) {
-        let client = if anthropic {
-            TranslatedStream::passthrough(None)
-        } else {
-            TranslatedStream::to_openai(
-                converse.include_usage,
-                exchange::unix_now(),
-                None,
-                converse.structured,
-            )
-        };
-        let map = BedrockStream {
-            to_anthropic: ToAnthropic::new(&id, model),
-            out: BytesMut::new(),
-            client,
-            usage: None,
+        let map = BedrockStream::new(
+            &id,
+            model,
             anthropic,
-        };
+            converse.include_usage,
+            converse.structured,
+            exchange::unix_now(),
+        );
         return Ok(head.stream(StreamMap::Bedrock(Box::new(map))));
     }
     let structured = converse.structured;
@@ -202,6 +193,31 @@ pub(crate) struct BedrockStream {
 }
 
 impl BedrockStream {
+    /// A stream whose `message_start` names `id` and `model`, for an Anthropic client or an
+    /// OpenAI one (whose chunks say `created`, with the usage chunk when it asked for it, and
+    /// structured output as text).
+    pub(crate) fn new(
+        id: &str,
+        model: &str,
+        anthropic: bool,
+        include_usage: bool,
+        structured: bool,
+        created: u64,
+    ) -> Self {
+        let client = if anthropic {
+            TranslatedStream::passthrough(None)
+        } else {
+            TranslatedStream::to_openai(include_usage, created, None, structured)
+        };
+        Self {
+            to_anthropic: ToAnthropic::new(id, model),
+            out: BytesMut::new(),
+            client,
+            usage: None,
+            anthropic,
+        }
+    }
+
     pub(super) fn event(&mut self, message: &[u8]) -> Mapped {
         let mut step = Mapped::default();
         match self.to_anthropic.event(message, &mut self.out) {

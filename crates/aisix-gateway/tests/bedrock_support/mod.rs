@@ -13,29 +13,7 @@ pub const MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
 
 /// The event-stream bytes of a `.in.jsonl` stream description.
 pub fn framed(input: &[u8]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for line in input.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        let line: Value = serde_json::from_slice(line).unwrap();
-        let payload = line["payload"].to_string();
-        let mut message = match (line["event"].as_str(), line["exception"].as_str()) {
-            (Some(kind), _) => frames::event(kind, &payload),
-            (None, Some(kind)) => frames::encode(
-                &[
-                    (":message-type", "exception"),
-                    (":exception-type", kind),
-                    (":content-type", "application/json"),
-                ],
-                payload.as_bytes(),
-            ),
-            _ => panic!("a line names an event or an exception: {line}"),
-        };
-        if line["corrupt"] == true {
-            let at = message.len() - 6;
-            message[at] ^= 1;
-        }
-        bytes.extend(message);
-    }
-    bytes
+    frames::from_json_lines(input)
 }
 
 /// What a stream came to: the Anthropic events, the step that ended it, its usage.

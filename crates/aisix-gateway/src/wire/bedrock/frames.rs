@@ -146,6 +146,44 @@ pub fn event(kind: &str, payload: &str) -> Vec<u8> {
     )
 }
 
+/// Test and fuzz support: a stream described as JSON lines, one message each
+/// (`{"event": kind, "payload": {...}}` or `{"exception": kind, "payload": {...}}`; with
+/// `"corrupt": true` a payload byte is flipped so the message CRC fails), as its bytes. A line
+/// that is not such an object is left out.
+pub fn from_json_lines(input: &[u8]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for line in input.split(|b| *b == b'\n') {
+        let Ok(line) = serde_json::from_slice::<serde_json::Value>(line) else {
+            continue;
+        };
+        let payload = line
+            .get("payload")
+            .map(ToString::to_string)
+            .unwrap_or_default();
+        let text = |key: &str| line.get(key).and_then(serde_json::Value::as_str);
+        let mut message = match (text("event"), text("exception")) {
+            (Some(kind), _) => event(kind, &payload),
+            (None, Some(kind)) => encode(
+                &[
+                    (":message-type", "exception"),
+                    (":exception-type", kind),
+                    (":content-type", "application/json"),
+                ],
+                payload.as_bytes(),
+            ),
+            (None, None) => continue,
+        };
+        if line.get("corrupt") == Some(&serde_json::Value::Bool(true)) {
+            let at = message.len().saturating_sub(6);
+            if let Some(byte) = message.get_mut(at) {
+                *byte ^= 1;
+            }
+        }
+        bytes.extend(message);
+    }
+    bytes
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
