@@ -6,5 +6,9 @@ use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let _ = request::to_openai(data, "gpt", request::OutputTokensField::MaxTokens);
-    let _ = request::count_tokens_to_openai(data, "gpt", request::OutputTokensField::MaxCompletionTokens);
+    let _ = request::count_tokens_to_openai(
+        data,
+        "gpt",
+        request::OutputTokensField::MaxCompletionTokens,
+    );
 });

@@ -23,11 +23,11 @@ pub use etcd::{AdminConfig, EtcdConfig, EtcdTls};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
 pub use otlp::{Compression, OtlpConfig, Signal};
 pub use resources::{
-    ApiKey, BudgetPeriod, COLLECTIONS, CollectionDiff, Continuation, Cost,
+    ApiKey, AwsKeys, BudgetPeriod, COLLECTIONS, CollectionDiff, Continuation, Cost,
     DEFAULT_ANTHROPIC_VERSION, FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources,
     Model, ModelGroup, ModelPattern, OutputTokensField, ProviderKey, ProviderKind, RateLimit,
     Resources, ResourcesDiff, Routing, Secret, SpendBudget, SpendingPolicy, Strategy, Usd,
-    WhenAllUnavailable, document_key, document_place, hash_key, load_resources,
+    WhenAllUnavailable, bedrock_api_base, document_key, document_place, hash_key, load_resources,
     load_resources_file, parse_documents, parse_resources, sha256_hex,
 };
 pub use resources::{CREDENTIALS_ENV, ServiceAccount, VertexKey, vertex_api_base};

@@ -490,12 +490,12 @@ fn unsupported_provider_is_named() {
     let yaml = r#"
 _format_version: "1"
 provider_keys:
-  - {display_name: a, provider: bedrock}
+  - {display_name: a, provider: cohere}
 "#;
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, gemini, vertex, mock)"
+            "provider_keys[0].provider: unsupported provider \"cohere\" (this gateway supports openai, azure_openai, anthropic, gemini, vertex, bedrock, mock)"
         ]
     );
 }
@@ -1045,7 +1045,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, bill_prompt_on_error, health_check, project, location, credentials_file)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, bill_prompt_on_error, health_check, project, location, credentials_file, region, access_key_id, secret_access_key, session_token)",
             "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",
@@ -1299,6 +1299,73 @@ fn a_provider_key_health_check_loads_with_its_defaults_and_bounds() {
         [
             "provider_keys[0].health_check.interval: must be at least 100ms",
             "provider_keys[0].health_check.every: unknown field (expected one of: interval, timeout)",
+        ]
+    );
+}
+
+#[test]
+fn bedrock_keys_take_a_region_and_aws_credentials_from_the_file_or_none() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: env, provider: bedrock, region: us-west-2}
+  - display_name: static
+    provider: bedrock
+    region: eu-central-1
+    access_key_id: AKIDEXAMPLE
+    secret_access_key: ${AWS_SECRET}
+    session_token: token-value
+  - {display_name: local, provider: bedrock, region: us-east-1, api_base: "http://127.0.0.1:9"}
+"#;
+    let resources = load(yaml, &[("AWS_SECRET", "wJalrXUtnFEMI-secret")]);
+    let [env, fixed, local] = &resources.provider_keys[..] else {
+        panic!("three keys")
+    };
+    assert_eq!(
+        env.api_base,
+        "https://bedrock-runtime.us-west-2.amazonaws.com"
+    );
+    assert_eq!(env.region.as_deref(), Some("us-west-2"));
+    assert!(env.aws.is_none());
+    let aws = fixed.aws.as_ref().expect("static credentials");
+    assert_eq!(aws.access_key_id.expose(), "AKIDEXAMPLE");
+    assert_eq!(aws.secret_access_key.expose(), "wJalrXUtnFEMI-secret");
+    assert_eq!(
+        aws.session_token.as_ref().map(|t| t.expose()),
+        Some("token-value")
+    );
+    assert_eq!(
+        fixed.api_base,
+        "https://bedrock-runtime.eu-central-1.amazonaws.com"
+    );
+    assert!(!fixed.responses);
+    assert_eq!(local.api_base, "http://127.0.0.1:9");
+    let printed = format!("{resources:?}");
+    assert!(!printed.contains("wJalrXUtnFEMI-secret"), "{printed}");
+    assert!(!printed.contains("token-value"), "{printed}");
+}
+
+#[test]
+fn bedrock_key_errors_are_each_named() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys:
+  - {display_name: a, provider: bedrock, api_key: sk-nope}
+  - {display_name: b, provider: bedrock, region: US_EAST, access_key_id: AKID}
+  - {display_name: c, provider: bedrock, region: us-east-1, session_token: t, health_check: {}}
+  - {display_name: d, provider: openai, region: us-east-1, secret_access_key: s}
+"#;
+    assert_eq!(
+        errors(yaml, &[]),
+        [
+            "provider_keys[0].region: required for bedrock (such as us-east-1)",
+            "provider_keys[0].api_key: bedrock signs with AWS credentials: give access_key_id and secret_access_key (or none, to read AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+            "provider_keys[1].region: must be an AWS region name (lowercase letters, digits and -, such as us-east-1)",
+            "provider_keys[1].secret_access_key: required with access_key_id",
+            "provider_keys[2].health_check: bedrock keys have no health check (Bedrock's model list is another, signed API)",
+            "provider_keys[2].session_token: only taken with access_key_id and secret_access_key",
+            "provider_keys[3].region: only bedrock providers take a region",
+            "provider_keys[3].secret_access_key: only bedrock providers take a secret_access_key",
         ]
     );
 }

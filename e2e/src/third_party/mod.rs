@@ -6,10 +6,12 @@
 
 pub mod asgi;
 pub mod balancer;
+pub mod bedrock;
 pub mod etcd;
 pub mod gemini;
 pub mod nginx;
 pub mod otlp;
+pub mod recorded;
 pub mod redis;
 pub mod vertex;
 

@@ -21,8 +21,8 @@ use super::reader::{
 };
 use super::rfc3339;
 use super::types::{
-    ApiKey, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey, ProviderKind,
-    Resources, Secret,
+    ApiKey, AwsKeys, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey,
+    ProviderKind, Resources, Secret, bedrock_api_base,
 };
 use super::vertex::{self, CREDENTIALS_ENV, VertexKey};
 use crate::bootstrap::CooldownOverrides;
@@ -302,6 +302,17 @@ fn read_provider_key(
     let credentials_file = fields
         .optional(report, "credentials_file")
         .map(|(v, p)| non_empty_string(report, v, &p).map(|f| (PathBuf::from(f), p)));
+    let region = fields
+        .optional(report, "region")
+        .map(|(v, p)| non_empty_string(report, v, &p).and_then(|r| aws_region(report, r, &p)));
+    let mut secret = |name: &'static str| {
+        fields
+            .optional(report, name)
+            .map(|(v, p)| non_empty_string(report, v, &p).map(Secret::new))
+    };
+    let access_key_id = secret("access_key_id");
+    let secret_access_key = secret("secret_access_key");
+    let session_token = secret("session_token");
     fields.finish(report, "field");
     let mut vertex_key = None;
 
@@ -328,6 +339,7 @@ fn read_provider_key(
             ProviderKind::Anthropic
                 | ProviderKind::Gemini
                 | ProviderKind::Vertex
+                | ProviderKind::Bedrock
                 | ProviderKind::Mock
         ) && matches!(responses, Some(Some(true)))
         {
@@ -361,8 +373,50 @@ fn read_provider_key(
                 }
             }
         }
+        if provider == ProviderKind::Bedrock {
+            if region.is_none() {
+                report.error(field("region"), "required for bedrock (such as us-east-1)");
+            }
+            if api_key.is_some() {
+                report.error(
+                    field("api_key"),
+                    "bedrock signs with AWS credentials: give access_key_id and secret_access_key (or none, to read AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)",
+                );
+            }
+            if health_check.is_some() {
+                report.error(
+                    field("health_check"),
+                    "bedrock keys have no health check (Bedrock's model list is another, signed API)",
+                );
+            }
+            match (&access_key_id, &secret_access_key) {
+                (Some(_), None) => {
+                    report.error(field("secret_access_key"), "required with access_key_id")
+                }
+                (None, Some(_)) => {
+                    report.error(field("access_key_id"), "required with secret_access_key")
+                }
+                (None, None) if session_token.is_some() => report.error(
+                    field("session_token"),
+                    "only taken with access_key_id and secret_access_key",
+                ),
+                _ => {}
+            }
+        } else {
+            for (given, name) in [
+                (region.is_some(), "region"),
+                (access_key_id.is_some(), "access_key_id"),
+                (secret_access_key.is_some(), "secret_access_key"),
+                (session_token.is_some(), "session_token"),
+            ] {
+                if given {
+                    report.error(field(name), format!("only bedrock providers take a {name}"));
+                }
+            }
+        }
         if provider.default_api_base().is_none()
             && provider != ProviderKind::Vertex
+            && provider != ProviderKind::Bedrock
             && api_base.is_none()
         {
             report.error(
@@ -385,6 +439,12 @@ fn read_provider_key(
         bill_prompt_on_error,
         health_check,
         vertex_key,
+        Aws {
+            region,
+            access_key_id,
+            secret_access_key,
+            session_token,
+        },
     );
     ProviderKeyDraft {
         name,
@@ -410,15 +470,31 @@ fn build_provider_key(
     bill_prompt_on_error: Option<Option<bool>>,
     health_check: Option<Option<HealthCheck>>,
     vertex: Option<VertexKey>,
+    aws: Aws,
 ) -> Option<ProviderKey> {
     let provider = provider?;
     if provider == ProviderKind::Vertex && vertex.is_none() {
         return None;
     }
-    let api_base = match (given(api_base)?, &vertex) {
-        (Some(base), _) => base,
-        (None, Some(vertex)) => super::vertex::default_api_base(&vertex.location),
-        (None, None) => provider.default_api_base()?.to_owned(),
+    let region = given(aws.region)?;
+    let api_base = match (given(api_base)?, &vertex, &region) {
+        (Some(base), _, _) => base,
+        (None, Some(vertex), _) => super::vertex::default_api_base(&vertex.location),
+        (None, None, Some(region)) if provider == ProviderKind::Bedrock => bedrock_api_base(region),
+        (None, _, _) => provider.default_api_base()?.to_owned(),
+    };
+    let aws_keys = match (
+        given(aws.access_key_id)?,
+        given(aws.secret_access_key)?,
+        given(aws.session_token)?,
+    ) {
+        (Some(access_key_id), Some(secret_access_key), session_token) => Some(AwsKeys {
+            access_key_id,
+            secret_access_key,
+            session_token,
+        }),
+        (None, None, None) => None,
+        _ => return None,
     };
     let responses = given(responses)?.unwrap_or(match provider {
         ProviderKind::OpenAi => Some(api_base.as_str()) == provider.default_api_base(),
@@ -426,6 +502,7 @@ fn build_provider_key(
         ProviderKind::Anthropic
         | ProviderKind::Gemini
         | ProviderKind::Vertex
+        | ProviderKind::Bedrock
         | ProviderKind::Mock => false,
     });
     Some(ProviderKey {
@@ -441,7 +518,34 @@ fn build_provider_key(
         bill_prompt_on_error: given(bill_prompt_on_error)?.unwrap_or(false),
         health_check: given(health_check)?,
         vertex,
+        region,
+        aws: aws_keys,
     })
+}
+
+/// A `bedrock` key's AWS fields as read.
+struct Aws {
+    region: Option<Option<String>>,
+    access_key_id: Option<Option<Secret>>,
+    secret_access_key: Option<Option<Secret>>,
+    session_token: Option<Option<Secret>>,
+}
+
+/// An AWS region such as `us-east-1`: it goes into the endpoint's host name and the
+/// signature's scope, so only lowercase letters, digits and `-` are taken.
+fn aws_region(report: &mut Report, region: &str, path: &str) -> Option<String> {
+    if region
+        .bytes()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+    {
+        Some(region.to_owned())
+    } else {
+        report.error(
+            path,
+            "must be an AWS region name (lowercase letters, digits and -, such as us-east-1)",
+        );
+        None
+    }
 }
 
 /// A `vertex` key's `project` and `location` (both required) and its service account, from

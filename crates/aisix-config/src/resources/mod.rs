@@ -24,7 +24,7 @@ pub use limits::{BudgetPeriod, Cost, RateLimit, SpendBudget, SpendingPolicy, Usd
 pub use load::{LoadedResources, load_resources, load_resources_file, parse_resources, sha256_hex};
 pub use pattern::ModelPattern;
 pub use types::{
-    ApiKey, Continuation, DEFAULT_ANTHROPIC_VERSION, HealthCheck, Model, OutputTokensField,
-    ProviderKey, ProviderKind, Resources, Secret,
+    ApiKey, AwsKeys, Continuation, DEFAULT_ANTHROPIC_VERSION, HealthCheck, Model,
+    OutputTokensField, ProviderKey, ProviderKind, Resources, Secret, bedrock_api_base,
 };
 pub use vertex::{CREDENTIALS_ENV, ServiceAccount, VertexKey, default_api_base as vertex_api_base};

@@ -38,18 +38,21 @@ pub enum ProviderKind {
     /// Google Cloud's Vertex AI: a service account's OAuth2 token, Gemini and Anthropic models
     /// under `projects/{project}/locations/{location}/publishers/…`.
     Vertex,
+    /// Amazon Bedrock's Converse API in one AWS `region`, every request signed with SigV4.
+    Bedrock,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 6] = [
+    pub const ALL: [ProviderKind; 7] = [
         ProviderKind::OpenAi,
         ProviderKind::AzureOpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
         ProviderKind::Vertex,
+        ProviderKind::Bedrock,
         ProviderKind::Mock,
     ];
 
@@ -62,6 +65,7 @@ impl ProviderKind {
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
             ProviderKind::Vertex => "vertex",
+            ProviderKind::Bedrock => "bedrock",
             ProviderKind::Mock => "mock",
         }
     }
@@ -72,11 +76,12 @@ impl ProviderKind {
     }
 
     /// The `api_base` used when a provider key gives none; empty when the kind needs none,
-    /// `None` when every key must give its own.
+    /// `None` when every key must give its own (`bedrock`'s follows its `region`:
+    /// [`bedrock_api_base`]).
     pub fn default_api_base(&self) -> Option<&'static str> {
         match self {
             ProviderKind::OpenAi => Some("https://api.openai.com/v1"),
-            ProviderKind::AzureOpenAi => None,
+            ProviderKind::AzureOpenAi | ProviderKind::Bedrock => None,
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
             // Its location's host ([`super::vertex::default_api_base`]).
@@ -90,6 +95,20 @@ impl fmt::Display for ProviderKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Bedrock's runtime endpoint in `region`, a `bedrock` key's `api_base` when it gives none.
+pub fn bedrock_api_base(region: &str) -> String {
+    format!("https://bedrock-runtime.{region}.amazonaws.com")
+}
+
+/// A `bedrock` key's static AWS credentials (`access_key_id`, `secret_access_key`,
+/// `session_token`); every value prints as `***`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AwsKeys {
+    pub access_key_id: Secret,
+    pub secret_access_key: Secret,
+    pub session_token: Option<Secret>,
 }
 
 /// The `anthropic-version` sent to an `anthropic` provider whose key sets none.
@@ -129,6 +148,11 @@ pub struct ProviderKey {
     pub health_check: Option<HealthCheck>,
     /// `vertex` only (and required there): `project`, `location` and the service account.
     pub vertex: Option<super::vertex::VertexKey>,
+    /// `bedrock` only (and required there): the AWS region requests are signed for.
+    pub region: Option<String>,
+    /// `bedrock` only: static credentials; when absent, the gateway reads `AWS_ACCESS_KEY_ID`,
+    /// `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN` when it builds its snapshot.
+    pub aws: Option<AwsKeys>,
 }
 
 /// `provider_keys[].health_check`: a cheap request (the provider's model list) every
@@ -224,6 +248,7 @@ impl Continuation {
             | ProviderKind::AzureOpenAi
             | ProviderKind::Gemini
             | ProviderKind::Vertex
+            | ProviderKind::Bedrock
             | ProviderKind::Mock => Continuation::None,
         }
     }

@@ -191,6 +191,7 @@ fn provider_name(kind: aisix_config::ProviderKind) -> &'static str {
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Gemini => "gcp.gemini",
         ProviderKind::Vertex => "gcp.vertex_ai",
+        ProviderKind::Bedrock => "aws.bedrock",
         ProviderKind::Mock => "aisix.mock",
     }
 }

@@ -1,7 +1,8 @@
 //! One upstream stream, read event by event into the client's dialect: the part of relaying
 //! that the attempt loop's hold and the response body share.
 //!
-//! - Events are found by [`Splitter`], which scans each byte once; the incomplete rest is kept
+//! - Events are found by [`Splitter`] (or, for Bedrock's binary event stream, by
+//!   [`FrameSplitter`]), which scans each byte once; the incomplete rest is kept
 //!   and bounded by `upstream.max_sse_event_bytes`. Each complete event goes through the
 //!   adapter's [`StreamMap`], which keeps it, drops it or replaces it; kept events are not
 //!   copied.
@@ -42,6 +43,7 @@ use crate::snapshot::Provider;
 use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
+use crate::wire::bedrock::frames::FrameSplitter;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::usage::Usage;
 
@@ -74,7 +76,7 @@ pub(crate) struct Events {
     /// The upstream connection, handed back once the stream has been read to the end.
     lease: Option<Lease>,
     map: StreamMap,
-    splitter: Splitter,
+    splitter: Framing,
     /// Bytes of an event not complete yet.
     partial: BytesMut,
     /// Complete events not sent yet.
@@ -102,6 +104,35 @@ pub(crate) struct Events {
     provider: Option<Arc<Provider>>,
 }
 
+/// Where an upstream's events end: server-sent events, or AWS's event-stream messages.
+#[derive(Debug, Clone, Copy)]
+enum Framing {
+    Sse(Splitter),
+    EventStream(FrameSplitter),
+}
+
+impl Framing {
+    fn of(map: &StreamMap) -> Self {
+        if map.event_stream_framed() {
+            Framing::EventStream(FrameSplitter::default())
+        } else {
+            Framing::Sse(Splitter::default())
+        }
+    }
+
+    fn next_end(&mut self, bytes: &[u8]) -> Option<usize> {
+        match self {
+            Framing::Sse(splitter) => splitter.next_end(bytes),
+            Framing::EventStream(splitter) => splitter.next_end(bytes),
+        }
+    }
+
+    /// See [`Splitter::owes_lf`]; binary messages owe nothing.
+    fn owes_lf(&self) -> bool {
+        matches!(self, Framing::Sse(splitter) if splitter.owes_lf())
+    }
+}
+
 /// What a run of events came to.
 #[derive(Debug, Default)]
 struct Scanned {
@@ -119,7 +150,7 @@ struct Scanned {
 
 /// Splits the events of `buf` whose bytes before `at` were scanned already, runs each through
 /// `map`, and stops after `[DONE]` or at a failure.
-fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize) -> Scanned {
+fn scan(map: &mut StreamMap, splitter: &mut Framing, buf: &[u8], mut at: usize) -> Scanned {
     let mut scanned = Scanned::default();
     while let Some(len) = splitter.next_end(&buf[at..]) {
         let end = at + len;
@@ -128,7 +159,7 @@ fn scan(map: &mut StreamMap, splitter: &mut Splitter, buf: &[u8], mut at: usize)
         if step.failure.is_some() {
             scanned.failure = step.failure;
             if matches!(step.failure, Some(ErrorKind::UpstreamServerError(_))) {
-                scanned.reported = sse::reported(event);
+                scanned.reported = step.reported.map(|r| *r).or_else(|| sse::reported(event));
             }
             break;
         }
@@ -210,8 +241,8 @@ impl Events {
         let mut events = Self {
             upstream: Some(upstream),
             lease,
+            splitter: Framing::of(&map),
             map,
-            splitter: Splitter::default(),
             partial: BytesMut::new(),
             out: Pieces::default(),
             yields: 0,
@@ -368,7 +399,7 @@ impl Events {
                     // came), and the connection stays reusable.
                     let data = match data.first() {
                         Some(b'\n') if self.splitter.owes_lf() => {
-                            self.splitter = Splitter::default();
+                            self.splitter = Framing::Sse(Splitter::default());
                             if self.out.last() == Some(b'\r') {
                                 self.out.push(data.slice(..1));
                             }

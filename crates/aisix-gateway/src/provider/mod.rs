@@ -20,6 +20,7 @@
 //! streams, a [`StreamMap`] variant; the attempt loop and the relay do not change.
 
 pub(crate) mod anthropic;
+pub(crate) mod bedrock;
 pub(crate) mod events;
 pub(crate) mod exchange;
 pub(crate) mod gemini;
@@ -136,6 +137,7 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
         ProviderKind::Anthropic => anthropic::call(&call).await,
         ProviderKind::Gemini => gemini::call(&call).await,
         ProviderKind::Vertex => vertex::call(&call).await,
+        ProviderKind::Bedrock => bedrock::call(&call).await,
     }
 }
 
@@ -150,6 +152,8 @@ pub(crate) enum StreamMap {
     Responses(Box<responses::ResponsesStream>),
     /// Gemini events translated for either client.
     Gemini(Box<gemini::GeminiStream>),
+    /// Bedrock's event-stream messages translated for either client.
+    Bedrock(Box<bedrock::BedrockStream>),
 }
 
 /// What the client gets for one upstream event.
@@ -162,6 +166,9 @@ pub(crate) struct Mapped {
     pub usage: Option<Usage>,
     /// The event shows the stream has failed (an error event, a malformed chunk).
     pub failure: Option<ErrorKind>,
+    /// What the upstream said of the error it reported, when the map read it itself (a
+    /// stream that is not SSE); else the relay reads it from the event.
+    pub reported: Option<Box<crate::wire::sse::ErrorReport>>,
 }
 
 /// What becomes of an event.
@@ -183,6 +190,7 @@ impl StreamMap {
             StreamMap::Translated(map) => map.event(event),
             StreamMap::Responses(map) => map.event(event),
             StreamMap::Gemini(map) => map.event(event),
+            StreamMap::Bedrock(map) => map.event(event),
         }
     }
 
@@ -193,6 +201,7 @@ impl StreamMap {
             StreamMap::Translated(map) => map.dialect(),
             StreamMap::Responses(_) => Dialect::Responses,
             StreamMap::Gemini(map) => map.dialect(),
+            StreamMap::Bedrock(map) => map.dialect(),
         }
     }
 
@@ -204,6 +213,7 @@ impl StreamMap {
             StreamMap::Translated(map) => map.started(),
             StreamMap::Responses(map) => map.started(),
             StreamMap::Gemini(map) => map.started(),
+            StreamMap::Bedrock(map) => map.started(),
         }
     }
 
@@ -219,6 +229,17 @@ impl StreamMap {
             StreamMap::Responses(map) => map.finish(),
             // Its last event completes it: a body that ends before that was cut.
             StreamMap::Gemini(_) => None,
+            StreamMap::Bedrock(map) => map.finish(),
+        }
+    }
+
+    /// Whether the upstream's events come in AWS's binary event-stream framing (Bedrock)
+    /// rather than as server-sent events.
+    pub(crate) fn event_stream_framed(&self) -> bool {
+        match self {
+            StreamMap::Bedrock(_) => true,
+            StreamMap::Responses(map) => map.event_stream_framed(),
+            _ => false,
         }
     }
 
@@ -227,7 +248,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.text(),
             StreamMap::Translated(map) => map.text(),
-            StreamMap::Responses(_) | StreamMap::Gemini(_) => None,
+            StreamMap::Responses(_) | StreamMap::Gemini(_) | StreamMap::Bedrock(_) => None,
         }
     }
 
@@ -237,8 +258,8 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.in_tool_call(),
             StreamMap::Translated(map) => map.in_tool_call(),
-            // Cut Responses and Gemini streams are not continued.
-            StreamMap::Responses(_) | StreamMap::Gemini(_) => true,
+            // Cut Responses, Gemini and Bedrock streams are not continued.
+            StreamMap::Responses(_) | StreamMap::Gemini(_) | StreamMap::Bedrock(_) => true,
         }
     }
 
@@ -247,8 +268,8 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.keep_text(so_far),
             StreamMap::Translated(map) => map.keep_text(so_far),
-            // Cut Responses and Gemini streams are not continued: nothing to keep.
-            StreamMap::Responses(_) | StreamMap::Gemini(_) => {}
+            // Cut Responses, Gemini and Bedrock streams are not continued: nothing to keep.
+            StreamMap::Responses(_) | StreamMap::Gemini(_) | StreamMap::Bedrock(_) => {}
         }
     }
 
@@ -259,6 +280,7 @@ impl StreamMap {
             StreamMap::OpenAi(_) | StreamMap::Responses(_) => Blocks::default(),
             StreamMap::Translated(map) => map.blocks(),
             StreamMap::Gemini(map) => map.blocks(),
+            StreamMap::Bedrock(map) => map.blocks(),
         }
     }
 
@@ -269,6 +291,7 @@ impl StreamMap {
             StreamMap::Translated(map) => map.carried(),
             StreamMap::Responses(map) => map.carried(),
             StreamMap::Gemini(map) => map.carried(),
+            StreamMap::Bedrock(map) => map.carried(),
         }
     }
 
@@ -287,7 +310,7 @@ impl StreamMap {
         match self {
             StreamMap::OpenAi(map) => map.continuing(before),
             StreamMap::Translated(map) => map.continuing(before, at),
-            StreamMap::Responses(_) | StreamMap::Gemini(_) => {}
+            StreamMap::Responses(_) | StreamMap::Gemini(_) | StreamMap::Bedrock(_) => {}
         }
     }
 

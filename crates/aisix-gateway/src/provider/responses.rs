@@ -20,6 +20,7 @@ use crate::wire::Dialect;
 use crate::wire::anthropic::request::{self as anthropic_request, DEFAULT_MAX_TOKENS};
 use crate::wire::anthropic::response::{self as anthropic_response, Malformed};
 use crate::wire::anthropic::stream::{self as anthropic_stream, ToOpenAi, Translator};
+use crate::wire::bedrock::stream::ToChat as BedrockToChat;
 use crate::wire::chunk;
 use crate::wire::gemini::response as gemini_response;
 use crate::wire::gemini::stream::ToChat as GeminiToChat;
@@ -217,6 +218,57 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
     }
     answered(call, head, reserved, echo, keep, |body| {
         let chat = anthropic_response::to_openai(body, exchange::unix_now())?;
+        Ok(Cow::Owned(chat.body.to_vec()))
+    })
+    .await
+}
+
+/// The client's Responses request for a `bedrock` target: translated to chat completions, then
+/// to a Converse body (through Anthropic's Messages); Bedrock's answer or stream comes back
+/// through Anthropic's shape and chat to Responses.
+pub(crate) async fn via_bedrock(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let (route, inbound) = (call.route, call.inbound);
+    let Prepared { chat, echo, keep } = prepare(call, inbound.stream).await?;
+    let converse =
+        crate::wire::bedrock::request::from_chat(&chat, &route.upstream_model, DEFAULT_MAX_TOKENS)
+            .map_err(super::anthropic::request_error)?;
+    let uri = if inbound.stream {
+        route
+            .uris
+            .stream()
+            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
+    } else {
+        call.uri(Endpoint::ChatCompletions)?
+    };
+    let reserved = if inbound.stream {
+        None
+    } else {
+        Some(call.reserve().await?)
+    };
+    let extra = super::bedrock::signed(call, uri, &converse.body, inbound.stream)?;
+    let head = call
+        .send(uri, converse.body, &extra, super::bedrock::error_body)
+        .await?;
+    let id = super::bedrock::message_id(call);
+    if inbound.stream && super::bedrock::is_event_stream(&head) {
+        let to_chat = BedrockToChat::new(&id, &route.upstream_model, exchange::unix_now());
+        let map = Translating::new(
+            echo,
+            Arc::clone(&call.route.provider),
+            keep,
+            Some(Box::new(ToChatChunks::Bedrock(to_chat))),
+        );
+        return Ok(
+            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
+                map,
+            )))),
+        );
+    }
+    let structured = converse.structured;
+    answered(call, head, reserved, echo, keep, |body| {
+        let (message, _) =
+            crate::wire::bedrock::response::to_messages_body(body, &id, &route.upstream_model)?;
+        let chat = anthropic_response::to_openai_with(&message, exchange::unix_now(), structured)?;
         Ok(Cow::Owned(chat.body.to_vec()))
     })
     .await
@@ -450,6 +502,12 @@ pub(crate) enum ResponsesStream {
 }
 
 impl ResponsesStream {
+    /// Whether its upstream is Bedrock's binary event stream.
+    pub(super) fn event_stream_framed(&self) -> bool {
+        matches!(self, ResponsesStream::Translated(map)
+            if matches!(map.upstream.as_deref(), Some(ToChatChunks::Bedrock(_))))
+    }
+
     pub(super) fn event(&mut self, raw: &[u8]) -> Mapped {
         match self {
             ResponsesStream::Relay(map) => map.event(raw),
@@ -493,6 +551,8 @@ impl ResponsesStream {
 pub(crate) enum ToChatChunks {
     Anthropic(ToOpenAi),
     Gemini(GeminiToChat),
+    /// Bedrock's event-stream messages (through Anthropic's events).
+    Bedrock(BedrockToChat),
 }
 
 /// Chat chunks translated into a Responses stream.
@@ -546,9 +606,13 @@ impl Translating {
         let step = match to_chat.as_mut() {
             ToChatChunks::Anthropic(to_chat) => to_chat.event(raw, &mut self.chat),
             ToChatChunks::Gemini(to_chat) => to_chat.event(raw, &mut self.chat),
+            ToChatChunks::Bedrock(to_chat) => to_chat.event(raw, &mut self.chat),
         };
         if step == anthropic_stream::Step::UpstreamError {
-            self.reported = sse::reported(raw);
+            self.reported = match to_chat.as_ref() {
+                ToChatChunks::Bedrock(to_chat) => to_chat.reported(),
+                _ => sse::reported(raw),
+            };
         }
         let outcome = self.feed_chat();
         match (step, outcome) {
@@ -578,10 +642,18 @@ impl Translating {
 
     /// The upstream body ended: whether the answer was whole (its last events written).
     fn finish(&mut self) -> bool {
-        // A Gemini stream completes with its last event; only Anthropic's may end here.
-        if let Some(ToChatChunks::Anthropic(to_chat)) = self.upstream.as_deref_mut() {
-            to_chat.end(&mut self.chat);
-            self.feed_chat();
+        // A Gemini stream completes with its last event; Anthropic's may end here, and
+        // Bedrock's after its stop but before its usage.
+        match self.upstream.as_deref_mut() {
+            Some(ToChatChunks::Anthropic(to_chat)) => {
+                to_chat.end(&mut self.chat);
+                self.feed_chat();
+            }
+            Some(ToChatChunks::Bedrock(to_chat)) => {
+                to_chat.finish(&mut self.chat);
+                self.feed_chat();
+            }
+            _ => {}
         }
         let finished = self.from.finish(&mut self.out);
         self.keep();

@@ -198,6 +198,10 @@ impl Snapshot {
                         )),
                         None,
                     ),
+                    (ProviderKind::Bedrock, Some(key)) => (
+                        Arc::new(EndpointUris::bedrock(&key.api_base, &model.model_name)),
+                        None,
+                    ),
                     (ProviderKind::Gemini, Some(key)) => (
                         Arc::new(EndpointUris::gemini(&key.api_base, &model.model_name)),
                         None,
@@ -384,6 +388,45 @@ api_keys:
             snapshot.api_key(&key).unwrap().limits.is_some(),
             "a budget alone"
         );
+    }
+
+    #[test]
+    fn bedrock_models_get_converse_paths_a_signer_and_no_credential_header() {
+        let yaml = r#"_format_version: "1"
+provider_keys:
+  - display_name: b
+    provider: bedrock
+    region: us-west-2
+    access_key_id: AKIDEXAMPLE
+    secret_access_key: wJalrXUtnFEMI-secret
+models:
+  - {display_name: claude, provider: bedrock, model_name: "anthropic.claude-3-5-sonnet-20240620-v1:0", provider_key: b}
+"#;
+        let resources = parse(yaml);
+        let snapshot = Snapshot::from_resources(&resources);
+        let claude = direct(&snapshot, "claude");
+        let base = "https://bedrock-runtime.us-west-2.amazonaws.com/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0";
+        assert_eq!(
+            claude
+                .uris
+                .get(Endpoint::ChatCompletions)
+                .unwrap()
+                .to_string(),
+            format!("{base}/converse")
+        );
+        assert_eq!(
+            claude.uris.stream().unwrap().to_string(),
+            format!("{base}/converse-stream")
+        );
+        assert_eq!(
+            claude.uris.get(Endpoint::Embeddings).unwrap().to_string(),
+            format!("{base}/invoke")
+        );
+        assert!(claude.uris.get(Endpoint::Messages).is_none());
+        assert!(claude.provider.headers.is_empty());
+        assert!(claude.provider.signer.is_some());
+        assert_eq!(claude.provider.error_secret(), Some("wJalrXUtnFEMI-secret"));
+        assert!(claude.provider.health_check.is_none());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use super::credential::Refreshed;
 use super::uris::{EndpointUris, percent_encoded};
 use crate::mask::Masks;
 use crate::upstream::egress::{Egress, Route};
+use crate::upstream::sigv4::Signer;
 
 /// A provider key as the request path uses it: where to send, with which credential.
 #[derive(Debug)]
@@ -43,6 +44,9 @@ pub struct Provider {
     pub(crate) health_check: Option<(HealthCheck, Uri)>,
     /// `vertex`: the `Authorization` header refreshed off the request path.
     pub(crate) credential: Option<Arc<Refreshed<HeaderValue>>>,
+    /// `bedrock` only: signs each request with the key's AWS credentials (`None` when neither
+    /// the key nor the environment gave any: its requests fail with a clear error).
+    pub(crate) signer: Option<Signer>,
 }
 
 /// The cheapest request that proves a key works: the provider's model list.
@@ -59,6 +63,8 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
         ProviderKind::Gemini => ("/models", None),
         // Vertex has no model list under a project; its check is left out.
         ProviderKind::Vertex => return None,
+        // Bedrock's model list is on another host (`bedrock.{region}`) and signed: no check.
+        ProviderKind::Bedrock => return None,
         ProviderKind::AzureOpenAi => (
             "/openai/models",
             key.api_version
@@ -99,6 +105,8 @@ impl Provider {
             ),
             // Its token is `credential`'s, added to each request.
             ProviderKind::Vertex => (EndpointUris::default(), http::header::AUTHORIZATION, None),
+            // Signed per request: no credential header.
+            ProviderKind::Bedrock => (EndpointUris::default(), http::header::AUTHORIZATION, None),
             ProviderKind::Anthropic => (
                 EndpointUris::new(&key.api_base, "", None),
                 HeaderName::from_static("x-api-key"),
@@ -131,6 +139,28 @@ impl Provider {
             headers.insert(auth_header, value);
         }
         let health_check = key.health_check.zip(health_uri(key));
+        let aws = (key.provider == ProviderKind::Bedrock).then(|| aws_credentials(key));
+        let signer = aws.as_ref().and_then(|aws| {
+            let Some((id, secret, token)) = aws else {
+                tracing::warn!(
+                    provider = %key.display_name,
+                    "bedrock key has no AWS credentials (neither access_key_id in the resources nor AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment): its requests will fail"
+                );
+                return None;
+            };
+            Some(Signer::new(
+                id,
+                secret,
+                token.as_deref(),
+                key.region.as_deref().unwrap_or_default(),
+                "bedrock",
+            ))
+        });
+        let aws_secrets = aws.iter().flatten().flat_map(|(id, secret, token)| {
+            [Some(id.as_str()), Some(secret.as_str()), token.as_deref()]
+                .into_iter()
+                .flatten()
+        });
         // The route depends only on the scheme and host, the same for every endpoint.
         let route = key
             .api_base
@@ -141,12 +171,18 @@ impl Provider {
             kind: key.provider,
             uris: Arc::new(uris),
             headers,
-            secret: key.api_key.as_ref().map(|k| k.expose().into()),
+            secret: key.api_key.as_ref().map(|k| k.expose().into()).or_else(|| {
+                aws.iter()
+                    .flatten()
+                    .map(|(_, secret, _)| secret.as_str().into())
+                    .next()
+            }),
             masks: Masks::new(
                 key.api_key
                     .iter()
                     .chain(key.headers.iter().map(|(_, value)| value))
-                    .map(|secret| secret.expose()),
+                    .map(|secret| secret.expose())
+                    .chain(aws_secrets),
             ),
             stream_usage: key.stream_usage,
             bill_prompt_on_error: key.bill_prompt_on_error,
@@ -159,6 +195,25 @@ impl Provider {
                 .unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION)),
             route,
             credential,
+            signer,
         }
     }
+}
+
+/// A `bedrock` key's credentials: its own, else `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`
+/// and `AWS_SESSION_TOKEN` from the environment, read once here (never on a request).
+fn aws_credentials(key: &ProviderKey) -> Option<(String, String, Option<String>)> {
+    if let Some(aws) = &key.aws {
+        return Some((
+            aws.access_key_id.expose().to_owned(),
+            aws.secret_access_key.expose().to_owned(),
+            aws.session_token.as_ref().map(|t| t.expose().to_owned()),
+        ));
+    }
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    Some((
+        var("AWS_ACCESS_KEY_ID")?,
+        var("AWS_SECRET_ACCESS_KEY")?,
+        var("AWS_SESSION_TOKEN"),
+    ))
 }

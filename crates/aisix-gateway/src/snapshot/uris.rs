@@ -123,6 +123,24 @@ impl EndpointUris {
         }
     }
 
+    /// A Bedrock model's URIs: chat completions and Messages (either client dialect) at
+    /// `{api_base}/model/{model}/converse` and, streamed, `/converse-stream`; embeddings at
+    /// `/invoke`. The model id (an ARN's `:` and `/` included) is one percent-encoded segment.
+    pub(super) fn bedrock(api_base: &str, model: &str) -> Self {
+        let (base, query) = match api_base.split_once('?') {
+            Some((base, query)) => (base, format!("?{query}")),
+            None => (api_base, String::new()),
+        };
+        let model = percent_encoded(model);
+        let uri = |action: &str| format!("{base}/model/{model}/{action}{query}").parse().ok();
+        Self {
+            chat_completions: uri("converse"),
+            embeddings: uri("invoke"),
+            stream: uri("converse-stream"),
+            ..Self::default()
+        }
+    }
+
     /// The streaming URI of chat, where the provider names streams in its URL (Gemini).
     pub fn stream(&self) -> Option<&Uri> {
         self.stream.as_ref()

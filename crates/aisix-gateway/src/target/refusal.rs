@@ -41,11 +41,14 @@ impl UpstreamRefusal {
     }
 }
 
-/// `{"error": {...}}` (OpenAI, Azure) and `{"type":"error","error":{...}}` (Anthropic).
+/// `{"error": {...}}` (OpenAI, Azure), `{"type":"error","error":{...}}` (Anthropic) and
+/// `{"message": "..."}` (AWS, whose exception name is a header).
 #[derive(Deserialize)]
 struct Envelope<'a> {
     #[serde(borrow)]
     error: Option<Object<'a>>,
+    #[serde(borrow)]
+    message: Option<Cow<'a, str>>,
 }
 
 #[derive(Deserialize)]
@@ -60,10 +63,13 @@ struct Object<'a> {
 
 /// The kind of an upstream's refusal with `status` and error `body`, if routing knows it.
 pub fn classify(status: u16, body: &[u8]) -> Option<UpstreamRefusal> {
-    let object = serde_json::from_slice::<Envelope<'_>>(body)
-        .ok()
-        .and_then(|e| e.error);
-    let (kind, code, message) = object.as_ref().map_or(("", "", ""), |o| {
+    let envelope = serde_json::from_slice::<Envelope<'_>>(body).ok();
+    let object = envelope.as_ref().and_then(|e| e.error.as_ref());
+    let aws_message = envelope
+        .as_ref()
+        .and_then(|e| e.message.as_deref())
+        .unwrap_or("");
+    let (kind, code, message) = object.map_or(("", "", aws_message), |o| {
         (
             o.kind.as_deref().unwrap_or(""),
             o.code.as_deref().unwrap_or(""),
@@ -80,6 +86,8 @@ pub fn classify(status: u16, body: &[u8]) -> Option<UpstreamRefusal> {
     if named("context_length_exceeded")
         || message.contains("prompt is too long")
         || message.contains("maximum context length")
+        || message.contains("Input is too long")
+        || message.contains("Too many input tokens")
     {
         return Some(UpstreamRefusal::ContextLengthExceeded);
     }
@@ -95,7 +103,12 @@ mod tests {
 
     #[test]
     fn refusals_are_recognised_in_each_dialect() {
-        let cases: [(u16, &str, Option<UpstreamRefusal>); 10] = [
+        let cases: [(u16, &str, Option<UpstreamRefusal>); 11] = [
+            (
+                400,
+                r#"{"message":"Input is too long for requested model."}"#,
+                Some(UpstreamRefusal::ContextLengthExceeded),
+            ),
             (
                 401,
                 r#"{"error":{"message":"Incorrect API key provided","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}"#,

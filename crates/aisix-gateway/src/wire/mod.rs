@@ -10,9 +10,11 @@
 )]
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod chat;
 pub mod chunk;
 pub mod content;
+pub mod embeddings;
 pub mod gemini;
 pub mod json;
 pub mod openai;

@@ -2,7 +2,6 @@
 //! ([`to_chat`]) and a `batchEmbedContents` answer as OpenAI's embeddings list
 //! ([`embeddings_to_openai`]). Each reports the usage it carried.
 
-use base64::Engine as _;
 use bytes::Bytes;
 use serde::Serialize;
 
@@ -232,74 +231,20 @@ pub fn count_tokens_to_anthropic(body: &[u8]) -> Result<Bytes, Malformed> {
         .map_err(|e| Malformed(e.to_string()))
 }
 
-#[derive(Serialize)]
-struct EmbeddingList<'a> {
-    object: &'static str,
-    data: Vec<EmbeddingOut>,
-    model: &'a str,
-    usage: EmbeddingUsage,
-}
-
-/// OpenAI's embeddings usage: prompt and total tokens only.
-#[derive(Serialize)]
-struct EmbeddingUsage {
-    prompt_tokens: u64,
-    total_tokens: u64,
-}
-
-#[derive(Serialize)]
-struct EmbeddingOut {
-    object: &'static str,
-    index: usize,
-    embedding: Vector,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Vector {
-    Floats(Vec<f32>),
-    Base64(String),
-}
-
 /// A `batchEmbedContents` answer as OpenAI's embeddings list naming `model`; `base64` gives
 /// each vector as base64 of little-endian `f32`s. Gemini reports no token counts: the usage
 /// is zero.
 pub fn embeddings_to_openai(body: &[u8], model: &str, base64: bool) -> Result<Answer, Malformed> {
     let answer: BatchEmbedResponse =
         json::parse(body).map_err(|e| Malformed(e.message().into()))?;
-    let data = answer
-        .embeddings
-        .into_iter()
-        .enumerate()
-        .map(|(index, embedding)| EmbeddingOut {
-            object: "embedding",
-            index,
-            embedding: if base64 {
-                let bytes: Vec<u8> = embedding
-                    .values
-                    .iter()
-                    .flat_map(|v| v.to_le_bytes())
-                    .collect();
-                Vector::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
-            } else {
-                Vector::Floats(embedding.values)
-            },
-        })
-        .collect();
-    let usage = Usage::default();
-    let list = EmbeddingList {
-        object: "list",
-        data,
+    let body = crate::wire::embeddings::list(
+        answer.embeddings.into_iter().map(|e| e.values),
         model,
-        usage: EmbeddingUsage {
-            prompt_tokens: 0,
-            total_tokens: 0,
-        },
-    };
+        base64,
+        0,
+    )?;
     Ok(Answer {
-        body: serde_json::to_vec(&list)
-            .map(Bytes::from)
-            .map_err(|e| Malformed(e.to_string()))?,
-        usage,
+        body,
+        usage: Usage::default(),
     })
 }
