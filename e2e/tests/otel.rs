@@ -48,6 +48,15 @@ fn start(mode: Mode, receiver: &Receiver, extra: &[(&'static str, &'static str)]
 }
 
 async fn traced_chat(rig: &Rig, model: &str, id: &str, traceparent: Option<&str>) -> client::Reply {
+    chat_at(rig.gateway.addr(), model, id, traceparent).await
+}
+
+async fn chat_at(
+    addr: std::net::SocketAddr,
+    model: &str,
+    id: &str,
+    traceparent: Option<&str>,
+) -> client::Reply {
     let auth = format!("Bearer {KEY}");
     let mut headers = vec![("authorization", auth.as_str()), ("x-request-id", id)];
     if let Some(traceparent) = traceparent {
@@ -60,7 +69,7 @@ async fn traced_chat(rig: &Rig, model: &str, id: &str, traceparent: Option<&str>
         "messages": [{"role": "user", "content": "a prompt that stays private"}],
     });
     client::send(
-        rig.gateway.addr(),
+        addr,
         client::request(
             "POST",
             "/v1/chat/completions",
@@ -394,5 +403,72 @@ both_modes! {
         let (server, _) = trace_of(&receiver, "otel-content", 2);
         let prompt = attr(&server, "gen_ai.input.messages").as_str().unwrap();
         assert!(prompt.contains("a prompt that stays private"), "{prompt}");
+    }
+}
+
+/// `n` chat requests to `primary`, `concurrency` at a time, tagged `<prefix>-<i>`: each is
+/// answered 200.
+async fn burst(rig: &Rig, prefix: &str, n: usize, concurrency: usize) {
+    let addr = rig.gateway.addr();
+    let mut sent = 0;
+    while sent < n {
+        let mut wave = tokio::task::JoinSet::new();
+        for i in sent..n.min(sent + concurrency) {
+            let id = format!("{prefix}-{i}");
+            wave.spawn(async move { chat_at(addr, "primary", &id, None).await });
+        }
+        sent = n.min(sent + concurrency);
+        while let Some(reply) = wave.join_next().await {
+            let reply = reply.unwrap();
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+    }
+}
+
+/// How many of `records` belong to requests tagged `<prefix>-…`, each counted once.
+fn tagged(records: &[Value], prefix: &str) -> usize {
+    let ids: std::collections::HashSet<&str> = records
+        .iter()
+        .filter_map(|r| attr(r, "aisix.request_id").as_str())
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    ids.len()
+}
+
+both_modes! {
+    async fn a_burst_far_beyond_max_batch_is_exported_whole_with_nothing_dropped(mode: Mode) {
+        let receiver = Receiver::start();
+        // Queues of 64 collected once a second would drop most of the burst: the workers wake
+        // the exporter once per batch of 16, and it drains the queues as they fill.
+        let rig = start(mode, &receiver, &[
+            ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "1s"),
+            ("AISIX_OBSERVABILITY__OTLP__MAX_BATCH", "16"),
+            ("AISIX_OBSERVABILITY__OTLP__QUEUE_SIZE", "64"),
+        ]);
+        const N: usize = 320;
+        burst(&rig, "otel-burst", N, 32).await;
+        receiver.wait_for("logs", WAIT, |logs| tagged(logs, "otel-burst") == N);
+        receiver.wait_for("traces", WAIT, |spans| tagged(spans, "otel-burst") == N);
+        assert_eq!(dropped(&rig, "traces").await, 0.0);
+        assert_eq!(dropped(&rig, "logs").await, 0.0);
+    }
+}
+
+both_modes! {
+    async fn what_is_queued_at_sigterm_is_sent_before_exit(mode: Mode) {
+        let receiver = Receiver::start();
+        // Neither the interval nor a full batch comes before the signal: only the shutdown
+        // flush sends these.
+        let mut rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__INTERVAL", "60s")]);
+        const N: usize = 40;
+        burst(&rig, "otel-flush", N, 8).await;
+        rig.gateway.signal(libc::SIGTERM);
+        let status = rig.gateway.wait_exit(WAIT).expect("exits after the drain");
+        assert_eq!(status.code(), Some(0), "{}", rig.gateway.logs());
+        let spans = receiver.records("traces");
+        let servers: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 2).collect();
+        assert_eq!(tagged(&spans, "otel-flush"), N, "{}", rig.gateway.logs());
+        assert_eq!(servers.len(), N);
+        assert_eq!(tagged(&receiver.records("logs"), "otel-flush"), N);
     }
 }

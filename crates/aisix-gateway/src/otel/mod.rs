@@ -26,7 +26,7 @@ use crate::request::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 
 pub(crate) use context::{SpanId, TraceId};
-pub use export::Exporter;
+pub use export::{Exporter, Running};
 pub(crate) use record::{Facts, finish};
 
 /// What a worker needs to trace its requests; fixed at startup.
