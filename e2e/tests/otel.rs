@@ -25,6 +25,12 @@ const CLIENT_SPAN: &str = "b7ad6b7169203331";
 /// `chat`: `primary` first, then `backup`.
 const FAILOVER: &str = "  - display_name: chat\n    routing:\n      targets:\n        - {model: primary, priority: 1}\n        - {model: backup}\n";
 
+/// `priced`: `primary`'s upstream at a price (USD per 1 000 tokens).
+const PRICED: &str = "  - {display_name: priced, provider: openai, model_name: up-primary, provider_key: p1, cost: {input_per_1k: 0.01, output_per_1k: 0.03}}\n";
+
+/// The model OpenAI names in its answers for a request to an alias: its dated version.
+const ANSWERED_BY: &str = "up-primary-2024-08-06";
+
 /// The variables that turn export on towards `receiver`: the gateway's own key for the
 /// switch, the standard ones for the rest.
 fn otlp_env(
@@ -470,5 +476,55 @@ both_modes! {
         assert_eq!(tagged(&spans, "otel-flush"), N, "{}", rig.gateway.logs());
         assert_eq!(servers.len(), N);
         assert_eq!(tagged(&receiver.records("logs"), "otel-flush"), N);
+    }
+}
+
+both_modes! {
+    async fn the_response_model_is_the_one_the_answer_names_and_a_priced_request_carries_its_cost(mode: Mode) {
+        let receiver = Receiver::start();
+        let env = otlp_env(&receiver, &[]);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let rig = Rig::start(mode, &format!("{FAILOVER}{PRICED}"), &env);
+
+        // A whole answer, relayed as it is.
+        rig.primary.enqueue(Mock::status(200).json(json!({
+            "id": "chatcmpl-dated",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": ANSWERED_BY,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 2000, "total_tokens": 3000},
+        })));
+        let reply = traced_chat(&rig, "priced", "otel-priced", None).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        // A stream, relayed event by event.
+        rig.primary.enqueue(Mock::chat_stream(ANSWERED_BY, &["Hel", "lo"], 9));
+        let reply = rig.chat("primary", true, "otel-dated-stream", json!({})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+
+        // 1 000 input tokens at $0.01 and 2 000 output tokens at $0.03 per 1 000.
+        let cost = 0.01 + 2.0 * 0.03;
+        let (server, attempts) = trace_of(&receiver, "otel-priced", 2);
+        assert_eq!(attr(&server, "gen_ai.request.model"), "priced");
+        assert_eq!(attr(&server, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(&attempts[0], "gen_ai.request.model"), "up-primary");
+        let spent = attr(&server, "aisix.cost_usd").as_f64().unwrap();
+        assert!((spent - cost).abs() < 1e-9, "{server:#}");
+        let logs = receiver.wait_for("logs", WAIT, |logs| {
+            logs.iter().any(|l| attr(l, "aisix.request_id") == "otel-priced")
+        });
+        let event = logs.iter().find(|l| attr(l, "aisix.request_id") == "otel-priced").unwrap();
+        assert_eq!(attr(event, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(event, "gen_ai.usage.input_tokens"), 1000);
+        assert_eq!(attr(event, "gen_ai.usage.output_tokens"), 2000);
+        let spent = attr(event, "aisix.cost_usd").as_f64().unwrap();
+        assert!((spent - cost).abs() < 1e-9, "{event:#}");
+
+        let (streamed, _) = trace_of(&receiver, "otel-dated-stream", 2);
+        assert_eq!(attr(&streamed, "gen_ai.request.model"), "primary");
+        assert_eq!(attr(&streamed, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(&streamed, "aisix.stream"), true);
+        // An unpriced model's request carries no cost.
+        assert!(attr(&streamed, "aisix.cost_usd").is_null(), "{streamed:#}");
     }
 }
