@@ -60,4 +60,4 @@ E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspac
 
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).
-cargo run --locked -q -p aisix-bench -- grid --smoke --aisix-bin target/debug/aisix --baseline-bin target/debug/aisix --out target/bench-smoke
+cargo run --locked -q -p aisix-bench -- grid --smoke --providers --aisix-bin target/debug/aisix --baseline-bin target/debug/aisix --out target/bench-smoke
