@@ -37,6 +37,24 @@ impl CpuList {
         set
     }
 
+    /// Pins the thread `tid` (of any process; a process's main thread has its pid as its id)
+    /// to these CPUs, leaving its other threads where they are.
+    pub fn pin_thread(&self, tid: u32) -> Result<()> {
+        let set = self.cpu_set();
+        let Ok(tid) = libc::pid_t::try_from(tid) else {
+            bail!("thread id {tid} out of range");
+        };
+        // SAFETY: `set` is a valid cpu_set_t of the size passed.
+        let rc = unsafe { libc::sched_setaffinity(tid, size_of::<libc::cpu_set_t>(), &set) };
+        if rc != 0 {
+            bail!(
+                "cannot pin thread {tid} to CPUs {self}: {}",
+                io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
     /// Pins the calling thread to these CPUs.
     pub fn pin_current_thread(&self) -> Result<()> {
         let set = self.cpu_set();

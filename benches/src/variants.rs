@@ -86,6 +86,11 @@ pub struct VariantArgs {
     /// compared with the grid's leg at the same concurrency.
     #[arg(long, default_value = "32,512")]
     pub otel_concurrency: CommaList<usize>,
+    /// CPUs for the gateway's control thread (its main thread, which runs the OTLP exporter)
+    /// in the OpenTelemetry legs, apart from its workers' [default: with them, on
+    /// --gateway-cpus].
+    #[arg(long)]
+    pub otel_control_cpus: Option<CpuList>,
     /// Skip the OpenTelemetry legs.
     #[arg(long)]
     pub no_otel: bool,
@@ -364,6 +369,14 @@ impl Legs<'_> {
                 ),
             ]);
             let gateway = self.start(bin, &spec, &leg)?;
+            if let Some(cpus) = &self.args.variants.otel_control_cpus {
+                // The workers are started by now, with the process's CPUs: only the main
+                // thread (and what it starts from here on) moves.
+                cpus.pin_thread(gateway.pid())?;
+                results
+                    .notes
+                    .push(format!("{leg}: control thread on CPUs {cpus}"));
+            }
             let subject = subject(&leg, spec.workers, &gateway);
             let concurrency = &self.args.variants.otel_concurrency.0;
             self.grid_with(&subject, CHAT, UNARY_BODY, concurrency, false, results)?;

@@ -25,6 +25,12 @@ const CLIENT_SPAN: &str = "b7ad6b7169203331";
 /// `chat`: `primary` first, then `backup`.
 const FAILOVER: &str = "  - display_name: chat\n    routing:\n      targets:\n        - {model: primary, priority: 1}\n        - {model: backup}\n";
 
+/// `priced`: `primary`'s upstream at a price (USD per 1 000 tokens).
+const PRICED: &str = "  - {display_name: priced, provider: openai, model_name: up-primary, provider_key: p1, cost: {input_per_1k: 0.01, output_per_1k: 0.03}}\n";
+
+/// The model OpenAI names in its answers for a request to an alias: its dated version.
+const ANSWERED_BY: &str = "up-primary-2024-08-06";
+
 /// The variables that turn export on towards `receiver`: the gateway's own key for the
 /// switch, the standard ones for the rest.
 fn otlp_env(
@@ -48,6 +54,15 @@ fn start(mode: Mode, receiver: &Receiver, extra: &[(&'static str, &'static str)]
 }
 
 async fn traced_chat(rig: &Rig, model: &str, id: &str, traceparent: Option<&str>) -> client::Reply {
+    chat_at(rig.gateway.addr(), model, id, traceparent).await
+}
+
+async fn chat_at(
+    addr: std::net::SocketAddr,
+    model: &str,
+    id: &str,
+    traceparent: Option<&str>,
+) -> client::Reply {
     let auth = format!("Bearer {KEY}");
     let mut headers = vec![("authorization", auth.as_str()), ("x-request-id", id)];
     if let Some(traceparent) = traceparent {
@@ -60,7 +75,7 @@ async fn traced_chat(rig: &Rig, model: &str, id: &str, traceparent: Option<&str>
         "messages": [{"role": "user", "content": "a prompt that stays private"}],
     });
     client::send(
-        rig.gateway.addr(),
+        addr,
         client::request(
             "POST",
             "/v1/chat/completions",
@@ -394,5 +409,122 @@ both_modes! {
         let (server, _) = trace_of(&receiver, "otel-content", 2);
         let prompt = attr(&server, "gen_ai.input.messages").as_str().unwrap();
         assert!(prompt.contains("a prompt that stays private"), "{prompt}");
+    }
+}
+
+/// `n` chat requests to `primary`, `concurrency` at a time, tagged `<prefix>-<i>`: each is
+/// answered 200.
+async fn burst(rig: &Rig, prefix: &str, n: usize, concurrency: usize) {
+    let addr = rig.gateway.addr();
+    let mut sent = 0;
+    while sent < n {
+        let mut wave = tokio::task::JoinSet::new();
+        for i in sent..n.min(sent + concurrency) {
+            let id = format!("{prefix}-{i}");
+            wave.spawn(async move { chat_at(addr, "primary", &id, None).await });
+        }
+        sent = n.min(sent + concurrency);
+        while let Some(reply) = wave.join_next().await {
+            let reply = reply.unwrap();
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+    }
+}
+
+/// How many of `records` belong to requests tagged `<prefix>-…`, each counted once.
+fn tagged(records: &[Value], prefix: &str) -> usize {
+    let ids: std::collections::HashSet<&str> = records
+        .iter()
+        .filter_map(|r| attr(r, "aisix.request_id").as_str())
+        .filter(|id| id.starts_with(prefix))
+        .collect();
+    ids.len()
+}
+
+both_modes! {
+    async fn a_burst_far_beyond_max_batch_is_exported_whole_with_nothing_dropped(mode: Mode) {
+        let receiver = Receiver::start();
+        // Queues of 64 collected once a second would drop most of the burst: the workers wake
+        // the exporter once per batch of 16, and it drains the queues as they fill.
+        let rig = start(mode, &receiver, &[
+            ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "1s"),
+            ("AISIX_OBSERVABILITY__OTLP__MAX_BATCH", "16"),
+            ("AISIX_OBSERVABILITY__OTLP__QUEUE_SIZE", "64"),
+        ]);
+        const N: usize = 320;
+        burst(&rig, "otel-burst", N, 32).await;
+        receiver.wait_for("logs", WAIT, |logs| tagged(logs, "otel-burst") == N);
+        receiver.wait_for("traces", WAIT, |spans| tagged(spans, "otel-burst") == N);
+        assert_eq!(dropped(&rig, "traces").await, 0.0);
+        assert_eq!(dropped(&rig, "logs").await, 0.0);
+    }
+}
+
+both_modes! {
+    async fn what_is_queued_at_sigterm_is_sent_before_exit(mode: Mode) {
+        let receiver = Receiver::start();
+        // Neither the interval nor a full batch comes before the signal: only the shutdown
+        // flush sends these.
+        let mut rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__INTERVAL", "60s")]);
+        const N: usize = 40;
+        burst(&rig, "otel-flush", N, 8).await;
+        rig.gateway.signal(libc::SIGTERM);
+        let status = rig.gateway.wait_exit(WAIT).expect("exits after the drain");
+        assert_eq!(status.code(), Some(0), "{}", rig.gateway.logs());
+        let spans = receiver.records("traces");
+        let servers: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 2).collect();
+        assert_eq!(tagged(&spans, "otel-flush"), N, "{}", rig.gateway.logs());
+        assert_eq!(servers.len(), N);
+        assert_eq!(tagged(&receiver.records("logs"), "otel-flush"), N);
+    }
+}
+
+both_modes! {
+    async fn the_response_model_is_the_one_the_answer_names_and_a_priced_request_carries_its_cost(mode: Mode) {
+        let receiver = Receiver::start();
+        let env = otlp_env(&receiver, &[]);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let rig = Rig::start(mode, &format!("{FAILOVER}{PRICED}"), &env);
+
+        // A whole answer, relayed as it is.
+        rig.primary.enqueue(Mock::status(200).json(json!({
+            "id": "chatcmpl-dated",
+            "object": "chat.completion",
+            "created": 1_700_000_000,
+            "model": ANSWERED_BY,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hi."}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 2000, "total_tokens": 3000},
+        })));
+        let reply = traced_chat(&rig, "priced", "otel-priced", None).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        // A stream, relayed event by event.
+        rig.primary.enqueue(Mock::chat_stream(ANSWERED_BY, &["Hel", "lo"], 9));
+        let reply = rig.chat("primary", true, "otel-dated-stream", json!({})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+
+        // 1 000 input tokens at $0.01 and 2 000 output tokens at $0.03 per 1 000.
+        let cost = 0.01 + 2.0 * 0.03;
+        let (server, attempts) = trace_of(&receiver, "otel-priced", 2);
+        assert_eq!(attr(&server, "gen_ai.request.model"), "priced");
+        assert_eq!(attr(&server, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(&attempts[0], "gen_ai.request.model"), "up-primary");
+        let spent = attr(&server, "aisix.cost_usd").as_f64().unwrap();
+        assert!((spent - cost).abs() < 1e-9, "{server:#}");
+        let logs = receiver.wait_for("logs", WAIT, |logs| {
+            logs.iter().any(|l| attr(l, "aisix.request_id") == "otel-priced")
+        });
+        let event = logs.iter().find(|l| attr(l, "aisix.request_id") == "otel-priced").unwrap();
+        assert_eq!(attr(event, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(event, "gen_ai.usage.input_tokens"), 1000);
+        assert_eq!(attr(event, "gen_ai.usage.output_tokens"), 2000);
+        let spent = attr(event, "aisix.cost_usd").as_f64().unwrap();
+        assert!((spent - cost).abs() < 1e-9, "{event:#}");
+
+        let (streamed, _) = trace_of(&receiver, "otel-dated-stream", 2);
+        assert_eq!(attr(&streamed, "gen_ai.request.model"), "primary");
+        assert_eq!(attr(&streamed, "gen_ai.response.model"), ANSWERED_BY);
+        assert_eq!(attr(&streamed, "aisix.stream"), true);
+        // An unpriced model's request carries no cost.
+        assert!(attr(&streamed, "aisix.cost_usd").is_null(), "{streamed:#}");
     }
 }

@@ -38,7 +38,8 @@ pub struct OtlpConfig {
     pub sample_ppm: u32,
     /// Records each worker holds for the exporter at most; past it they are dropped and counted.
     pub queue_size: usize,
-    /// How often the exporter collects the workers' records.
+    /// How long a batch that is not full waits at most before it is sent (a full one goes at
+    /// once).
     pub interval: Duration,
     /// Records in one export request at most.
     pub max_batch: usize,
@@ -65,7 +66,7 @@ impl Default for OtlpConfig {
             timeout: Duration::from_secs(10),
             compression: Compression::Gzip,
             sample_ppm: 1_000_000,
-            queue_size: 2048,
+            queue_size: 16384,
             interval: Duration::from_secs(1),
             max_batch: 512,
             service_name: "aisix".to_owned(),

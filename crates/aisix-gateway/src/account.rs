@@ -195,6 +195,19 @@ impl Record {
             .map(|trace| trace.attempt(sent_at, target, inbound))
     }
 
+    /// Whether the request is traced (OpenTelemetry export is on).
+    pub(crate) fn is_traced(&self) -> bool {
+        self.trace.is_some()
+    }
+
+    /// The answer named `model` (read by the caller only when [`Record::is_traced`]): the
+    /// trace's `gen_ai.response.model`.
+    pub(crate) fn answered_by(&mut self, model: Option<String>) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.answered_by(model);
+        }
+    }
+
     /// What the request's trace reads of it when it ends.
     fn facts(&self) -> crate::otel::Facts<'_> {
         crate::otel::Facts {
@@ -202,10 +215,10 @@ impl Record {
             endpoint: self.endpoint,
             method: &self.method,
             path: self.uri.path(),
-            key_name: self.key_name.as_deref(),
-            model: self.model.as_deref(),
-            group: self.group.as_deref(),
-            provider: self.provider.as_deref(),
+            key_name: self.key_name.as_ref(),
+            model: self.model.as_ref(),
+            group: self.group.as_ref(),
+            provider: self.provider.as_ref(),
             stream: self.stream,
             status: self.status,
             ttft: self.ttft,

@@ -202,9 +202,7 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             ));
         }
         // OpenTelemetry export: here too, so no worker ever carries another's delivery.
-        if let Some(exporter) = exporter {
-            tokio::spawn(exporter.run());
-        }
+        let exporter = exporter.map(aisix_gateway::otel::Exporter::start);
         // Active health checks of provider keys: here, on the control runtime, never a worker.
         tokio::spawn(factory.health_checks());
         // Credentials refreshed off the request path (Vertex AI tokens): here too.
@@ -271,6 +269,11 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
             .is_err()
         {
             tracing::warn!("rate-limit settlements not flushed to Redis before exit");
+        }
+        // Every request has ended by now: send the traces still queued (bounded by the export
+        // timeout).
+        if let Some(exporter) = exporter {
+            exporter.flush().await;
         }
         Ok(stopped)
     })?;

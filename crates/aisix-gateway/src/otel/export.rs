@@ -1,10 +1,16 @@
-//! The exporter: one task on the control runtime (never a worker) that collects the workers'
-//! finished requests every `interval`, writes them as OTLP protobuf, compresses and sends them
-//! to the collector, trying again after a transport error, a timeout or a 429/502/503/504.
-//! Records it could not deliver are counted in `aisix_otel_dropped_total`; the workers never
-//! wait for it, so a collector that hangs or refuses changes nothing for requests.
+//! The exporter: one task on the control runtime (never a worker) that drains the workers'
+//! queues into batches and sends each as OTLP protobuf, compressed, to the collector, trying
+//! again after a transport error, a timeout or a 429/502/503/504. A batch goes when it is full
+//! (a worker wakes the exporter once per batch's worth of records) or when `interval` has
+//! passed since the last collection; up to [`IN_FLIGHT`] batches are sent at once. Records it
+//! could not deliver are counted in `aisix_otel_dropped_total`; the workers never wait for it,
+//! so a collector that hangs or refuses changes nothing for requests. On shutdown
+//! ([`Running::flush`]) what is queued is sent before the process goes, within the export
+//! timeout.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aisix_config::{Compression, OtlpConfig};
@@ -17,6 +23,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use tokio::sync::mpsc::{self, UnboundedReceiver, error::TryRecvError};
+use tokio::sync::{Notify, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
 
 use aisix_obs::metrics::emit;
 
@@ -28,6 +36,9 @@ use super::spans::{self, Resource};
 const TRIES: u32 = 3;
 /// The pause before the second try; doubled before the third.
 const BACKOFF: Duration = Duration::from_millis(250);
+/// Export requests sent at once at most; past them, the queues hold what comes (and drop
+/// what does not fit).
+const IN_FLIGHT: usize = 4;
 
 /// Why the exporter could not start.
 #[derive(Debug, thiserror::Error)]
@@ -52,32 +63,60 @@ impl Signal {
         }
     }
 }
-
-/// Delivers the workers' traces and usage events; run it with [`Exporter::run`] on the
+/// Delivers the workers' traces and usage events; start it with [`Exporter::start`] on the
 /// control runtime.
 pub struct Exporter {
     announced: UnboundedReceiver<Queue>,
     queues: Vec<Queue>,
+    /// Rung by the workers once per batch's worth of records.
+    wake: Arc<Notify>,
+    delivery: Delivery,
+    interval: Duration,
+    max_batch: usize,
+}
+
+/// What sends one batch: shared by the batches in flight.
+struct Delivery {
     resource: Resource,
     client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     traces: Option<Uri>,
     logs: Option<Uri>,
     headers: HeaderMap,
     timeout: Duration,
-    interval: Duration,
-    max_batch: usize,
     gzip: bool,
     /// Whether the last export failed, so a collector that stays down is logged once.
-    failing: bool,
+    failing: AtomicBool,
 }
 
 impl std::fmt::Debug for Exporter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Exporter")
-            .field("traces", &self.traces)
-            .field("logs", &self.logs)
+            .field("traces", &self.delivery.traces)
+            .field("logs", &self.delivery.logs)
             .field("queues", &self.queues.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The exporter once started: [`Running::flush`] sends what is queued and stops it.
+#[derive(Debug)]
+pub struct Running {
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+    timeout: Duration,
+}
+
+impl Running {
+    /// Stops the exporter once it has sent what the queues hold (call it when the workers
+    /// are done), waiting at most the export timeout; what is left then is not sent.
+    pub async fn flush(self) {
+        let _ = self.stop.send(());
+        if tokio::time::timeout(self.timeout, self.task).await.is_err() {
+            tracing::warn!(
+                timeout = ?self.timeout,
+                "OTLP export not flushed before exit: what was still queued is not sent"
+            );
+        }
     }
 }
 
@@ -117,7 +156,7 @@ impl Exporter {
             .wrap_connector(http);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(2)
+            .pool_max_idle_per_host(IN_FLIGHT)
             .build(connector);
         let mut attributes = vec![
             ("service.name".to_owned(), config.service_name.clone()),
@@ -131,111 +170,163 @@ impl Exporter {
         ];
         attributes.extend(config.resource_attributes.iter().cloned());
         let (announce, announced) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
         if !queue::install(Hub {
             announce,
             size: config.queue_size,
+            wake_every: wake_every(config.max_batch, config.queue_size),
+            wake: wake.clone(),
         }) {
             return Err(ExporterError::AlreadyRunning);
         }
         Ok(Some(Self {
             announced,
             queues: Vec::new(),
-            resource: Resource { attributes },
-            client,
-            traces: uri(&config.traces_url)?,
-            logs: uri(&config.logs_url)?,
-            headers,
-            timeout: config.timeout,
+            wake,
+            delivery: Delivery {
+                resource: Resource { attributes },
+                client,
+                traces: uri(&config.traces_url)?,
+                logs: uri(&config.logs_url)?,
+                headers,
+                timeout: config.timeout,
+                gzip: config.compression == Compression::Gzip,
+                failing: AtomicBool::new(false),
+            },
             interval: config.interval,
             max_batch: config.max_batch,
-            gzip: config.compression == Compression::Gzip,
-            failing: false,
         }))
     }
 
-    /// Collects and sends, every `interval`, for as long as the process lives.
-    pub async fn run(mut self) {
+    /// Spawns the exporter on the current runtime (the control runtime's).
+    pub fn start(self) -> Running {
+        let (stop, stopped) = oneshot::channel();
+        let timeout = self.delivery.timeout;
+        Running {
+            stop,
+            task: tokio::spawn(self.run(stopped)),
+            timeout,
+        }
+    }
+
+    /// Drains the queues into batches and sends them until `stop`, then sends what is left.
+    async fn run(mut self, mut stop: oneshot::Receiver<()>) {
         // The thread that sends, named in the resource so a collector can see it is not a
         // worker's.
         let thread = std::thread::current()
             .name()
             .unwrap_or("unnamed")
             .to_owned();
-        self.resource
+        self.delivery
+            .resource
             .attributes
             .push(("aisix.exporter.thread".to_owned(), thread));
-        let mut tick = tokio::time::interval(self.interval);
+        let Exporter {
+            mut announced,
+            mut queues,
+            wake,
+            delivery,
+            interval,
+            max_batch,
+        } = self;
+        let delivery = Arc::new(delivery);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut pending: Vec<Finished> = Vec::new();
+        let mut in_flight = JoinSet::new();
+        // The interval passed: a batch that is not full goes too.
+        let mut due = false;
+        let mut stopping = false;
         loop {
-            tick.tick().await;
-            while let Ok(queue) = self.announced.try_recv() {
-                self.queues.push(queue);
+            tokio::select! {
+                biased;
+                _ = &mut stop, if !stopping => stopping = true,
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                _ = tick.tick() => due = true,
+                () = wake.notified() => {}
             }
-            loop {
-                let batch = self.take();
-                if batch.is_empty() {
-                    break;
-                }
-                self.export(&batch).await;
-                if batch.len() < self.max_batch {
-                    break;
-                }
+            while let Ok(queue) = announced.try_recv() {
+                queues.push(queue);
             }
-        }
-    }
-
-    /// Up to `max_batch` records, taken from every queue in turn; a queue whose worker has
-    /// gone is forgotten.
-    fn take(&mut self) -> Vec<Finished> {
-        let mut batch = Vec::new();
-        let mut open = vec![true; self.queues.len()];
-        'fill: while batch.len() < self.max_batch {
-            let mut any = false;
-            for (queue, open) in self.queues.iter_mut().zip(open.iter_mut()) {
-                if !*open {
-                    continue;
-                }
-                match queue.try_recv() {
-                    Ok(finished) => {
-                        any = true;
-                        batch.push(*finished);
-                        if batch.len() == self.max_batch {
-                            break 'fill;
-                        }
+            while in_flight.len() < IN_FLIGHT {
+                take(&mut queues, &mut pending, max_batch);
+                let full = pending.len() >= max_batch;
+                if !full {
+                    if pending.is_empty() || !(due || stopping) {
+                        // Nothing more to send until a batch fills or the interval passes.
+                        due &= !pending.is_empty();
+                        break;
                     }
-                    Err(TryRecvError::Empty | TryRecvError::Disconnected) => *open = false,
+                    due = false;
                 }
+                let batch = std::mem::take(&mut pending);
+                let delivery = delivery.clone();
+                in_flight.spawn(async move { delivery.export(batch).await });
             }
-            if !any {
-                break;
+            if stopping && in_flight.is_empty() && pending.is_empty() {
+                return;
             }
         }
-        self.queues
-            .retain(|queue| !queue.is_closed() || !queue.is_empty());
-        batch
     }
+}
 
-    async fn export(&mut self, batch: &[Finished]) {
-        if let Some(uri) = self.traces.clone() {
+/// Records a worker puts between two wakes of the exporter: a batch's worth, or half its
+/// queue when that is smaller, so the exporter comes before the queue is full.
+fn wake_every(max_batch: usize, queue_size: usize) -> usize {
+    max_batch.min(queue_size / 2).max(1)
+}
+
+/// Moves records into `batch` until it holds `max_batch`, taken from every queue in turn; a
+/// queue whose worker has gone is forgotten once empty.
+fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Finished>, max_batch: usize) {
+    let mut open = vec![true; queues.len()];
+    'fill: while batch.len() < max_batch {
+        let mut any = false;
+        for (queue, open) in queues.iter_mut().zip(open.iter_mut()) {
+            if !*open {
+                continue;
+            }
+            match queue.try_recv() {
+                Ok(finished) => {
+                    any = true;
+                    batch.push(*finished);
+                    if batch.len() >= max_batch {
+                        break 'fill;
+                    }
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => *open = false,
+            }
+        }
+        if !any {
+            break;
+        }
+    }
+    queues.retain(|queue| !queue.is_closed() || !queue.is_empty());
+}
+
+impl Delivery {
+    /// Writes `batch` as each signal's export request and sends it.
+    async fn export(&self, batch: Vec<Finished>) {
+        if let Some(uri) = &self.traces {
             let spans: u64 = batch.iter().map(spans::span_count).sum();
             if spans > 0 {
-                let body = spans::traces(batch, &self.resource);
+                let body = spans::traces(&batch, &self.resource);
                 let sampled = batch.iter().filter(|f| f.sampled).count() as u64;
-                self.deliver(&uri, body, Signal::Traces, sampled).await;
+                self.deliver(uri, body, Signal::Traces, sampled).await;
             }
         }
-        if let Some(uri) = self.logs.clone() {
+        if let Some(uri) = &self.logs {
             let events = batch.iter().filter(|f| f.logs).count() as u64;
             if events > 0 {
-                let body = spans::logs(batch, &self.resource);
-                self.deliver(&uri, body, Signal::Logs, events).await;
+                let body = spans::logs(&batch, &self.resource);
+                self.deliver(uri, body, Signal::Logs, events).await;
             }
         }
     }
 
     /// Sends `body` (holding `records` requests' worth of `signal`) to `uri`, trying again
     /// while the failure is one a retry may cure; counts what was delivered or lost.
-    async fn deliver(&mut self, uri: &Uri, body: Vec<u8>, signal: Signal, records: u64) {
+    async fn deliver(&self, uri: &Uri, body: Vec<u8>, signal: Signal, records: u64) {
         let body = match self.gzip {
             true => gzip(&body).unwrap_or(body),
             false => body,
@@ -249,9 +340,8 @@ impl Exporter {
             match self.send(uri, body.clone()).await {
                 Ok(()) => {
                     emit::otel_exported(signal.label(), records);
-                    if self.failing {
+                    if self.failing.swap(false, Ordering::Relaxed) {
                         tracing::info!(signal = signal.label(), "OTLP export resumed");
-                        self.failing = false;
                     }
                     return;
                 }
@@ -264,9 +354,8 @@ impl Exporter {
             }
         }
         emit::otel_dropped(signal.label(), records);
-        if !self.failing {
+        if !self.failing.swap(true, Ordering::Relaxed) {
             tracing::warn!(signal = signal.label(), error = %failure, records, "OTLP export failed; its records are dropped (logged once until export resumes)");
-            self.failing = true;
         }
     }
 

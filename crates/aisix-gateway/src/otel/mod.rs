@@ -26,7 +26,7 @@ use crate::request::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 
 pub(crate) use context::{SpanId, TraceId};
-pub use export::Exporter;
+pub use export::{Exporter, Running};
 pub(crate) use record::{Facts, finish};
 
 /// What a worker needs to trace its requests; fixed at startup.
@@ -86,6 +86,8 @@ pub(crate) struct Trace {
     max_tokens: Option<u64>,
     prompt: Option<Bytes>,
     attempts: Vec<AttemptStart>,
+    /// The model the answer named, as the upstream sent it.
+    response_model: Option<String>,
 }
 
 impl Trace {
@@ -126,6 +128,7 @@ impl Trace {
             max_tokens: None,
             prompt: None,
             attempts: Vec::new(),
+            response_model: None,
         })
     }
 
@@ -160,6 +163,11 @@ impl Trace {
             traceparent: context::traceparent(&self.trace_id, &span_id, self.sampled),
             tracestate: self.trace_state.clone(),
         }
+    }
+
+    /// The answer named `model` (`None`: it named none, and an earlier answer's is forgotten).
+    pub(crate) fn answered_by(&mut self, model: Option<String>) {
+        self.response_model = model;
     }
 
     /// `at` on the wall clock, in Unix ns.

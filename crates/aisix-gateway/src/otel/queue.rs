@@ -2,31 +2,44 @@
 //! the thread's first traced request and announced to the exporter then. A request's end only
 //! tries to put its record in its own thread's queue: no lock is shared between workers, and a
 //! full queue drops the record and counts it (`aisix_otel_dropped_total{signal}`), never waits.
-//! The exporter takes from the queues on its own schedule, so a worker never wakes it.
+//! Once per batch's worth of records put (a count local to the thread, not a look at the
+//! queue), the worker wakes the exporter so it drains the queues between its timed collections.
 
 use std::cell::RefCell;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use aisix_obs::metrics::emit;
+use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender, error::TrySendError};
 
 use super::record::Finished;
 
 pub(crate) type Queue = Receiver<Box<Finished>>;
 
-/// Where new queues are announced, and how large they are.
+/// Where new queues are announced, how large they are, and how the exporter is woken.
 #[derive(Debug)]
 pub(super) struct Hub {
     pub announce: UnboundedSender<Queue>,
     pub size: usize,
+    /// Records a worker puts between two wakes of the exporter.
+    pub wake_every: usize,
+    pub wake: Arc<Notify>,
 }
 
 // shared: the exporter's address, set once at startup and read once per worker thread (when it
 // makes its queue), never per request.
 static HUB: OnceLock<Hub> = OnceLock::new();
 
+/// This thread's queue, and the records put since it last woke the exporter.
+struct Local {
+    sender: Sender<Box<Finished>>,
+    since_wake: usize,
+    wake_every: usize,
+    wake: Arc<Notify>,
+}
+
 thread_local! {
-    static QUEUE: RefCell<Option<Sender<Box<Finished>>>> = const { RefCell::new(None) };
+    static QUEUE: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
 
 /// Installs the hub; false when one is already installed (one exporter per process).
@@ -34,7 +47,8 @@ pub(super) fn install(hub: Hub) -> bool {
     HUB.set(hub).is_ok()
 }
 
-/// Puts `finished` in this thread's queue, or drops and counts it when the queue is full.
+/// Puts `finished` in this thread's queue, or drops and counts it when the queue is full;
+/// every `wake_every` records, wakes the exporter.
 pub(super) fn push(finished: Box<Finished>) {
     let _ = QUEUE.try_with(|queue| {
         let Ok(mut queue) = queue.try_borrow_mut() else {
@@ -43,21 +57,33 @@ pub(super) fn push(finished: Box<Finished>) {
         if queue.is_none() {
             *queue = open();
         }
-        let Some(sender) = queue.as_ref() else {
+        let Some(local) = queue.as_mut() else {
             return;
         };
-        if let Err(TrySendError::Full(finished)) = sender.try_send(finished) {
+        if let Err(TrySendError::Full(finished)) = local.sender.try_send(finished) {
             dropped(&finished, 1);
+        }
+        local.since_wake += 1;
+        if local.since_wake >= local.wake_every {
+            local.since_wake = 0;
+            local.wake.notify_one();
         }
     });
 }
 
 /// This thread's new queue, announced to the exporter; `None` without one.
-fn open() -> Option<Sender<Box<Finished>>> {
+fn open() -> Option<Local> {
     let hub = HUB.get()?;
     let (sender, receiver) = mpsc::channel(hub.size);
+    // The exporter adopts it when it next wakes (it does not wait on this channel: sending
+    // on it wakes nothing).
     hub.announce.send(receiver).ok()?;
-    Some(sender)
+    Some(Local {
+        sender,
+        since_wake: 0,
+        wake_every: hub.wake_every.max(1),
+        wake: hub.wake.clone(),
+    })
 }
 
 /// Counts `n` records like `finished` as lost, for each signal they would have carried.

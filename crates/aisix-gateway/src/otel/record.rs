@@ -2,6 +2,7 @@
 //! request ends (lent by `Record::facts`, the one place that reads its fields for a trace),
 //! turned into a [`Finished`] request for the worker's queue.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use aisix_config::Usd;
@@ -16,7 +17,7 @@ use aisix_obs::access_log::Attempt;
 use crate::endpoint::Endpoint;
 
 /// A request that ended, as its spans and usage event tell it. Owned: it crosses to the
-/// exporter's thread.
+/// exporter's thread. Its names are the request record's shared ones (no copy).
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub trace_id: TraceId,
@@ -32,14 +33,16 @@ pub(crate) struct Finished {
     pub method: http::Method,
     pub path: String,
     pub request_id: HeaderValue,
-    pub key_name: Option<String>,
+    pub key_name: Option<Arc<str>>,
     /// The name the client sent (a group's or a direct model's).
     pub requested_model: Option<String>,
     /// The direct model that answered (or was tried last).
-    pub model: Option<String>,
-    pub group: Option<String>,
+    pub model: Option<Arc<str>>,
+    /// The model the answer named (`gen_ai.response.model`), when it named one.
+    pub response_model: Option<String>,
+    pub group: Option<Arc<str>>,
     /// Its provider key's configured name.
-    pub provider_key: Option<String>,
+    pub provider_key: Option<Arc<str>>,
     pub max_tokens: Option<u64>,
     pub stream: bool,
     pub status: u16,
@@ -57,8 +60,8 @@ pub(crate) struct AttemptSpan {
     pub span_id: SpanId,
     pub start_ns: u64,
     pub end_ns: u64,
-    pub target: String,
-    pub provider_key: String,
+    pub target: Option<Arc<str>>,
+    pub provider_key: Option<Arc<str>>,
     pub provider_kind: &'static str,
     pub upstream_model: String,
     pub server: Option<(String, u16)>,
@@ -74,10 +77,10 @@ pub(crate) struct Facts<'a> {
     pub endpoint: Endpoint,
     pub method: &'a http::Method,
     pub path: &'a str,
-    pub key_name: Option<&'a str>,
-    pub model: Option<&'a str>,
-    pub group: Option<&'a str>,
-    pub provider: Option<&'a str>,
+    pub key_name: Option<&'a Arc<str>>,
+    pub model: Option<&'a Arc<str>>,
+    pub group: Option<&'a Arc<str>>,
+    pub provider: Option<&'a Arc<str>>,
     pub stream: bool,
     pub status: u16,
     pub ttft: Option<Duration>,
@@ -111,8 +114,8 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Facts<'_>, ended: Instant, spen
             span_id: start.span_id,
             start_ns,
             end_ns: end.max(start_ns),
-            target: done.map_or_else(String::new, |d| d.target.to_string()),
-            provider_key: done.map_or_else(String::new, |d| d.provider.to_string()),
+            target: done.map(|d| d.target.clone()),
+            provider_key: done.map(|d| d.provider.clone()),
             provider_kind: start.provider_kind,
             upstream_model: start.upstream_model.clone(),
             server: start.server.clone(),
@@ -124,7 +127,6 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Facts<'_>, ended: Instant, spen
             result: done.map_or(Outcome::ClientClosed.as_str(), |d| d.result.as_str()),
         });
     }
-    let owned = |s: Option<&str>| s.map(str::to_owned);
     let finished = Box::new(Finished {
         trace_id: trace.trace_id,
         span_id: trace.span_id,
@@ -138,14 +140,15 @@ pub(crate) fn finish(trace: Box<Trace>, record: &Facts<'_>, ended: Instant, spen
         method: record.method.clone(),
         path: record.path.to_owned(),
         request_id: record.request_id.clone(),
-        key_name: owned(record.key_name),
+        key_name: record.key_name.cloned(),
         requested_model: trace
             .requested_model
             .clone()
-            .or_else(|| owned(record.group).or_else(|| owned(record.model))),
-        model: owned(record.model),
-        group: owned(record.group),
-        provider_key: owned(record.provider),
+            .or_else(|| record.group.or(record.model).map(|name| name.to_string())),
+        model: record.model.cloned(),
+        response_model: trace.response_model.clone(),
+        group: record.group.cloned(),
+        provider_key: record.provider.cloned(),
         max_tokens: trace.max_tokens,
         stream: record.stream,
         status: record.status,

@@ -92,11 +92,13 @@ fn server_span(span: &mut Message, f: &Finished) {
     }
     if let Some(last) = f.attempts.last() {
         attr("gen_ai.provider.name", Value::Str(last.provider_kind));
-        attr("gen_ai.response.model", Value::Str(&last.upstream_model));
         if let Some((host, port)) = &last.server {
             attr("server.address", Value::Str(host));
             attr("server.port", Value::Int(i64::from(*port)));
         }
+    }
+    if let Some(model) = &f.response_model {
+        attr("gen_ai.response.model", Value::Str(model));
     }
     if let Some(max) = f.max_tokens {
         attr("gen_ai.request.max_tokens", Value::Int(max as i64));
@@ -171,8 +173,14 @@ fn attempt_span(span: &mut Message, f: &Finished, index: usize, a: &AttemptSpan)
     if let Some(status) = a.status {
         attr("http.response.status_code", Value::Int(i64::from(status)));
     }
-    attr("aisix.model", Value::Str(&a.target));
-    attr("aisix.provider_key", Value::Str(&a.provider_key));
+    attr(
+        "aisix.model",
+        Value::Str(a.target.as_deref().unwrap_or_default()),
+    );
+    attr(
+        "aisix.provider_key",
+        Value::Str(a.provider_key.as_deref().unwrap_or_default()),
+    );
     attr("aisix.attempt", Value::Int(index as i64));
     attr("aisix.ending", Value::Str(a.result));
     if let Some(error) = a.error {
@@ -223,7 +231,9 @@ fn usage_event(log: &mut Message, f: &Finished) {
     }
     if let Some(last) = f.attempts.last() {
         attr("gen_ai.provider.name", Value::Str(last.provider_kind));
-        attr("gen_ai.response.model", Value::Str(&last.upstream_model));
+    }
+    if let Some(model) = &f.response_model {
+        attr("gen_ai.response.model", Value::Str(model));
     }
     if let Some(provider) = &f.provider_key {
         attr("aisix.provider_key", Value::Str(provider));

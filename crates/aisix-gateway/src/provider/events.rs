@@ -44,6 +44,7 @@ use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::Lease;
 use crate::wire::Dialect;
 use crate::wire::bedrock::frames::FrameSplitter;
+use crate::wire::chunk;
 use crate::wire::sse::{self, Splitter};
 use crate::wire::usage::Usage;
 
@@ -97,6 +98,10 @@ pub(crate) struct Events {
     sent_at: Instant,
     ttft: Option<Duration>,
     usage: Option<Usage>,
+    /// Whether the model the stream names is still sought (a traced request's, until its
+    /// first token's event has been read), and what it was found to be.
+    seeking_model: bool,
+    model: Option<String>,
     /// Counts the call in its direct model's load while the stream lives, and reports its end
     /// (its first token's latency, its completion or its failure) to the model's state.
     ticket: Option<Ticket>,
@@ -257,12 +262,24 @@ impl Events {
             sent_at,
             ttft: None,
             usage: None,
+            seeking_model: false,
+            model: None,
             ticket,
             provider: None,
         };
         let wake = events.next_wake(false);
         events.timer.as_mut().reset(wake);
         events
+    }
+
+    /// The stream is traced: the model its events name is read, up to its first token.
+    pub(crate) fn seek_model(&mut self) {
+        self.seeking_model = true;
+    }
+
+    /// The model the stream's events named, as the upstream sent it.
+    pub(crate) fn model(&self) -> Option<&str> {
+        self.model.as_deref()
     }
 
     /// Names the provider called, so an error it reports mid-stream has its key masked.
@@ -477,6 +494,11 @@ impl Events {
             let complete = self.partial.split_to(scanned.complete).freeze();
             (scanned, complete)
         };
+        if self.seeking_model {
+            // The upstream's own events, before any rename or translation.
+            self.model = chunk::model(&complete);
+            self.seeking_model = self.model.is_none() && !self.map.started();
+        }
         if !was_started && self.map.started() {
             let ttft = self.sent_at.elapsed();
             self.ttft = Some(ttft);

@@ -273,6 +273,8 @@ impl Call<'_> {
         .await?;
         held.keep(body.len() as u64);
         let (body, usage) = translate(&body).map_err(|m| malformed(provider, &m.0))?;
+        // Read before a group's rename: the model the upstream named.
+        let model = self.context.and_then(|_| chunk::model(&body));
         // A group's answer names the direct model (or the group), as the relayed ones do.
         let body = match self
             .rename
@@ -286,6 +288,7 @@ impl Call<'_> {
             content_type: HeaderValue::from_static("application/json"),
             body,
             usage,
+            model,
             held,
             waited: head.waited,
         })

@@ -64,6 +64,8 @@ pub(crate) fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     Ok(Answer::Complete {
         status: StatusCode::OK,
         content_type: HeaderValue::from_static(reply.content_type),
+        // The in-process mock answers as the upstream model itself.
+        model: call.context.map(|_| call.route.upstream_model.clone()),
         body: reply.body,
         usage: Some(reply.usage),
         held: Held::default(),

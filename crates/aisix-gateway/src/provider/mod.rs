@@ -102,6 +102,9 @@ pub(crate) enum Answer {
         content_type: HeaderValue,
         body: Bytes,
         usage: Option<Usage>,
+        /// The model the answer names, as the upstream sent it (read only for a traced
+        /// request: its `gen_ai.response.model`).
+        model: Option<String>,
         /// The upstream answer's charge against the worker's memory budget, held until the
         /// answer is handed on.
         held: Held,

@@ -374,6 +374,7 @@ pub(crate) async fn via_mock(call: &Call<'_>) -> Result<Answer, GatewayError> {
     Ok(Answer::Complete {
         status: StatusCode::OK,
         content_type: http::HeaderValue::from_static(content_type),
+        model: None,
         body,
         usage: Some(reply.usage),
         held: crate::limit::memory_budget::Held::default(),

@@ -102,6 +102,7 @@ pub(super) async fn answer(call: &Call<'_>) -> Option<Result<Answer, GatewayErro
             content_type: HeaderValue::from_static("application/json"),
             body: Bytes::from_static(body.as_bytes()),
             usage: None,
+            model: None,
             held: Held::default(),
             waited: Duration::ZERO,
         }),

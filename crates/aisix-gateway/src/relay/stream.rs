@@ -133,6 +133,9 @@ impl State {
     ) -> (State, Bytes) {
         let before = events.take_out();
         record.streamed(events.ttft(), events.usage(), events.map().produced());
+        if events.model().is_some() {
+            record.answered_by(events.model().map(str::to_owned));
+        }
         let mut error = error;
         if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
             // The text alone would rebuild a corrupted call: the cut is the client's answer.
@@ -182,6 +185,9 @@ impl Body for SseRelay {
                     }
                     Poll::Ready(Next::End) => {
                         record.streamed(events.ttft(), events.usage(), events.map().produced());
+                        if events.model().is_some() {
+                            record.answered_by(events.model().map(str::to_owned));
+                        }
                         record.succeeded();
                         this.state = State::Done;
                         return Poll::Ready(None);

@@ -24,6 +24,7 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::provider::Unary;
 use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::Lease;
+use crate::wire::chunk;
 use crate::wire::rename::{Renamer, join};
 use crate::wire::usage::UsageWindow;
 
@@ -85,6 +86,9 @@ impl UnaryRelay {
             ticket.settle(Verdict::Answered);
         }
         if let Some(mut record) = self.record.take() {
+            if record.is_traced() {
+                record.answered_by(chunk::model(self.usage.head()));
+            }
             record.completed(self.usage.usage());
         }
         if let Some(pin) = self.pin.take() {
@@ -106,6 +110,9 @@ impl UnaryRelay {
         }
         if let Some(mut record) = self.record.take() {
             tracing::warn!(request_id = ?record.request_id(), code = error.code(), "answer to client cut off");
+            if record.is_traced() {
+                record.answered_by(chunk::model(self.usage.head()));
+            }
             record.cut(self.usage.usage(), error);
         }
     }

@@ -445,6 +445,7 @@ impl Attempts {
                 content_type,
                 body,
                 usage,
+                model,
                 held,
                 waited,
             }) => {
@@ -452,6 +453,9 @@ impl Attempts {
                 ticket.first_token(waited);
                 ticket.settle(Verdict::Answered);
                 record.answered(usage, held);
+                if model.is_some() {
+                    record.answered_by(model);
+                }
                 Ok(Served::Complete {
                     status: answered,
                     content_type,
@@ -486,6 +490,9 @@ impl Attempts {
                     Some(ticket),
                 ));
                 events.called(&target.provider);
+                if context.is_some() {
+                    events.seek_model();
+                }
                 if hold {
                     events
                         .hold(&self.ctx.budget)

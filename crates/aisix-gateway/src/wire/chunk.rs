@@ -107,6 +107,13 @@ pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
     }
 }
 
+/// The first `"model"` string value of `json` (an answer, a chunk, or an event that holds
+/// one), unescaped: the model the upstream says answered.
+pub fn model(json: &[u8]) -> Option<String> {
+    let (start, end) = model_span(json)?;
+    serde_json::from_slice(json.get(start..end)?).ok()
+}
+
 /// The key [`model_span`] looks for, quotes included.
 pub const MODEL_KEY: &[u8] = b"\"model\"";
 
@@ -170,6 +177,16 @@ pub fn with_model(json: &[u8], model: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_an_answer_or_event_names_is_read_unescaped_and_a_model_version_is_not_one() {
+        let answer = br#"{"id":"c","object":"chat.completion","model":"gpt-4o-2024-08-06","choices":[{"message":{"content":"\"model\": \"no\""}}]}"#;
+        assert_eq!(model(answer).as_deref(), Some("gpt-4o-2024-08-06"));
+        let start = b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"model\":\"claude\\u002d3\"}}\n\n";
+        assert_eq!(model(start).as_deref(), Some("claude-3"));
+        assert_eq!(model(br#"{"modelVersion":"gemini-2.0-flash-001"}"#), None);
+        assert_eq!(model(br#"{"model":null}"#), None);
+    }
 
     #[test]
     fn a_role_only_chunk_is_not_content_and_a_delta_is() {
