@@ -192,6 +192,9 @@ pub struct GatewaySpec {
     pub features: Features,
     /// Extra environment (`--gateway-env`), applied after the harness's own is cleared.
     pub env: Vec<(String, String)>,
+    /// Start the floor proxy (`aisix-bench floor`, `floor.rs`) with this config instead of
+    /// the gateway: the same serving settings, every request sent to the paced mock.
+    pub floor: bool,
 }
 
 /// Optional parts of the generated resources (and, for Redis, of the config).
@@ -259,6 +262,17 @@ impl GatewaySpec {
             pin_workers: false,
             features: Features::default(),
             env,
+            floor: false,
+        }
+    }
+
+    /// The floor proxy on the same serving settings as [`GatewaySpec::new`]'s gateway; it has
+    /// no metrics and no access log to switch on.
+    pub fn floor(mode: Mode, workers: usize, cpus: Option<CpuList>) -> Self {
+        Self {
+            observability: false,
+            floor: true,
+            ..Self::new(mode, workers, cpus, Vec::new())
         }
     }
 
@@ -383,7 +397,17 @@ impl Gateway {
         )?;
         let log = dir.join("aisix.log");
 
-        let mut command = Command::new(bin);
+        let mut command = if spec.floor {
+            let exe = std::env::current_exe().context("locate the aisix-bench executable")?;
+            let mut command = Command::new(exe);
+            command
+                .arg("floor")
+                .arg("--upstream")
+                .arg(format!("http://{}", upstreams.mock));
+            command
+        } else {
+            Command::new(bin)
+        };
         command.arg("--config").arg(&config);
         // The harness's own environment must not reconfigure the gateway under test.
         for (key, _) in std::env::vars_os() {

@@ -108,6 +108,9 @@ pub struct GridArgs {
     /// Skip the metrics-and-access-log-off leg.
     #[arg(long)]
     pub no_obs_off: bool,
+    /// Skip the floor leg (the gateway's stack with no gateway logic, `aisix-bench floor`).
+    #[arg(long)]
+    pub no_floor: bool,
     /// Load generators for the non-streaming grid, reported side by side: `own` (this
     /// harness's) and `wrk` (Debian's wrk; noted and skipped when not installed).
     #[arg(long, default_value = "own,wrk")]
@@ -425,6 +428,9 @@ pub fn run(mut args: GridArgs) -> Result<()> {
             legs.gateway(baseline, &spec, &leg, &args.concurrency.0, false, r)
         })?;
     }
+    if !args.no_floor {
+        attempt(&mut results, report::FLOOR, &mut |r| legs.floor(workers, r))?;
+    }
     if !args.no_obs_off
         && let Some(&mode) = args.modes.0.first()
     {
@@ -554,6 +560,65 @@ impl Legs<'_> {
             gateway.ensure_running()?;
         }
         gateway.stop()
+    }
+
+    /// The floor proxy in thread-per-core mode, on the gateway's CPUs and serving settings: the
+    /// non-streaming grid, the strace window and the streaming leg, with the mock's own request
+    /// bodies (it forwards them as they are, as nginx does). Priced: each aisix mode ÷ floor,
+    /// floor ÷ nginx.
+    fn floor(&self, workers: usize, results: &mut Results) -> Result<()> {
+        let leg = report::FLOOR;
+        let spec = GatewaySpec::floor(Mode::ThreadPerCore, workers, self.args.gateway_cpus.clone());
+        let upstreams = Upstreams {
+            mock: self.rig.mock.addr,
+            burst: None,
+        };
+        // `bin` is unused for the floor: it is this executable.
+        let mut floor = Gateway::start(Path::new(""), &spec, &upstreams, &self.work.join(leg))?;
+        eprintln!("[bench] {leg}: pid {} on {}", floor.pid(), floor.addr);
+        let subject = Subject {
+            leg: leg.to_owned(),
+            workers,
+            pids: vec![floor.pid()],
+            addr: floor.addr,
+            metrics: None,
+        };
+        for mode in &self.args.modes.0 {
+            let aisix = gateway::mode_leg(*mode);
+            let what = format!("{aisix}/floor");
+            for suffix in ["", crate::wrk::SUFFIX] {
+                results.pairs.push(Pair::new(
+                    &format!("{what}{suffix}"),
+                    &format!("{aisix}{suffix}"),
+                    &format!("{leg}{suffix}"),
+                ));
+            }
+            results.stream_pairs.push(Pair::new(&what, &aisix, leg));
+        }
+        for suffix in ["", crate::wrk::SUFFIX] {
+            results.pairs.push(Pair::new(
+                &format!("floor/nginx{suffix}"),
+                &format!("{leg}{suffix}"),
+                &format!("{}{suffix}", report::NGINX),
+            ));
+        }
+        results
+            .stream_pairs
+            .push(Pair::new("floor/nginx", leg, report::NGINX));
+        let unary = loadgen::post_request(floor.addr, CHAT, BENCH_KEY, DIRECT_UNARY_BODY);
+        let stream = loadgen::post_request(floor.addr, CHAT, BENCH_KEY, DIRECT_STREAM_BODY);
+        self.grid(
+            &subject,
+            CHAT,
+            DIRECT_UNARY_BODY,
+            &self.args.concurrency.0,
+            results,
+        )?;
+        floor.ensure_running()?;
+        self.syscalls(&subject, &unary, results)?;
+        self.streams(&subject, &stream, results)?;
+        floor.ensure_running()?;
+        floor.stop()
     }
 
     fn nginx(&self, bin: &Path, workers: usize, results: &mut Results) -> Result<()> {

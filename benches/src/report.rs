@@ -10,6 +10,8 @@ use crate::strace::SyscallCounts;
 /// The leg every other leg is compared against.
 pub const DIRECT: &str = "mock-direct";
 pub const NGINX: &str = "nginx";
+/// The floor proxy: the gateway's stack with no gateway logic (`floor.rs`).
+pub const FLOOR: &str = "floor-tpc";
 /// System calls worth seeing even outside the top ten: each is a hot-path rule in DESIGN §3.4.
 const WATCHED_SYSCALLS: [&str; 7] = [
     "getrandom",
@@ -186,6 +188,9 @@ pub struct Results {
     pub obs_pair: Option<(String, String)>,
     /// Legs priced against another leg of the run (CPU µs/req and req/s ratios).
     pub pairs: Vec<Pair>,
+    /// Streaming legs priced against another streaming leg (CPU µs per stream; the
+    /// concurrency column is the stream count).
+    pub stream_pairs: Vec<Pair>,
     /// Legs whose p99 is priced against another leg's (the ratio is named `what` alone).
     pub latency_pairs: Vec<Pair>,
     /// The hostile-neighbour leg's windows, in the order they ran.
@@ -504,6 +509,18 @@ impl Results {
                 if let Some(base) = find(&pair.base, p.concurrency) {
                     out.push((pair.what.clone(), p.concurrency, p.p99_us / base.p99_us));
                 }
+            }
+        }
+        for pair in &self.stream_pairs {
+            let stream = |leg: &str| self.streams.iter().find(|s| s.leg == leg && s.valid());
+            if let (Some(s), Some(base)) = (stream(&pair.leg), stream(&pair.base))
+                && base.cpu_us_per_stream > 0.0
+            {
+                out.push((
+                    format!("{} cpu_us_per_stream", pair.what),
+                    s.streams,
+                    s.cpu_us_per_stream / base.cpu_us_per_stream,
+                ));
             }
         }
         if let Some((off, on)) = &self.obs_pair {
@@ -944,6 +961,43 @@ mod tests {
             busiest_share(&shared),
             None,
             "one worker, threads not counted apart"
+        );
+    }
+
+    #[test]
+    fn stream_pairs_price_cpu_per_stream_of_valid_stream_windows() {
+        let stream = |leg: &str, cpu: f64, failures: u64| StreamRow {
+            leg: leg.into(),
+            streams: 512,
+            completed: 100,
+            failures,
+            cpu_us_per_stream: cpu,
+            ..StreamRow::default()
+        };
+        let mut results = Results {
+            streams: vec![
+                stream("aisix-tpc", 300.0, 0),
+                stream(FLOOR, 200.0, 0),
+                stream(NGINX, 100.0, 0),
+            ],
+            stream_pairs: vec![
+                Pair::new("aisix-tpc/floor", "aisix-tpc", FLOOR),
+                Pair::new("floor/nginx", FLOOR, NGINX),
+            ],
+            ..Results::default()
+        };
+        let ratios = results.ratios();
+        let get = |what: &str| ratios.iter().find(|r| r.0 == what).map(|r| (r.1, r.2));
+        assert_eq!(get("aisix-tpc/floor cpu_us_per_stream"), Some((512, 1.5)));
+        assert_eq!(get("floor/nginx cpu_us_per_stream"), Some((512, 2.0)));
+
+        results.streams[2].failures = 1;
+        let ratios = results.ratios();
+        assert!(
+            !ratios
+                .iter()
+                .any(|r| r.0 == "floor/nginx cpu_us_per_stream"),
+            "an invalid window prices nothing"
         );
     }
 
