@@ -58,12 +58,20 @@ pub fn prebuilt(path: &Path, flag: &str) -> Result<PathBuf> {
 /// The `aisix` binary to run: `explicit` if given, else `cargo build --release -p aisix-server`
 /// (a no-op when up to date) and the executable cargo reports. Cargo's JSON messages go to
 /// `messages`; Ctrl-C stops the build.
-pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
+pub fn binary(explicit: Option<&Path>, messages: &Path, count_alloc: bool) -> Result<PathBuf> {
     if let Some(path) = explicit {
         return prebuilt(path, "--aisix-bin");
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("[bench] cargo build --release -p aisix-server (a no-op when up to date)");
+    let features: &[&str] = if count_alloc {
+        &["--features", "count-alloc"]
+    } else {
+        &[]
+    };
+    eprintln!(
+        "[bench] cargo build --release -p aisix-server {} (a no-op when up to date)",
+        features.join(" ")
+    );
     let mut command = Command::new(cargo);
     command
         .args([
@@ -75,6 +83,7 @@ pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
             "aisix",
             "--message-format=json-render-diagnostics",
         ])
+        .args(features)
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(messages)?)
@@ -121,6 +130,9 @@ pub struct MetricsReading {
     pub worker_requests: Vec<(String, u64)>,
     /// `aisix_otel_dropped_total` by `signal`.
     pub otel_dropped: Vec<(String, u64)>,
+    /// `aisix_alloc_calls_total` and `aisix_alloc_bytes_total`: only a gateway built with the
+    /// `count-alloc` feature has them.
+    pub allocs: Option<(u64, u64)>,
 }
 
 /// Reads the gateway's `/metrics` page.
@@ -134,6 +146,13 @@ pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
         dropped_log_lines: counter(&page, DROPPED_LOG_LINES)?,
         worker_requests: by_label(&page, WORKER_REQUESTS, "worker")?,
         otel_dropped: by_label(&page, "aisix_otel_dropped_total", "signal")?,
+        allocs: match (
+            sample(&page, "aisix_alloc_calls_total")?,
+            sample(&page, "aisix_alloc_bytes_total")?,
+        ) {
+            (Some(calls), Some(bytes)) => Some((calls, bytes)),
+            _ => None,
+        },
     })
 }
 
@@ -142,13 +161,18 @@ const WORKER_REQUESTS: &str = "aisix_worker_requests_total";
 
 /// The value of an unlabelled counter on a Prometheus text page; 0 when absent.
 fn counter(page: &str, name: &str) -> Result<u64> {
-    let Some(value) = page.lines().find_map(|line| {
-        line.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(' '))
-    }) else {
-        return Ok(0);
-    };
-    parse_value(name, value)
+    Ok(sample(page, name)?.unwrap_or(0))
+}
+
+/// The value of an unlabelled sample on a Prometheus text page, if it is there.
+fn sample(page: &str, name: &str) -> Result<Option<u64>> {
+    page.lines()
+        .find_map(|line| {
+            line.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map(|value| parse_value(name, value))
+        .transpose()
 }
 
 /// The samples of `name` with a single label `label`, by label value (sorted).
@@ -512,6 +536,17 @@ mod tests {
             0
         );
         assert!(counter("aisix_access_log_dropped_total x\n", DROPPED_LOG_LINES).is_err());
+    }
+
+    #[test]
+    fn allocation_totals_are_read_from_the_page_the_count_alloc_gateway_renders() {
+        let page = aisix_obs::alloc_count::render();
+        assert!(sample(&page, "aisix_alloc_calls_total").unwrap().is_some());
+        assert!(sample(&page, "aisix_alloc_bytes_total").unwrap().is_some());
+        assert_eq!(
+            sample("aisix_build_info 1\n", "aisix_alloc_calls_total").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -108,6 +108,12 @@ pub struct GridArgs {
     /// Skip the metrics-and-access-log-off leg.
     #[arg(long)]
     pub no_obs_off: bool,
+    /// Build the gateway with the `count-alloc` feature and report allocations per request
+    /// and per stream (read from its `/metrics`). The counting costs a little CPU: compare CPU
+    /// figures within runs that agree on this flag. With `--aisix-bin`, the binary must have been
+    /// built with the feature for the figures to show.
+    #[arg(long)]
+    pub count_alloc: bool,
     /// Skip the floor leg (the gateway's stack with no gateway logic, `aisix-bench floor`).
     #[arg(long)]
     pub no_floor: bool,
@@ -317,7 +323,11 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         .map_or_else(|| work.clone(), Path::to_path_buf);
     eprintln!("[bench] results: {}", run_dir.display());
 
-    let aisix_bin = gateway::binary(args.aisix_bin.as_deref(), &work.join("cargo-build.jsonl"))?;
+    let aisix_bin = gateway::binary(
+        args.aisix_bin.as_deref(),
+        &work.join("cargo-build.jsonl"),
+        args.count_alloc,
+    )?;
     let baseline_bin = match &args.baseline_bin {
         Some(path) => Some(gateway::prebuilt(path, "--baseline-bin")?),
         None => None,

@@ -63,6 +63,10 @@ pub struct WindowRow {
     /// Requests each worker received during the window (`aisix_worker_requests_total` by
     /// `worker`; empty without metrics).
     pub worker_requests: Vec<(String, u64)>,
+    /// Allocations per request, and bytes they asked for (a `count-alloc` gateway only;
+    /// process-wide, so the control thread's `/metrics` renders at the window edges count too).
+    pub allocs_per_req: Option<f64>,
+    pub alloc_bytes_per_req: Option<f64>,
     /// Open loop: requests that left more than a millisecond after their scheduled time.
     pub late: u64,
     pub errors: Vec<String>,
@@ -89,6 +93,8 @@ impl WindowRow {
             "load_cpu_us_per_req": round(self.load_cpu_us_per_req, 2),
             "load_cpu_share": round(self.load_cpu_share, 3),
             "access_log_dropped": self.log_dropped,
+            "allocs_per_req": self.allocs_per_req.map(|v| round(v, 2)),
+            "alloc_bytes_per_req": self.alloc_bytes_per_req.map(|v| round(v, 1)),
             "worker_requests": self.worker_requests.iter().map(|(w, n)| json!({"worker": w, "requests": n})).collect::<Vec<_>>(),
             "late": self.late,
             "errors": self.errors,
@@ -116,6 +122,8 @@ pub struct StreamRow {
     pub load_cpu_share: f64,
     /// As [`WindowRow::log_dropped`].
     pub log_dropped: Option<u64>,
+    /// As [`WindowRow::allocs_per_req`], per stream.
+    pub allocs_per_stream: Option<f64>,
     pub errors: Vec<String>,
 }
 
@@ -137,7 +145,9 @@ impl StreamRow {
             "cpu_us_per_stream": round(self.cpu_us_per_stream, 1),
             "new_upstream_conns": self.new_upstream_conns,
             "load_cpu_share": round(self.load_cpu_share, 3),
-            "access_log_dropped": self.log_dropped, "errors": self.errors,
+            "access_log_dropped": self.log_dropped,
+            "allocs_per_stream": self.allocs_per_stream.map(|v| round(v, 2)),
+            "errors": self.errors,
         })
     }
 }
@@ -300,6 +310,15 @@ struct Point {
     late: u64,
     /// Access-log lines dropped over the windows (`None`: not read for this leg).
     log_dropped: Option<u64>,
+    /// Median allocations and bytes per request (`None`: not a `count-alloc` gateway).
+    allocs_per_req: Option<f64>,
+    alloc_bytes_per_req: Option<f64>,
+}
+
+/// The median of the values present, if any is.
+fn median_of(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let values: Vec<f64> = values.flatten().collect();
+    (!values.is_empty()).then(|| median(values))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -389,6 +408,8 @@ impl Results {
                         .iter()
                         .filter_map(|r| r.log_dropped)
                         .reduce(|a, b| a + b),
+                    allocs_per_req: median_of(rows.iter().map(|r| r.allocs_per_req)),
+                    alloc_bytes_per_req: median_of(rows.iter().map(|r| r.alloc_bytes_per_req)),
                 }
             })
             .collect()
@@ -664,6 +685,7 @@ impl Results {
                 let _ = writeln!(md, "| {what} | {c} | {value:.2} |");
             }
         }
+        self.allocs_table(&points, &mut md);
 
         let direct_c1 = points
             .iter()
@@ -785,6 +807,46 @@ impl Results {
 
 impl Results {
     /// The hostile-neighbour leg, window by window.
+    /// Allocations per request and per stream, for the legs of a `count-alloc` gateway.
+    fn allocs_table(&self, points: &[Point], md: &mut String) {
+        let counted: Vec<&Point> = points
+            .iter()
+            .filter(|p| p.allocs_per_req.is_some())
+            .collect();
+        let streams: Vec<&StreamRow> = self
+            .streams
+            .iter()
+            .filter(|s| s.allocs_per_stream.is_some())
+            .collect();
+        if counted.is_empty() && streams.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "\n## Allocations (count-alloc build; process-wide, medians)\n\n\
+             | leg | conc | allocs/req | bytes/req |\n|---|---:|---:|---:|"
+        );
+        for p in counted {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.1} | {:.0} |",
+                p.leg,
+                p.concurrency,
+                p.allocs_per_req.unwrap_or(f64::NAN),
+                p.alloc_bytes_per_req.unwrap_or(f64::NAN)
+            );
+        }
+        for s in streams {
+            let _ = writeln!(
+                md,
+                "| {} streaming | {} | {:.1} per stream | |",
+                s.leg,
+                s.streams,
+                s.allocs_per_stream.unwrap_or(f64::NAN)
+            );
+        }
+    }
+
     fn hostile_table(&self, md: &mut String) {
         if self.hostile.is_empty() {
             return;
@@ -962,6 +1024,25 @@ mod tests {
             None,
             "one worker, threads not counted apart"
         );
+    }
+
+    #[test]
+    fn allocations_per_request_get_their_table_only_when_counted() {
+        let mut counted = window("aisix-tpc", 32, 1000.0, 10.0);
+        counted.allocs_per_req = Some(41.0);
+        counted.alloc_bytes_per_req = Some(9000.0);
+        let results = Results {
+            windows: vec![counted, window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        let md = results.markdown();
+        assert!(md.contains("| aisix-tpc | 32 | 41.0 | 9000 |"), "{md}");
+        assert!(!md.contains("| nginx | 32 | NaN"), "{md}");
+        let plain = Results {
+            windows: vec![window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        assert!(!plain.markdown().contains("## Allocations"));
     }
 
     #[test]

@@ -53,9 +53,13 @@ pub(crate) async fn serve(listener: std::net::TcpListener, path: String, metrics
     let app = Router::new().route(
         &path,
         get(move || async move {
+            #[allow(unused_mut)]
+            let mut page = metrics.render();
+            #[cfg(feature = "count-alloc")]
+            page.push_str(&aisix_obs::alloc_count::render());
             (
                 [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-                metrics.render(),
+                page,
             )
         }),
     );
