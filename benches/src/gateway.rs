@@ -58,15 +58,15 @@ pub fn prebuilt(path: &Path, flag: &str) -> Result<PathBuf> {
 /// The `aisix` binary to run: `explicit` if given, else `cargo build --release -p aisix-server`
 /// (a no-op when up to date) and the executable cargo reports. Cargo's JSON messages go to
 /// `messages`; Ctrl-C stops the build.
-pub fn binary(explicit: Option<&Path>, messages: &Path, count_alloc: bool) -> Result<PathBuf> {
+pub fn binary(explicit: Option<&Path>, messages: &Path, features: &[&str]) -> Result<PathBuf> {
     if let Some(path) = explicit {
         return prebuilt(path, "--aisix-bin");
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let features: &[&str] = if count_alloc {
-        &["--features", "count-alloc"]
+    let features: Vec<String> = if features.is_empty() {
+        Vec::new()
     } else {
-        &[]
+        vec!["--features".into(), features.join(",")]
     };
     eprintln!(
         "[bench] cargo build --release -p aisix-server {} (a no-op when up to date)",
@@ -83,7 +83,7 @@ pub fn binary(explicit: Option<&Path>, messages: &Path, count_alloc: bool) -> Re
             "aisix",
             "--message-format=json-render-diagnostics",
         ])
-        .args(features)
+        .args(&features)
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(messages)?)
@@ -133,6 +133,9 @@ pub struct MetricsReading {
     /// `aisix_alloc_calls_total` and `aisix_alloc_bytes_total`: only a gateway built with the
     /// `count-alloc` feature has them.
     pub allocs: Option<(u64, u64)>,
+    /// `aisix_worker_longest_delay_seconds`, in ms: the longest a worker was held since the
+    /// previous read (only a gateway built with the `poll-probe` feature has it).
+    pub longest_delay_ms: Option<f64>,
 }
 
 /// Reads the gateway's `/metrics` page.
@@ -153,6 +156,11 @@ pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
             (Some(calls), Some(bytes)) => Some((calls, bytes)),
             _ => None,
         },
+        longest_delay_ms: page
+            .lines()
+            .find_map(|line| line.strip_prefix("aisix_worker_longest_delay_seconds "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map(|seconds| seconds * 1e3),
     })
 }
 

@@ -2,6 +2,7 @@
 //! How to run it and what it reports: benches/README.md.
 
 mod args;
+mod compare;
 mod floor;
 mod gateway;
 mod grid;
@@ -50,6 +51,9 @@ struct Cli {
 enum Command {
     /// Measure the gateway in each serving mode against the mock, nginx and the rig floor.
     Grid(Box<grid::GridArgs>),
+    /// Compare this tree's gateway with another revision's, interleaved in one run (unary and
+    /// streaming), and print the ratios.
+    Compare(Box<compare::CompareArgs>),
     /// Serve the fast mock provider (the grid starts its own).
     Mock(mock::MockArgs),
     /// Serve the floor proxy: the gateway's stack (serving core, upstream pool) with no gateway
@@ -63,6 +67,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Grid(args) => grid::run(*args),
         Command::Mock(args) => mock::serve(args),
+        Command::Compare(args) => compare::run(*args),
         Command::Floor(args) => floor::serve(args),
     }
 }

@@ -106,6 +106,8 @@ struct Delta {
     worker_requests: Vec<(String, u64)>,
     /// Allocations and bytes allocated (a `count-alloc` gateway only).
     allocs: Option<(u64, u64)>,
+    /// The longest a worker was held during the window (a `poll-probe` gateway only).
+    longest_delay_ms: Option<f64>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
@@ -124,6 +126,8 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
         log_dropped: after
             .zip(before)
             .map(|(b, a)| b.dropped_log_lines.saturating_sub(a.dropped_log_lines)),
+        // Reset at each read, so the reading at the window's end covers the window.
+        longest_delay_ms: after.and_then(|m| m.longest_delay_ms),
         allocs: after
             .and_then(|m| m.allocs)
             .zip(before.and_then(|m| m.allocs))
@@ -331,6 +335,7 @@ impl Rig<'_> {
             log_dropped: d.log_dropped,
             allocs_per_req: d.allocs.map(|(calls, _)| calls as f64 / d.attempts),
             alloc_bytes_per_req: d.allocs.map(|(_, bytes)| bytes as f64 / d.attempts),
+            longest_delay_ms: d.longest_delay_ms,
             worker_requests: d.worker_requests,
             late: served.late,
             errors: served.errors,

@@ -67,6 +67,9 @@ pub struct WindowRow {
     /// process-wide, so the control thread's `/metrics` renders at the window edges count too).
     pub allocs_per_req: Option<f64>,
     pub alloc_bytes_per_req: Option<f64>,
+    /// The longest a worker's thread was held from its other tasks during the window, ms (a
+    /// `poll-probe` gateway only).
+    pub longest_delay_ms: Option<f64>,
     /// Open loop: requests that left more than a millisecond after their scheduled time.
     pub late: u64,
     pub errors: Vec<String>,
@@ -95,6 +98,7 @@ impl WindowRow {
             "access_log_dropped": self.log_dropped,
             "allocs_per_req": self.allocs_per_req.map(|v| round(v, 2)),
             "alloc_bytes_per_req": self.alloc_bytes_per_req.map(|v| round(v, 1)),
+            "longest_delay_ms": self.longest_delay_ms.map(|v| round(v, 3)),
             "worker_requests": self.worker_requests.iter().map(|(w, n)| json!({"worker": w, "requests": n})).collect::<Vec<_>>(),
             "late": self.late,
             "errors": self.errors,
@@ -533,14 +537,26 @@ impl Results {
             }
         }
         for pair in &self.stream_pairs {
-            let stream = |leg: &str| self.streams.iter().find(|s| s.leg == leg && s.valid());
-            if let (Some(s), Some(base)) = (stream(&pair.leg), stream(&pair.base))
-                && base.cpu_us_per_stream > 0.0
+            // The median over the leg's valid stream windows (one per rep in a comparison).
+            let stream = |leg: &str| {
+                let rows: Vec<&StreamRow> = self
+                    .streams
+                    .iter()
+                    .filter(|s| s.leg == leg && s.valid())
+                    .collect();
+                let first = rows.first()?;
+                Some((
+                    first.streams,
+                    median(rows.iter().map(|s| s.cpu_us_per_stream).collect()),
+                ))
+            };
+            if let (Some((streams, cpu)), Some((_, base))) = (stream(&pair.leg), stream(&pair.base))
+                && base > 0.0
             {
                 out.push((
                     format!("{} cpu_us_per_stream", pair.what),
-                    s.streams,
-                    s.cpu_us_per_stream / base.cpu_us_per_stream,
+                    streams,
+                    cpu / base,
                 ));
             }
         }
@@ -686,6 +702,7 @@ impl Results {
             }
         }
         self.allocs_table(&points, &mut md);
+        self.delay_table(&mut md);
 
         let direct_c1 = points
             .iter()
@@ -843,6 +860,34 @@ impl Results {
                 s.leg,
                 s.streams,
                 s.allocs_per_stream.unwrap_or(f64::NAN)
+            );
+        }
+    }
+
+    /// Each window's longest worker delay, for the legs of a `poll-probe` gateway, in the
+    /// order the windows ran.
+    fn delay_table(&self, md: &mut String) {
+        let probed: Vec<&WindowRow> = self
+            .windows
+            .iter()
+            .filter(|w| w.longest_delay_ms.is_some())
+            .collect();
+        if probed.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "\n## Longest worker delay (poll-probe build; 1 ms resolution; target ≤ 2 ms)\n\n\
+             | leg | conc | rep | longest delay ms |\n|---|---:|---:|---:|"
+        );
+        for w in probed {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                w.leg,
+                w.concurrency,
+                w.rep,
+                w.longest_delay_ms.unwrap_or(f64::NAN)
             );
         }
     }
@@ -1043,6 +1088,26 @@ mod tests {
             ..Results::default()
         };
         assert!(!plain.markdown().contains("## Allocations"));
+    }
+
+    #[test]
+    fn longest_worker_delays_get_their_table_only_when_probed() {
+        let mut probed = window("aisix-tpc-1w +hostile", 32, 1000.0, 10.0);
+        probed.longest_delay_ms = Some(3.25);
+        let results = Results {
+            windows: vec![probed, window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        let md = results.markdown();
+        assert!(
+            md.contains("| aisix-tpc-1w +hostile | 32 | 0 | 3.25 |"),
+            "{md}"
+        );
+        let plain = Results {
+            windows: vec![window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        assert!(!plain.markdown().contains("## Longest worker delay"));
     }
 
     #[test]
