@@ -242,6 +242,8 @@ pub struct Features {
     /// `bench-responses` on an `openai` provider key at the mock that serves the Responses API
     /// (`responses: true`); `bench` stays on the chat-only key (issue 24).
     pub responses: bool,
+    /// `bench-gemini` on a `gemini` provider key at the mock (`generateContent`, issue 26).
+    pub gemini: bool,
     /// `bench-hostile`: the mock's hostile answers (one huge SSE event, one huge body), for the
     /// hostile-neighbour leg.
     pub hostile: bool,
@@ -273,6 +275,8 @@ pub const GROUP_MODEL: &str = "bench-group";
 pub const ANTHROPIC_MODEL: &str = "bench-claude";
 /// The model on the mock's Responses-serving key.
 pub const RESPONSES_MODEL: &str = "bench-responses";
+/// The model on the `gemini` provider key.
+pub const GEMINI_MODEL: &str = "bench-gemini";
 /// The model the mock answers with hostile answers (upstream name
 /// [`aisix_testkit::mock::hostile::HOSTILE_MODEL`]).
 pub const HOSTILE_MODEL: &str = "bench-hostile";
@@ -378,6 +382,14 @@ fn resources(upstreams: &Upstreams, features: &Features) -> String {
         ));
         models.push_str(&format!(
             "  - {{display_name: {RESPONSES_MODEL}, provider: openai, model_name: mock-model, provider_key: mock-responses}}\n"
+        ));
+    }
+    if features.gemini {
+        keys.push_str(&format!(
+            "  - {{display_name: mock-gemini, provider: gemini, api_key: bench-gemini-key, api_base: \"http://{mock}/v1beta\"}}\n"
+        ));
+        models.push_str(&format!(
+            "  - {{display_name: {GEMINI_MODEL}, provider: gemini, model_name: mock-gemini, provider_key: mock-gemini}}\n"
         ));
     }
     if features.hostile {

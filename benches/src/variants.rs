@@ -15,8 +15,8 @@ use anyhow::{Result, bail};
 
 use crate::args::CommaList;
 use crate::gateway::{
-    self, ANTHROPIC_MODEL, BENCH_KEY, BURST_MODEL, GROUP_MODEL, Gateway, GatewaySpec, Limits, Mode,
-    RESPONSES_MODEL, Upstreams,
+    self, ANTHROPIC_MODEL, BENCH_KEY, BURST_MODEL, GEMINI_MODEL, GROUP_MODEL, Gateway, GatewaySpec,
+    Limits, Mode, RESPONSES_MODEL, Upstreams,
 };
 use crate::grid::{Legs, UNARY_BODY};
 use crate::loadgen::{self, Workload};
@@ -75,6 +75,10 @@ pub struct VariantArgs {
     /// chat completions, each beside the OpenAI chat passthrough.
     #[arg(long)]
     pub responses: bool,
+    /// The providers leg: chat completions translated to Gemini's `generateContent` beside
+    /// the OpenAI chat passthrough, unary (the feature grid) and streamed (the streaming leg).
+    #[arg(long)]
+    pub providers: bool,
     /// Connections in the one-worker peak-RSS leg (0: skip it).
     #[arg(long, default_value_t = 512)]
     pub rss_concurrency: usize,
@@ -222,6 +226,12 @@ impl Legs<'_> {
             legs.push((
                 "responses".into(),
                 Box::new(move |r| self.responses(bin, base_mode, r)),
+            ));
+        }
+        if v.providers {
+            legs.push((
+                "providers".into(),
+                Box::new(move |r| self.providers(bin, base_mode, r)),
             ));
         }
         if !v.no_otel {
@@ -512,6 +522,31 @@ impl Legs<'_> {
             if name != &openai {
                 let what = format!("{}/chat passthrough", &name[leg.len() + 1..]);
                 results.pairs.push(Pair::new(&what, name, &openai));
+            }
+        }
+        gateway.stop()
+    }
+
+    /// OpenAI chat passthrough and chat completions translated to each native provider
+    /// dialect, in one gateway: the feature grid (unary) and the streaming leg of each.
+    fn providers(&self, bin: &Path, mode: Mode, results: &mut Results) -> Result<()> {
+        let leg = format!("{}+providers", gateway::mode_leg(mode));
+        let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
+        spec.features.gemini = true;
+        let gateway = self.start(bin, &spec, &leg)?;
+        let openai = format!("{leg} chat→openai");
+        for (name, model) in [
+            (openai.clone(), "bench"),
+            (format!("{leg} chat→gemini"), GEMINI_MODEL),
+        ] {
+            let subject = subject(&name, spec.workers, &gateway);
+            self.features_grid(&subject, CHAT, &chat_body(model), results)?;
+            let stream = crate::grid::STREAM_BODY.replace("\"bench\"", &format!("\"{model}\""));
+            let request = loadgen::post_request(gateway.addr, CHAT, BENCH_KEY, &stream);
+            self.streams_on(self.rig, &subject, &request, results)?;
+            if name != openai {
+                let what = format!("{}/openai passthrough", &name[leg.len() + 1..]);
+                results.pairs.push(Pair::new(&what, &name, &openai));
             }
         }
         gateway.stop()

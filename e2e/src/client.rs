@@ -137,6 +137,19 @@ pub async fn send(addr: SocketAddr, request: Request<Full<Bytes>>) -> Reply {
 }
 
 /// `GET path` over a fresh HTTP/1.1 connection.
+/// A one-message chat completion (`hi`) for `model`, with the client key `key`.
+pub async fn chat(addr: SocketAddr, key: &str, model: &str) -> Reply {
+    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
+    let authorization = format!("Bearer {key}");
+    let request = request(
+        "POST",
+        "/v1/chat/completions",
+        &[("authorization", &authorization)],
+        Some(&body),
+    );
+    send(addr, request).await
+}
+
 pub async fn get(addr: SocketAddr, path: &str) -> Reply {
     send(addr, request("GET", path, &[], None)).await
 }

@@ -34,3 +34,59 @@ pub fn client(cert_pem: &str, alpn: &[&[u8]]) -> tokio_rustls::TlsConnector {
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
+
+/// A certificate authority made for one test: a self-signed CA certificate (`{name}-ca.pem`)
+/// that issues certificates for `localhost` and `127.0.0.1`, each a PEM pair in the same folder.
+pub struct Authority {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    dir: PathBuf,
+    /// The CA certificate's file, what a peer that trusts this authority is given.
+    pub cert: PathBuf,
+}
+
+impl Authority {
+    /// A new CA named `name`, its certificate written into `dir`.
+    pub fn new(dir: &Path, name: &str) -> Authority {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = KeyPair::generate().expect("CA key");
+        let cert = params.self_signed(&key).expect("CA certificate");
+        let path = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&path, cert.pem()).expect("write the CA certificate");
+        Authority {
+            issuer: rcgen::Issuer::new(params, key),
+            dir: dir.to_owned(),
+            cert: path,
+        }
+    }
+
+    /// Issues a certificate for `localhost` and `127.0.0.1`, good for a server and a client;
+    /// writes `{name}.pem` and `{name}-key.pem` and returns their paths.
+    pub fn issue(&self, name: &str) -> (PathBuf, PathBuf) {
+        use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
+        let mut params =
+            CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+                .expect("certificate parameters");
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate().expect("certificate key");
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .expect("sign the certificate");
+        let cert_path = self.dir.join(format!("{name}.pem"));
+        let key_path = self.dir.join(format!("{name}-key.pem"));
+        std::fs::write(&cert_path, cert.pem()).expect("write the certificate");
+        std::fs::write(&key_path, key.serialize_pem()).expect("write the key");
+        (cert_path, key_path)
+    }
+}

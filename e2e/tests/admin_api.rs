@@ -2,7 +2,9 @@
 //! models created, updated, disabled and deleted through one replica take effect at both within
 //! a second; a key's secret is returned once and never stored, listed or logged; stale
 //! revisions get 409, bad admin keys 401, invalid documents 400 naming their key, and every
-//! write to a file source 409 with the reason.
+//! write to a file source 409 with the reason. A model disabled through one replica is an
+//! unknown model (404) at both within a second, its groups go on without it, and it serves
+//! again once enabled.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::net::SocketAddr;
@@ -82,14 +84,11 @@ async fn ok(addr: SocketAddr, method: &str, path: &str, body: Option<Value>) -> 
 }
 
 async fn chat(gateway: &Gateway, key: &str, model: &str) -> u16 {
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-    let request = client::request(
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", &format!("Bearer {key}"))],
-        Some(&body),
-    );
-    client::send(gateway.addr(), request).await.status.as_u16()
+    chat_reply(gateway, key, model).await.status.as_u16()
+}
+
+async fn chat_reply(gateway: &Gateway, key: &str, model: &str) -> client::Reply {
+    client::chat(gateway.addr(), key, model).await
 }
 
 async fn agree(gateways: &[&Gateway], key: &str, model: &str, want: u16) {
@@ -239,5 +238,62 @@ both_modes! {
             Some(json!({"display_name": "x", "allowed_models": []}))).await;
         assert_eq!(status, 409, "{body}");
         assert!(body["error"]["message"].as_str().unwrap().contains("resources.yaml"), "{body}");
+    }
+}
+
+both_modes! {
+    async fn a_model_disabled_through_one_replica_is_unknown_at_both_within_a_second_until_enabled(mode: Mode) {
+        let mock = MockProvider::start();
+        let etcd = Etcd::start();
+        seed(&etcd, &mock);
+        etcd.put(
+            "/aisix/models/gpt-w",
+            r#"{"display_name":"gpt-w","provider":"openai","model_name":"up-w","provider_key":"up"}"#,
+        );
+        etcd.put(
+            "/aisix/models/chat",
+            r#"{"display_name":"chat","routing":{"targets":[{"model":"gpt-x"},{"model":"gpt-w"}]}}"#,
+        );
+        let (a, admin_a) = start(mode, &etcd);
+        let (b, admin_b) = start(mode, &etcd);
+        let created = ok(admin_a, "POST", "/admin/v1/api_keys",
+            Some(json!({"display_name": "team", "allowed_models": ["*"]}))).await;
+        let key = created["key"].as_str().unwrap().to_owned();
+        agree(&[&a, &b], &key, "gpt-x", 200).await;
+        assert_eq!(chat_reply(&a, &key, "chat").await.header("x-aisix-served-by"), Some("gpt-x"));
+
+        let listed = ok(admin_a, "GET", "/admin/v1/models", None).await;
+        let revision = listed.as_array().unwrap().iter()
+            .find(|m| m["id"] == "gpt-x").unwrap()["revision"].clone();
+        let disabled = ok(admin_a, "POST", "/admin/v1/models/gpt-x/disable",
+            Some(json!({"revision": revision}))).await;
+        agree(&[&a, &b], &key, "gpt-x", 404).await;
+
+        // Disabled reads as unknown, in the client's envelope, at either replica; the group
+        // goes on with its other target; /v1/models no longer lists it.
+        for gateway in [&a, &b] {
+            let reply = chat_reply(gateway, &key, "gpt-x").await;
+            let body: Value = serde_json::from_slice(&reply.body).unwrap();
+            assert_eq!(body["error"]["code"], "model_not_found", "{body}");
+            let reply = chat_reply(gateway, &key, "chat").await;
+            assert_eq!((reply.status.as_u16(), reply.header("x-aisix-served-by")), (200, Some("gpt-w")));
+            let models = client::send(gateway.addr(), client::request("GET", "/v1/models",
+                &[("authorization", &format!("Bearer {key}"))], None)).await.text();
+            assert!(!models.contains("\"gpt-x\"") && models.contains("\"gpt-w\""), "{models}");
+        }
+        let listed = ok(admin_b, "GET", "/admin/v1/models", None).await;
+        let entry = listed.as_array().unwrap().iter().find(|m| m["id"] == "gpt-x").unwrap().clone();
+        assert_eq!(entry["document"]["disabled"], true, "{entry}");
+
+        // A stale revision changes nothing; the current one enables it again, through B.
+        let (status, body) = admin(admin_b, "POST", "/admin/v1/models/gpt-x/enable", Some(ADMIN_KEY),
+            Some(json!({"revision": revision}))).await;
+        assert_eq!(status, 409, "{body}");
+        ok(admin_b, "POST", "/admin/v1/models/gpt-x/enable",
+            Some(json!({"revision": disabled["revision"]}))).await;
+        agree(&[&a, &b], &key, "gpt-x", 200).await;
+        assert_eq!(chat_reply(&b, &key, "chat").await.header("x-aisix-served-by"), Some("gpt-x"));
+        let logs = a.logs();
+        assert!(logs.contains("action=\"disable\"") || logs.contains("action=disable"), "{logs}");
     }
 }

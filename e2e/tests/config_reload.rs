@@ -160,7 +160,12 @@ both_modes! {
         let page = wait_reloads(&gateway, "success", 1.0).await;
         assert_eq!(config_hash(&page), short_hash(&second));
         assert_eq!(client::send(gateway.addr(), chat("gpt-b")).await.status, 200);
-        assert!(gateway.logs().contains("file watch: resources reloaded"), "{}", gateway.logs());
+        // The log line is written beside the metric, not before it: wait for it to arrive.
+        assert!(
+            gateway.wait_for_log("file watch: resources reloaded", std::time::Duration::from_secs(10)),
+            "{}",
+            gateway.logs()
+        );
 
         configmap_update(volume.path(), 3, BROKEN);
         let page = wait_reloads(&gateway, "failure", 1.0).await;

@@ -3,7 +3,9 @@
 //! second; readiness waits for the first snapshot; a bad document is refused, named by its key,
 //! while the last good snapshot serves; etcd stopped and restarted, or compacted past the
 //! watch, loses no change; etcd's own authentication takes its password from a variable and
-//! never logs it. `aisix export`/`import` round-trip the example resources.
+//! never logs it; TLS to etcd (a CA the test makes, with and without a client certificate)
+//! serves, and a CA that did not sign etcd's certificate keeps the gateway unready with an error
+//! that says so. `aisix export`/`import` round-trip the example resources.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::process::Command;
@@ -14,7 +16,8 @@ use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode, binary};
 use aisix_e2e::mock::MockProvider;
 use aisix_e2e::prom::sample;
-use aisix_e2e::third_party::etcd::Etcd;
+use aisix_e2e::third_party::etcd::{Etcd, EtcdTls};
+use aisix_e2e::tls::Authority;
 use sha2::{Digest, Sha256};
 
 /// How soon every replica must apply a change (the issue's bound), as a polling deadline.
@@ -66,14 +69,10 @@ fn config_with(mode: Mode, etcd: &Etcd, more: &str) -> GatewayConfig {
 }
 
 async fn status(gateway: &Gateway, key: &str, model: &str) -> u16 {
-    let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-    let request = client::request(
-        "POST",
-        "/v1/chat/completions",
-        &[("authorization", &format!("Bearer {key}"))],
-        Some(&body),
-    );
-    client::send(gateway.addr(), request).await.status.as_u16()
+    client::chat(gateway.addr(), key, model)
+        .await
+        .status
+        .as_u16()
 }
 
 /// Polls until every gateway answers `key` on `model` with `want`, or `within` passes.
@@ -373,5 +372,76 @@ both_modes! {
             let logs = gateway.logs();
             assert!(!logs.contains("etcd-root-password-123") && !logs.contains("not-the-etcd-password"), "{logs}");
         }
+    }
+}
+
+/// `etcd.tls` for the gateway, indented under `etcd:`.
+fn tls_yaml(
+    ca: &std::path::Path,
+    client: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> String {
+    let mut yaml = format!("  tls:\n    ca_cert_file: {}\n", ca.display());
+    if let Some((cert, key)) = client {
+        yaml += &format!(
+            "    client_cert_file: {}\n    client_key_file: {}\n    domain_name: localhost\n",
+            cert.display(),
+            key.display()
+        );
+    }
+    yaml
+}
+
+both_modes! {
+    async fn etcd_over_tls_serves_with_the_ca_and_a_client_certificate(mode: Mode) {
+        let dir = tempfile::tempdir().unwrap();
+        let authority = Authority::new(dir.path(), "etcd");
+        let (cert, key) = authority.issue("etcd-server");
+        let client = authority.issue("gateway");
+        let mock = MockProvider::start();
+
+        // Server TLS: the gateway checks etcd's certificate against the CA.
+        let etcd = Etcd::start_tls(EtcdTls { ca: authority.cert.clone(), cert: cert.clone(), key: key.clone(), client: None });
+        assert!(etcd.url().starts_with("https://"), "{}", etcd.url());
+        seed(&etcd, &mock);
+        let gateway = Gateway::start(&config_with(mode, &etcd, &tls_yaml(&authority.cert, None)));
+        assert_eq!(status(&gateway, "sk-etcd-first", "gpt-x").await, 200);
+        put_key(&etcd, "second", "sk-etcd-second", false);
+        agree(&[&gateway], "sk-etcd-second", "gpt-x", 200, AGREE_WITHIN).await;
+
+        // Mutual TLS: etcd demands a client certificate signed by the CA.
+        let mutual = Etcd::start_tls(EtcdTls { ca: authority.cert.clone(), cert, key, client: Some(client.clone()) });
+        seed(&mutual, &mock);
+        let gateway = Gateway::start(&config_with(mode, &mutual, &tls_yaml(&authority.cert, Some(&client))));
+        assert_eq!(status(&gateway, "sk-etcd-first", "gpt-x").await, 200);
+        put_key(&mutual, "first", "sk-etcd-first", true);
+        agree(&[&gateway], "sk-etcd-first", "gpt-x", 401, AGREE_WITHIN).await;
+
+        // Without its client certificate the gateway is refused by etcd: never ready.
+        let anonymous = Gateway::start_listening(&config_with(mode, &mutual, &tls_yaml(&authority.cert, None)));
+        assert!(anonymous.wait_for_log("connection lost", Duration::from_secs(10)), "{}", anonymous.logs());
+        assert_eq!(client::get(anonymous.addr(), "/readyz").await.status, 503);
+    }
+}
+
+both_modes! {
+    async fn etcd_certificate_from_another_ca_is_refused_with_a_clear_error_and_never_ready(mode: Mode) {
+        let dir = tempfile::tempdir().unwrap();
+        let authority = Authority::new(dir.path(), "etcd");
+        let stranger = Authority::new(dir.path(), "stranger");
+        let (cert, key) = authority.issue("etcd-server");
+        let mock = MockProvider::start();
+        let etcd = Etcd::start_tls(EtcdTls { ca: authority.cert.clone(), cert, key, client: None });
+        seed(&etcd, &mock);
+
+        let gateway = Gateway::start_listening(&config_with(mode, &etcd, &tls_yaml(&stranger.cert, None)));
+        assert!(gateway.wait_for_log("connection lost", Duration::from_secs(10)), "{}", gateway.logs());
+        assert_eq!(client::get(gateway.addr(), "/readyz").await.status, 503);
+        let logs = gateway.logs();
+        assert!(
+            logs.contains("invalid peer certificate: UnknownIssuer"),
+            "the error does not say etcd's certificate is at fault: {logs}"
+        );
+        let page = scrape(&gateway).await;
+        assert_eq!(sample(&page, "aisix_etcd_watch_up", &[]), 0.0, "{page}");
     }
 }

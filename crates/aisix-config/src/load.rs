@@ -380,6 +380,14 @@ fn read_etcd(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> Option
             domain_name: r.string("etcd.tls.domain_name"),
         }
     });
+    if tls.is_some()
+        && let Some(plain) = endpoints.iter().find(|e| e.starts_with("http://"))
+    {
+        r.refuse(
+            "etcd.endpoints",
+            format!("{plain:?} is plain http, but etcd.tls is set: use https://"),
+        );
+    }
     if let Some(tls) = &tls
         && tls.client_cert_file.is_some() != tls.client_key_file.is_some()
     {

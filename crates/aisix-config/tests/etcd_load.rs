@@ -104,6 +104,20 @@ fn etcd_errors_name_their_keys() {
 }
 
 #[test]
+fn etcd_tls_with_a_plain_http_endpoint_is_refused_by_name() {
+    let errors = messages(load(
+        "etcd:\n  endpoints: [\"https://a:2379\", \"http://b:2379\"]\n  tls:\n    ca_cert_file: ca.pem\n",
+        &[],
+    ));
+    assert!(
+        errors.contains(
+            "etcd.endpoints: \"http://b:2379\" is plain http, but etcd.tls is set: use https://"
+        ),
+        "{errors}"
+    );
+}
+
+#[test]
 fn admin_keys_are_kept_only_as_hashes() {
     let digest: String = hash_key("another-admin-key-0123")
         .0

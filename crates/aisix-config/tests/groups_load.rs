@@ -143,7 +143,7 @@ fn empty_groups_and_bad_values_are_each_reported() {
             "models[4].routing.retry_on_429: expected true or false",
             "models[4].routing.fallback_on_statuses[0]: expected an integer from 400 to 599",
             "models[4].routing.when_all_unavailable: unknown value \"wait\" (expected one of: fail, try_anyway)",
-            "models[4].provider: unknown field (expected one of: display_name, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, routing)",
+            "models[4].provider: unknown field (expected one of: display_name, disabled, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, routing)",
         ]
     );
 }

@@ -347,7 +347,7 @@ models:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "models[0].foo: unknown field (expected one of: display_name, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown, continuation, output_tokens_field)",
+            "models[0].foo: unknown field (expected one of: display_name, disabled, provider, model_name, provider_key, timeout, connect_timeout, first_token_timeout, stream_idle_timeout, stream_timeout, rate_limit, cost, retries, cooldown, continuation, output_tokens_field)",
             "models[0].timout: unknown field (did you mean timeout?)",
         ]
     );
@@ -1299,6 +1299,37 @@ fn a_provider_key_health_check_loads_with_its_defaults_and_bounds() {
         [
             "provider_keys[0].health_check.interval: must be at least 100ms",
             "provider_keys[0].health_check.every: unknown field (expected one of: interval, timeout)",
+        ]
+    );
+}
+
+#[test]
+fn models_and_groups_take_disabled_as_api_keys_do() {
+    let yaml = r#"
+_format_version: "1"
+provider_keys: [{display_name: p, provider: openai, api_key: k}]
+models:
+  - {display_name: on, provider: openai, model_name: m, provider_key: p}
+  - {display_name: off, provider: openai, model_name: m, provider_key: p, disabled: true}
+  - {display_name: g, routing: {targets: [{model: off}]}, disabled: true}
+"#;
+    let resources = parse(yaml, &[]).unwrap();
+    assert!(!resources.models[0].disabled);
+    assert!(resources.models[1].disabled);
+    assert!(resources.groups[0].disabled);
+
+    let wrong = r#"
+_format_version: "1"
+provider_keys: [{display_name: p, provider: openai, api_key: k}]
+models:
+  - {display_name: m, provider: openai, model_name: m, provider_key: p, disabled: maybe}
+  - {display_name: g, routing: {targets: [{model: m}]}, disabled: 1}
+"#;
+    assert_eq!(
+        errors(wrong, &[]),
+        [
+            "models[0].disabled: expected true or false",
+            "models[1].disabled: expected true or false",
         ]
     );
 }

@@ -1,7 +1,9 @@
 //! etcd (Debian's `etcd-server`) on free loopback ports, its data in a temp dir, driven with
 //! `etcdctl` (Debian's `etcd-client`): the resources store a fleet of gateways watches. Tests
-//! stop it and start it again on the same ports with the same data.
+//! stop it and start it again on the same ports with the same data. With [`EtcdTls`] its
+//! client port speaks TLS only, and with a client pair demands mutual TLS.
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Command;
@@ -14,6 +16,19 @@ pub struct Etcd {
     pub addr: SocketAddr,
     peer: SocketAddr,
     dir: tempfile::TempDir,
+    tls: Option<EtcdTls>,
+}
+
+/// TLS on etcd's client port (the peer port stays plain: one member, on loopback).
+#[derive(Clone)]
+pub struct EtcdTls {
+    /// The CA that signed `cert` (and, with `client`, every client certificate etcd accepts).
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// Mutual TLS: etcd demands a client certificate signed by `ca`; `etcdctl` presents this
+    /// pair (certificate, key).
+    pub client: Option<(PathBuf, PathBuf)>,
 }
 
 /// `name` on `PATH`, else Debian's `/usr/bin/<name>`. Panics, saying how to install it.
@@ -34,19 +49,30 @@ fn tool(name: &str) -> PathBuf {
 impl Etcd {
     /// Starts etcd on free ports of 127.0.0.1 and waits until it answers.
     pub fn start() -> Etcd {
+        Etcd::start_with(None)
+    }
+
+    /// Starts etcd whose client port speaks only TLS, as `tls` says.
+    pub fn start_tls(tls: EtcdTls) -> Etcd {
+        Etcd::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<EtcdTls>) -> Etcd {
         let mut etcd = Etcd {
             process: None,
             addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
             peer: SocketAddr::from(([127, 0, 0, 1], free_port())),
             dir: tempfile::tempdir().expect("temp dir for etcd"),
+            tls,
         };
         etcd.restart();
         etcd
     }
 
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT`, or `https://` with TLS.
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops the server (`SIGTERM`, waited for); its data stays.
@@ -79,18 +105,46 @@ impl Etcd {
             ])
             .args(["--initial-cluster", &format!("aisix-test={peer}")])
             .env("ETCD_UNSUPPORTED_ARCH", std::env::consts::ARCH);
+        if let Some(tls) = &self.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key);
+            if tls.client.is_some() {
+                command
+                    .arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca);
+            }
+        }
         let log = self.dir.path().join("etcd.log");
         let mut process = ServerProcess::spawn("etcd", command, &log, None);
         let endpoint = self.url();
+        let credentials = self.credentials();
         process.wait_until("answering", || {
-            ctl(&endpoint, &["endpoint", "health"]).is_ok()
+            ctl(&endpoint, &credentials, &["endpoint", "health"]).is_ok()
         });
         self.process = Some(process);
     }
 
     /// Runs `etcdctl <args>` against this server; its stdout, or panics with its stderr.
     pub fn ctl(&self, args: &[&str]) -> String {
-        ctl(&self.url(), args).unwrap_or_else(|e| panic!("etcdctl {args:?}: {e}"))
+        ctl(&self.url(), &self.credentials(), args)
+            .unwrap_or_else(|e| panic!("etcdctl {args:?}: {e}"))
+    }
+
+    /// `etcdctl`'s TLS flags: the CA, and the client pair for mutual TLS.
+    fn credentials(&self) -> Vec<OsString> {
+        let Some(tls) = &self.tls else {
+            return Vec::new();
+        };
+        let mut flags = vec!["--cacert".into(), tls.ca.clone().into()];
+        if let Some((cert, key)) = &tls.client {
+            flags.extend(["--cert".into(), cert.clone().into()]);
+            flags.extend(["--key".into(), key.clone().into()]);
+        }
+        flags
     }
 
     pub fn put(&self, key: &str, value: &str) {
@@ -148,10 +202,11 @@ impl Etcd {
     }
 }
 
-fn ctl(endpoint: &str, args: &[&str]) -> Result<String, String> {
+fn ctl(endpoint: &str, credentials: &[OsString], args: &[&str]) -> Result<String, String> {
     let output = Command::new(tool("etcdctl"))
         .arg("--endpoints")
         .arg(endpoint)
+        .args(credentials)
         .args(["--dial-timeout", "2s", "--command-timeout", "5s"])
         .args(args)
         .env("ETCDCTL_API", "3")

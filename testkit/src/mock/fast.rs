@@ -1,6 +1,8 @@
 //! The fast path, for benchmarks: OpenAI chat completions computed once at start, paced or sent
 //! in one burst, one precomputed Anthropic message (non-streaming `POST /v1/messages`), one
-//! precomputed Responses API response (non-streaming `POST /v1/responses`), and, for
+//! precomputed Responses API response (non-streaming `POST /v1/responses`), Gemini's
+//! `generateContent` answer and its `streamGenerateContent?alt=sse` stream (paced like chat
+//! completions), and, for
 //! the model [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), hostile answers (one huge SSE event, one huge JSON body) built
 //! from one small buffer. A request's body is only byte-searched for `"stream": true`,
 //! `"include_usage": true` and the hostile model's name (no JSON parse), and nothing is recorded,
@@ -42,6 +44,11 @@ pub(crate) struct Answers {
     message: Bytes,
     /// The Responses API answer (`"object":"response"`, with `usage`).
     response: Bytes,
+    /// Gemini's `generateContent` answer (with `usageMetadata`).
+    gemini: Bytes,
+    /// Gemini's stream: one content chunk, and the last chunk with `finishReason` and usage.
+    gemini_content: Bytes,
+    gemini_tail: Bytes,
     content: Bytes,
     /// The last content frame, the finish chunk and `[DONE]`, with and without the usage chunk:
     /// one write, as a provider sends the end of a stream.
@@ -72,6 +79,18 @@ impl Answers {
         let done = "data: [DONE]\n\n";
         let frames = pacing.frames.max(1);
         let leading = content.repeat(frames - 1);
+        // Gemini separates SSE events with CRLF pairs.
+        let marker = String::from_utf8_lossy(CONTENT_MARKER);
+        let gemini_parts = format!(
+            "\"content\":{{\"parts\":[{{\"text\":\"{marker}\"}}],\"role\":\"model\"}},\"index\":0"
+        );
+        let gemini_content = format!(
+            "data: {{\"candidates\":[{{{gemini_parts}}}],\"modelVersion\":\"mock-gemini\"}}\r\n\r\n"
+        );
+        let gemini_tail = format!(
+            "data: {{\"candidates\":[{{{gemini_parts},\"finishReason\":\"STOP\"}}],\"usageMetadata\":{{\"promptTokenCount\":9,\"candidatesTokenCount\":{frames},\"totalTokenCount\":{}}},\"modelVersion\":\"mock-gemini\"}}\r\n\r\n",
+            frames + 9
+        );
         Answers {
             completion: Bytes::from_static(
                 br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the aisix bench mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"total_tokens":17}}"#,
@@ -82,6 +101,11 @@ impl Answers {
             response: Bytes::from_static(
                 br#"{"id":"resp_bench","object":"response","created_at":1700000000,"status":"completed","error":null,"incomplete_details":null,"instructions":null,"max_output_tokens":null,"model":"mock-model","output":[{"type":"message","id":"msg_bench","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Hello from the aisix bench mock.","annotations":[]}]}],"parallel_tool_calls":true,"previous_response_id":null,"reasoning":{"effort":null,"summary":null},"store":false,"temperature":1.0,"text":{"format":{"type":"text"}},"tool_choice":"auto","tools":[],"top_p":1.0,"truncation":"disabled","usage":{"input_tokens":9,"input_tokens_details":{"cached_tokens":0},"output_tokens":8,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":17},"user":null,"metadata":{}}"#,
             ),
+            gemini: Bytes::from_static(
+                br#"{"candidates":[{"content":{"parts":[{"text":"Hello from the aisix bench mock."}],"role":"model"},"finishReason":"STOP","index":0}],"usageMetadata":{"promptTokenCount":9,"candidatesTokenCount":8,"totalTokenCount":17},"modelVersion":"mock-gemini"}"#,
+            ),
+            gemini_content: Bytes::from(gemini_content),
+            gemini_tail: Bytes::from(gemini_tail),
             tail: Bytes::from(format!("{content}{finish}{done}")),
             tail_with_usage: Bytes::from(format!("{content}{finish}{usage}{done}")),
             whole: Bytes::from(format!("{leading}{content}{finish}{done}")),
@@ -109,6 +133,22 @@ impl Answers {
         }
         if head.method == Method::POST && head.uri.path().ends_with("/v1/responses") {
             return json(Frames::one(self.response.clone()), worker);
+        }
+        if head.method == Method::POST && head.uri.path().ends_with(":generateContent") {
+            return json(Frames::one(self.gemini.clone()), worker);
+        }
+        if head.method == Method::POST && head.uri.path().ends_with(":streamGenerateContent") {
+            let Pacing {
+                ttft, frames, gap, ..
+            } = self.pacing;
+            let frames = Paced::new(
+                frames,
+                ttft,
+                gap,
+                self.gemini_content.clone(),
+                self.gemini_tail.clone(),
+            );
+            return sse(Frames::Paced(frames), worker);
         }
         if head.method != Method::POST || !head.uri.path().ends_with("/chat/completions") {
             let not_found = Bytes::from_static(
@@ -230,5 +270,41 @@ mod tests {
         assert!(is_hostile(br#"{"model":"mock-hostile","stream":true}"#));
         assert!(!is_hostile(br#"{"model":"mock-model"}"#));
         assert!(!is_hostile(br#"{"model":"mock-hostile-2"}"#));
+    }
+
+    #[test]
+    fn gemini_answers_are_valid_json_and_the_stream_ends_with_finish_and_usage() {
+        let answers = Answers::new(
+            &Pacing {
+                ttft: Duration::ZERO,
+                frames: 3,
+                gap: Duration::ZERO,
+                burst: false,
+            },
+            None,
+        );
+        let whole: serde_json::Value = serde_json::from_slice(&answers.gemini).unwrap();
+        assert_eq!(whole["candidates"][0]["finishReason"], "STOP");
+        for (frame, last) in [
+            (&answers.gemini_content, false),
+            (&answers.gemini_tail, true),
+        ] {
+            let text = std::str::from_utf8(frame).unwrap();
+            let data = text
+                .strip_prefix("data: ")
+                .unwrap()
+                .strip_suffix("\r\n\r\n")
+                .unwrap();
+            let chunk: serde_json::Value = serde_json::from_str(data).unwrap();
+            assert_eq!(
+                chunk["candidates"][0]["content"]["parts"][0]["text"],
+                String::from_utf8_lossy(CONTENT_MARKER).as_ref()
+            );
+            assert_eq!(chunk["candidates"][0]["finishReason"].is_string(), last);
+            assert_eq!(
+                chunk["usageMetadata"]["candidatesTokenCount"].as_u64(),
+                last.then_some(3)
+            );
+        }
     }
 }

@@ -29,6 +29,8 @@ pub struct ModelGroup {
     /// `rate_limit`: limits on every request to the group, whatever the key.
     pub rate_limit: RateLimit,
     pub routing: Routing,
+    /// `disabled`: loaded, but answered as an unknown model.
+    pub disabled: bool,
 }
 
 /// `routing`: how a group picks, retries and falls back among its targets.
@@ -137,6 +139,7 @@ pub(super) struct GroupDraft {
     pub timeouts: Option<TimeoutOverrides>,
     pub rate_limit: Option<Option<RateLimit>>,
     pub routing: Option<RoutingDraft>,
+    pub disabled: Option<Option<bool>>,
 }
 
 struct TargetDraft {
@@ -182,6 +185,7 @@ pub(super) fn read_group(
         timeouts,
         rate_limit,
         routing,
+        disabled: None,
     }
 }
 
@@ -414,6 +418,7 @@ pub(super) fn resolve_targets(
                     when_all_unavailable: routing.when_all_unavailable?,
                     continue_on_cut: routing.continue_on_cut?,
                 },
+                disabled: given(group.disabled)?.unwrap_or(false),
             })
         })
         .collect()

@@ -600,6 +600,7 @@ struct ModelDraft {
     cooldown: Option<Option<CooldownOverrides>>,
     continuation: Option<Option<Continuation>>,
     output_tokens_field: Option<Option<OutputTokensField>>,
+    disabled: Option<Option<bool>>,
 }
 
 /// A `models[]` entry: a direct model, or a group when it has `routing`.
@@ -616,16 +617,24 @@ fn read_entry(report: &mut Report, value: &Value, path: String) -> Entry {
     for (field, message) in AISIX_ONLY_FIELDS {
         fields.refuse(report, field, message);
     }
+    // `disabled`, as on API keys: the entry stays loaded (groups may still name it) but is
+    // answered as an unknown model.
+    let disabled = fields
+        .optional(report, "disabled")
+        .map(|(v, p)| bool(report, v, &p));
     if group::is_group(value) {
         let timeouts = read_timeouts(report, &mut fields);
         let rate_limit = fields
             .optional(report, "rate_limit")
             .map(|(v, p)| read_rate_limit(report, v, &p));
-        return Entry::Group(group::read_group(
-            report, fields, name, timeouts, rate_limit,
-        ));
+        let mut group = group::read_group(report, fields, name, timeouts, rate_limit);
+        group.disabled = disabled;
+        return Entry::Group(group);
     }
-    Entry::Direct(read_model(report, fields, path, name))
+    Entry::Direct(ModelDraft {
+        disabled,
+        ..read_model(report, fields, path, name)
+    })
 }
 
 /// `timeout`, `connect_timeout`, `first_token_timeout` and `stream_idle_timeout` (a duration;
@@ -758,6 +767,7 @@ fn read_model(
         cooldown,
         continuation,
         output_tokens_field,
+        disabled: None,
     }
 }
 
@@ -839,6 +849,7 @@ fn resolve_provider_keys(
                 continuation: given(model.continuation)?
                     .or(model.provider.map(Continuation::default_for))?,
                 output_tokens_field: given(model.output_tokens_field)?,
+                disabled: given(model.disabled)?.unwrap_or(false),
             })
         })
         .collect()

@@ -170,6 +170,9 @@ pub struct Model {
     /// cap in; `None` takes the default of the model name's family
     /// ([`OutputTokensField::for_model`]).
     pub output_tokens_field: Option<OutputTokensField>,
+    /// `disabled`: loaded (a group may still name it, and skips it), but answered as an
+    /// unknown model.
+    pub disabled: bool,
 }
 
 /// `models[].continuation`: how a direct model continues a partial assistant answer, if it

@@ -75,6 +75,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         let map = GeminiStream::new(
             // An Anthropic client's stream reports usage in its `message_delta`.
             translated.include_usage || anthropic,
+            exchange::unix_now(),
             call.rename.then(|| call.shown_name()),
             anthropic,
         );
@@ -170,9 +171,15 @@ pub(crate) struct GeminiStream {
 }
 
 impl GeminiStream {
-    fn new(include_usage: bool, rename: Option<&str>, anthropic: bool) -> Self {
+    /// The stream's chunks say `created` (Unix seconds), and `rename` as their model.
+    pub(crate) fn new(
+        include_usage: bool,
+        created: u64,
+        rename: Option<&str>,
+        anthropic: bool,
+    ) -> Self {
         Self {
-            to_chat: ToChat::new(include_usage, exchange::unix_now(), rename),
+            to_chat: ToChat::new(include_usage, created, rename),
             out: BytesMut::new(),
             anthropic: anthropic.then(|| TranslatedStream::to_anthropic(rename)),
             usage: None,

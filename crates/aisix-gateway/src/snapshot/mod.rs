@@ -175,7 +175,12 @@ impl Snapshot {
         let mut direct = Vec::with_capacity(resources.models.len());
         let key_of = |index: usize| resources.provider_keys.get(index);
         for (index, model) in resources.models.iter().enumerate() {
-            let Some(provider) = providers.get(model.provider_key_index) else {
+            // A disabled model is left out of every table: clients are told it does not exist,
+            // and the groups that name it go on without it.
+            let Some(provider) = providers
+                .get(model.provider_key_index)
+                .filter(|_| !model.disabled)
+            else {
                 direct.push(None);
                 continue;
             };
@@ -231,7 +236,7 @@ impl Snapshot {
             model_order.push(Named::Direct(route.clone()));
             direct.push(Some(route));
         }
-        for group in &resources.groups {
+        for group in resources.groups.iter().filter(|g| !g.disabled) {
             let limits = limiter.subject(
                 RateLimitScope::Model,
                 &group.display_name,
@@ -308,6 +313,30 @@ mod tests {
             Some(Named::Direct(route)) => route.clone(),
             other => panic!("{name}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_disabled_model_or_group_is_absent_and_groups_go_on_without_a_disabled_target() {
+        let yaml = r#"_format_version: "1"
+provider_keys: [{display_name: p, provider: mock}]
+models:
+  - {display_name: on, provider: mock, model_name: m, provider_key: p}
+  - {display_name: off, provider: mock, model_name: m, provider_key: p, disabled: true}
+  - {display_name: mixed, routing: {targets: [{model: off}, {model: on}]}}
+  - {display_name: dark, routing: {targets: [{model: off}]}}
+  - {display_name: closed, routing: {targets: [{model: on}]}, disabled: true}
+"#;
+        let snapshot = Snapshot::from_resources(&parse(yaml));
+        for absent in ["off", "dark", "closed"] {
+            assert!(snapshot.model(absent).is_none(), "{absent}");
+        }
+        let Some(Named::Group(mixed)) = snapshot.model("mixed") else {
+            panic!("mixed is a group");
+        };
+        let targets: Vec<_> = mixed.members.iter().map(|m| m.name.to_string()).collect();
+        assert_eq!(targets, ["on"]);
+        let listed: Vec<_> = snapshot.models().map(|m| m.name().to_string()).collect();
+        assert_eq!(listed, ["on", "mixed"]);
     }
 
     #[test]

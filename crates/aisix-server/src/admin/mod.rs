@@ -8,15 +8,16 @@ mod error;
 mod openapi;
 mod store;
 mod types;
+mod views;
 
 use std::sync::Arc;
 
-use aisix_config::{AdminConfig, KeyHash, Resources};
+use aisix_config::{AdminConfig, KeyHash};
 use aisix_gateway::GatewayFactory;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::{get, post, put};
+use axum::routing::{MethodRouter, get, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 
@@ -27,6 +28,7 @@ use self::types::{
     ApiKeyFields, ApiKeyView, AtRevision, CreatedApiKey, ModelStatusView, ModelView,
     ProviderKeyView, UpdateApiKey, UpdateModel, Written,
 };
+use self::views::Collection;
 use crate::etcd::transfer::{document_id, hex};
 
 /// Where writes go.
@@ -77,22 +79,18 @@ pub(crate) async fn serve(
     });
     let app = Router::new()
         .route("/admin/openapi.json", get(openapi_json))
-        .route("/admin/v1/models", get(list_models).post(create_model))
-        .route("/admin/v1/models/status", get(model_status))
         .route(
-            "/admin/v1/models/{id}",
-            put(update_model).delete(delete_model),
+            "/admin/v1/models",
+            get(list::<ModelView>).post(create_model),
         )
-        .route("/admin/v1/provider_keys", get(list_provider_keys))
+        .route("/admin/v1/models/status", get(model_status))
+        .route("/admin/v1/provider_keys", get(list::<ProviderKeyView>))
         .route(
             "/admin/v1/api_keys",
-            get(list_api_keys).post(create_api_key),
-        )
-        .route(
-            "/admin/v1/api_keys/{id}",
-            put(update_api_key).delete(delete_api_key),
-        )
-        .route("/admin/v1/api_keys/{id}/disable", post(disable_api_key))
+            get(list::<ApiKeyView>).post(create_api_key),
+        );
+    let app = entries::<ModelView>(app, put(update_model));
+    let app = entries::<ApiKeyView>(app, put(update_api_key))
         .fallback(|| async { AdminError::NotFound("such admin endpoint".to_owned()) })
         .with_state(admin);
     if let Some(addr) = addr {
@@ -101,6 +99,18 @@ pub(crate) async fn serve(
     if let Err(error) = axum::serve(listener, app).await {
         tracing::error!(%error, "admin listener stopped");
     }
+}
+
+/// The routes of one writable collection's entries: `update`, delete at a revision, disable
+/// and enable.
+fn entries<T: Collection + 'static>(
+    app: Router<Arc<Admin>>,
+    update: MethodRouter<Arc<Admin>>,
+) -> Router<Arc<Admin>> {
+    let entry = format!("/admin/v1/{}/{{id}}", T::NAME);
+    app.route(&entry, update.delete(delete::<T>))
+        .route(&format!("{entry}/disable"), post(set_disabled::<T, true>))
+        .route(&format!("{entry}/enable"), post(set_disabled::<T, false>))
 }
 
 impl Admin {
@@ -131,6 +141,21 @@ impl Admin {
         }
     }
 
+    /// What a write to the entry `id` of `collection` starts from: the caller (checked), the
+    /// store (etcd only), the entry's etcd key, and the body read as `B`.
+    fn entry_write<B: DeserializeOwned>(
+        &self,
+        headers: &HeaderMap,
+        collection: &str,
+        id: &str,
+        body: &Bytes,
+    ) -> Result<(String, &Store, String, B), AdminError> {
+        let who = self.authenticate(headers)?;
+        let store = self.store()?;
+        let body = parse(body)?;
+        Ok((who, store, store.key(collection, id), body))
+    }
+
     fn store(&self) -> Result<&Store, AdminError> {
         match &self.source {
             Source::Etcd(store) => Ok(store),
@@ -146,6 +171,10 @@ impl Admin {
             })),
         }
     }
+}
+
+fn to_bytes(document: &serde_json::Value) -> Result<Vec<u8>, AdminError> {
+    serde_json::to_vec(document).map_err(|e| AdminError::BadRequest(e.to_string()))
 }
 
 fn parse<T: DeserializeOwned>(body: &Bytes) -> Result<T, AdminError> {
@@ -181,26 +210,17 @@ async fn openapi_json(
     Ok(Json(openapi::document()))
 }
 
-async fn list_models(
+/// Every entry of `T`'s collection: from etcd with its revision, or from the file source.
+async fn list<T: Collection>(
     State(admin): Shared,
     headers: HeaderMap,
-) -> Result<Json<Vec<ModelView>>, AdminError> {
+) -> Result<Json<Vec<T>>, AdminError> {
     admin.authenticate(&headers)?;
     if let Source::Etcd(store) = &admin.source {
-        let stored = store.list("models").await?;
-        return Ok(Json(
-            stored
-                .into_iter()
-                .map(|s| ModelView {
-                    display_name: text(&s.document, "display_name"),
-                    id: s.id,
-                    document: s.document,
-                    revision: Some(s.revision),
-                })
-                .collect(),
-        ));
+        let stored = store.list(T::NAME).await?;
+        return Ok(Json(stored.into_iter().map(T::stored).collect()));
     }
-    Ok(Json(models_of(&admin.factory.resources())))
+    Ok(Json(T::loaded(&admin.factory.resources())))
 }
 
 async fn model_status(
@@ -225,116 +245,6 @@ async fn model_status(
     ))
 }
 
-async fn list_provider_keys(
-    State(admin): Shared,
-    headers: HeaderMap,
-) -> Result<Json<Vec<ProviderKeyView>>, AdminError> {
-    admin.authenticate(&headers)?;
-    if let Source::Etcd(store) = &admin.source {
-        let stored = store.list("provider_keys").await?;
-        return Ok(Json(
-            stored
-                .into_iter()
-                .map(|s| ProviderKeyView {
-                    display_name: text(&s.document, "display_name"),
-                    provider: text(&s.document, "provider"),
-                    api_base: s
-                        .document
-                        .get("api_base")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_owned),
-                    id: s.id,
-                    revision: Some(s.revision),
-                })
-                .collect(),
-        ));
-    }
-    Ok(Json(
-        admin
-            .factory
-            .resources()
-            .provider_keys
-            .iter()
-            .map(|k| ProviderKeyView {
-                id: document_id(&k.display_name),
-                display_name: k.display_name.clone(),
-                provider: k.provider.as_str().to_owned(),
-                api_base: Some(k.api_base.clone()),
-                revision: None,
-            })
-            .collect(),
-    ))
-}
-
-async fn list_api_keys(
-    State(admin): Shared,
-    headers: HeaderMap,
-) -> Result<Json<Vec<ApiKeyView>>, AdminError> {
-    admin.authenticate(&headers)?;
-    if let Source::Etcd(store) = &admin.source {
-        let stored = store.list("api_keys").await?;
-        return Ok(Json(
-            stored
-                .into_iter()
-                .map(|s| ApiKeyView {
-                    display_name: text(&s.document, "display_name"),
-                    key_hash_prefix: s
-                        .document
-                        .get("key_hash")
-                        .and_then(|v| v.as_str())
-                        .and_then(|h| h.get(..12))
-                        .map(str::to_ascii_lowercase),
-                    allowed_models: s
-                        .document
-                        .get("allowed_models")
-                        .and_then(|v| v.as_array())
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|m| m.as_str().map(str::to_owned))
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    disabled: s
-                        .document
-                        .get("disabled")
-                        .and_then(|v| v.as_bool())
-                        .unwrap_or(false),
-                    expires_at: s
-                        .document
-                        .get("expires_at")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_owned),
-                    id: s.id,
-                    revision: Some(s.revision),
-                })
-                .collect(),
-        ));
-    }
-    Ok(Json(
-        admin
-            .factory
-            .resources()
-            .api_keys
-            .iter()
-            .map(|k| ApiKeyView {
-                id: document_id(&k.display_name),
-                display_name: k.display_name.clone(),
-                key_hash_prefix: Some(hex(&k.key_hash.0[..6])),
-                allowed_models: k
-                    .allowed_models
-                    .iter()
-                    .map(|p| p.as_str().to_owned())
-                    .collect(),
-                disabled: k.disabled,
-                expires_at: k
-                    .expires_at
-                    .map(|at| humantime::format_rfc3339_seconds(at).to_string()),
-                revision: None,
-            })
-            .collect(),
-    ))
-}
-
 async fn create_api_key(
     State(admin): Shared,
     headers: HeaderMap,
@@ -344,7 +254,7 @@ async fn create_api_key(
     let store = admin.store()?;
     let fields: ApiKeyFields = parse(&body)?;
     let id = document_id(&fields.display_name);
-    let key = store.key("api_keys", &id);
+    let key = store.key(ApiKeyView::NAME, &id);
     let secret = new_secret().map_err(AdminError::Unavailable)?;
     let hash = hex(&aisix_config::hash_key(&secret).0);
     let document = with_hash(&fields, &hash)?;
@@ -374,10 +284,8 @@ async fn update_api_key(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Written>, AdminError> {
-    let who = admin.authenticate(&headers)?;
-    let store = admin.store()?;
-    let update: UpdateApiKey = parse(&body)?;
-    let key = store.key("api_keys", &id);
+    let (who, store, key, update) =
+        admin.entry_write::<UpdateApiKey>(&headers, ApiKeyView::NAME, &id, &body)?;
     let result = async {
         let hash = stored_hash(store, &key).await?;
         let document = with_hash(&update.value, &hash)?;
@@ -389,35 +297,38 @@ async fn update_api_key(
     finish(&who, "update", key, id, result)
 }
 
-async fn disable_api_key(
+/// Sets `disabled` on an entry of `T`'s collection (an API key or a model) at the revision
+/// read; the rest of its document stays.
+async fn set_disabled<T: Collection, const DISABLED: bool>(
     State(admin): Shared,
     headers: HeaderMap,
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Written>, AdminError> {
-    let who = admin.authenticate(&headers)?;
-    let store = admin.store()?;
-    let at: AtRevision = parse(&body)?;
-    let key = store.key("api_keys", &id);
+    let (who, store, key, at) = admin.entry_write::<AtRevision>(&headers, T::NAME, &id, &body)?;
     let result = async {
         let (mut document, _) = store
             .get(&key)
             .await?
             .ok_or_else(|| AdminError::NotFound(key.clone()))?;
         if let Some(fields) = document.as_object_mut() {
-            fields.insert("disabled".to_owned(), serde_json::Value::Bool(true));
+            fields.insert("disabled".to_owned(), serde_json::Value::Bool(DISABLED));
         }
-        let bytes =
-            serde_json::to_vec(&document).map_err(|e| AdminError::BadRequest(e.to_string()))?;
         store
-            .write(&key, Some(bytes), Expect::Revision(at.revision))
+            .write(
+                &key,
+                Some(to_bytes(&document)?),
+                Expect::Revision(at.revision),
+            )
             .await
     }
     .await;
-    finish(&who, "disable", key, id, result)
+    let action = if DISABLED { "disable" } else { "enable" };
+    finish(&who, action, key, id, result)
 }
 
-async fn delete_api_key(
+/// Deletes an entry of `T`'s collection at `?revision=`.
+async fn delete<T: Collection>(
     State(admin): Shared,
     headers: HeaderMap,
     Path(id): Path<String>,
@@ -426,7 +337,7 @@ async fn delete_api_key(
     let who = admin.authenticate(&headers)?;
     let store = admin.store()?;
     let revision = revision_param(query)?;
-    let key = store.key("api_keys", &id);
+    let key = store.key(T::NAME, &id);
     let result = store.write(&key, None, Expect::Revision(revision)).await;
     finish(&who, "delete", key, id, result)
 }
@@ -444,9 +355,10 @@ async fn create_model(
         .and_then(|v| v.as_str())
         .ok_or_else(|| AdminError::BadRequest("display_name is required".to_owned()))?;
     let id = document_id(name);
-    let key = store.key("models", &id);
-    let bytes = serde_json::to_vec(&document).map_err(|e| AdminError::BadRequest(e.to_string()))?;
-    let result = store.write(&key, Some(bytes), Expect::Absent).await;
+    let key = store.key(ModelView::NAME, &id);
+    let result = store
+        .write(&key, Some(to_bytes(&document)?), Expect::Absent)
+        .await;
     finish(&who, "create", key, id, result).map(|written| (StatusCode::CREATED, written))
 }
 
@@ -456,30 +368,16 @@ async fn update_model(
     Path(id): Path<String>,
     body: Bytes,
 ) -> Result<Json<Written>, AdminError> {
-    let who = admin.authenticate(&headers)?;
-    let store = admin.store()?;
-    let update: UpdateModel = parse(&body)?;
-    let key = store.key("models", &id);
-    let bytes =
-        serde_json::to_vec(&update.value).map_err(|e| AdminError::BadRequest(e.to_string()))?;
+    let (who, store, key, update) =
+        admin.entry_write::<UpdateModel>(&headers, ModelView::NAME, &id, &body)?;
     let result = store
-        .write(&key, Some(bytes), Expect::Revision(update.revision))
+        .write(
+            &key,
+            Some(to_bytes(&update.value)?),
+            Expect::Revision(update.revision),
+        )
         .await;
     finish(&who, "update", key, id, result)
-}
-
-async fn delete_model(
-    State(admin): Shared,
-    headers: HeaderMap,
-    Path(id): Path<String>,
-    RawQuery(query): RawQuery,
-) -> Result<Json<Written>, AdminError> {
-    let who = admin.authenticate(&headers)?;
-    let store = admin.store()?;
-    let revision = revision_param(query)?;
-    let key = store.key("models", &id);
-    let result = store.write(&key, None, Expect::Revision(revision)).await;
-    finish(&who, "delete", key, id, result)
 }
 
 /// Logs the write's end and shapes its answer.
@@ -512,7 +410,7 @@ fn with_hash(fields: &ApiKeyFields, hash: &str) -> Result<Vec<u8>, AdminError> {
             serde_json::Value::String(hash.to_owned()),
         );
     }
-    serde_json::to_vec(&document).map_err(|e| AdminError::BadRequest(e.to_string()))
+    to_bytes(&document)
 }
 
 /// The `key_hash` stored at `key`: an update never changes the secret.
@@ -536,40 +434,4 @@ fn new_secret() -> Result<String, String> {
         .and_then(|mut f| f.read_exact(&mut bytes))
         .map_err(|e| format!("cannot read random bytes: {e}"))?;
     Ok(format!("sk-aisix-{}", hex(&bytes)))
-}
-
-fn text(document: &serde_json::Value, field: &str) -> String {
-    document
-        .get(field)
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_owned()
-}
-
-/// The models of a file source, as documents.
-fn models_of(resources: &Resources) -> Vec<ModelView> {
-    let direct = resources.models.iter().map(|m| ModelView {
-        id: document_id(&m.display_name),
-        display_name: m.display_name.clone(),
-        document: serde_json::json!({
-            "display_name": m.display_name,
-            "provider": m.provider.as_str(),
-            "model_name": m.model_name,
-            "provider_key": resources.provider_keys.get(m.provider_key_index).map(|k| k.display_name.as_str()),
-        }),
-        revision: None,
-    });
-    let groups = resources.groups.iter().map(|g| ModelView {
-        id: document_id(&g.display_name),
-        display_name: g.display_name.clone(),
-        document: serde_json::json!({
-            "display_name": g.display_name,
-            "routing": {
-                "strategy": g.routing.strategy.as_str(),
-                "targets": g.routing.targets.iter().map(|t| t.model.as_str()).collect::<Vec<_>>(),
-            },
-        }),
-        revision: None,
-    });
-    direct.chain(groups).collect()
 }

@@ -56,6 +56,10 @@ pub(crate) fn document() -> Value {
         {"name": "id", "in": "path", "required": true, "schema": {"type": "string"}},
         {"name": "revision", "in": "query", "required": true, "schema": {"type": "integer"}}
     ]);
+    let at_revision = |summary: &str| {
+        json!({"post": {"summary": summary, "parameters": id, "requestBody": body(r("AtRevision")),
+                        "responses": with_errors(json!({"200": ok(r("Written"))}))}})
+    };
     json!({
         "openapi": "3.1.0",
         "info": {"title": "aisix admin API", "version": env!("CARGO_PKG_VERSION")},
@@ -93,10 +97,10 @@ pub(crate) fn document() -> Value {
                 "delete": {"summary": "Delete an API key at the revision read", "parameters": id_and_revision,
                            "responses": with_errors(json!({"200": ok(r("Written"))}))}
             },
-            "/admin/v1/api_keys/{id}/disable": {
-                "post": {"summary": "Disable an API key at the revision read", "parameters": id, "requestBody": body(r("AtRevision")),
-                         "responses": with_errors(json!({"200": ok(r("Written"))}))}
-            }
+            "/admin/v1/api_keys/{id}/disable": at_revision("Disable an API key at the revision read: it is refused with 401"),
+            "/admin/v1/api_keys/{id}/enable": at_revision("Enable an API key again at the revision read"),
+            "/admin/v1/models/{id}/disable": at_revision("Disable a model or group at the revision read: it is answered as an unknown model (404), and groups skip it"),
+            "/admin/v1/models/{id}/enable": at_revision("Enable a model or group again at the revision read")
         }
     })
 }

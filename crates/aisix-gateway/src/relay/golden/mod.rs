@@ -1,5 +1,5 @@
 //! Golden files and properties of the translations between dialects (OpenAI chat, Anthropic
-//! Messages, the Responses API). A stream runs through the path its client gets: the upstream
+//! Messages, the Responses API, Gemini). A stream runs through the path its client gets: the upstream
 //! body read by [`crate::provider::events::Events`] through the adapter's [`StreamMap`], ended as the
 //! relay ends it ([`testing::relay`]). Requests, whole answers and error bodies go through the
 //! wire functions the adapters call.
@@ -9,6 +9,7 @@
 
 mod anthropic;
 mod anthropic_properties;
+mod gemini;
 mod responses;
 mod responses_properties;
 
