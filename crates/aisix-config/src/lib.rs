@@ -30,4 +30,5 @@ pub use resources::{
     WhenAllUnavailable, document_key, document_place, hash_key, load_resources,
     load_resources_file, parse_documents, parse_resources, sha256_hex,
 };
+pub use resources::{CREDENTIALS_ENV, ServiceAccount, VertexKey, vertex_api_base};
 pub use timeouts::{TimeoutOverrides, UpstreamTimeouts};

@@ -495,7 +495,7 @@ provider_keys:
     assert_eq!(
         errors(yaml, &[]),
         [
-            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, gemini, mock)"
+            "provider_keys[0].provider: unsupported provider \"bedrock\" (this gateway supports openai, azure_openai, anthropic, gemini, vertex, mock)"
         ]
     );
 }
@@ -1045,7 +1045,7 @@ api_keys:
             "provider_keys[0].api_key: environment variable MISSING is not set",
             "_format_version: unsupported format version \"2\" (this gateway reads \"1\")",
             "routes: unknown collection (expected one of: _format_version, provider_keys, models, api_keys)",
-            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, bill_prompt_on_error, health_check)",
+            "provider_keys[0].colour: unknown field (expected one of: display_name, provider, api_key, api_base, api_version, anthropic_version, headers, stream_usage, responses, bill_prompt_on_error, health_check, project, location, credentials_file)",
             "models[0].timeout: expected a duration such as 30s or 250ms, or a whole number of milliseconds",
             "api_keys[0].key_env: environment variable UNSET is not set",
             "api_keys[0].allowed_models: is required (use [\"*\"] to allow every model, [] to allow none)",

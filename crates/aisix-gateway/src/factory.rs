@@ -119,7 +119,8 @@ impl GatewayFactory {
         let limiter = Limiter::new(&bootstrap.ratelimit, clock.clone())?;
         #[cfg(not(feature = "test-hooks"))]
         let limiter = Limiter::new(&bootstrap.ratelimit, Arc::new(crate::limit::SystemClock))?;
-        let loaded = Loaded::new(resources, None, bootstrap.upstream.resilience);
+        let egress = Egress::from_env();
+        let loaded = Loaded::new(resources, None, bootstrap.upstream.resilience, &egress);
         let limits = bootstrap.responses_store;
         let (responses, pins) = match &bootstrap.ratelimit.backend {
             aisix_config::RateLimitBackend::Redis(redis) => {
@@ -141,7 +142,7 @@ impl GatewayFactory {
             common: Arc::new(Common {
                 loaded: ArcSwap::from_pointee(loaded),
                 settings,
-                egress: Egress::from_env(),
+                egress,
                 sinks: Sinks {
                     metrics: metrics.is_some(),
                     access_log: bootstrap.observability.access_log,
@@ -165,6 +166,16 @@ impl GatewayFactory {
         crate::route::check::run(self.common.clone())
     }
 
+    /// Renews the credentials refreshed off the request path (`vertex` keys' tokens) before
+    /// they expire, for as long as the process lives, reading each reload's resources
+    /// (docs in `snapshot/credential.rs`). Spawn it on the control runtime: it never runs on a
+    /// worker.
+    pub fn credential_refresh(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let common = self.common.clone();
+        let pool = crate::upstream::pool::Pool::new(&common.settings.upstream, common.tls.clone());
+        crate::snapshot::credential::run(move || common.loaded.load_full(), pool)
+    }
+
     /// The process's limiter, to flush at the end of a drain.
     pub fn limiter(&self) -> &Limiter {
         &self.common.limiter
@@ -185,7 +196,7 @@ impl GatewayFactory {
     pub fn reload(&self, resources: Resources) {
         let previous = self.common.loaded.load_full();
         let settings = self.common.settings.upstream.resilience;
-        let loaded = Loaded::new(resources, Some(&previous), settings);
+        let loaded = Loaded::new(resources, Some(&previous), settings, &self.common.egress);
         self.common.loaded.store(Arc::new(loaded));
     }
 }

@@ -337,6 +337,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::targets_cooling(true);
         emit::targets_cooling(false);
         emit::provider_key_refused("p1", "quota");
+        emit::credential_refresh_failed("vtx");
         emit::target_state("primary", 2);
         emit::spend("team-a", "gpt-4o", 0.5);
         emit::ratelimit_rejection(RateLimitScope::ApiKey, RateLimitKind::Tpm);
@@ -391,6 +392,8 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_cooldowns_total", "target" => "backup").increment(1);
         ::metrics::gauge!("aisix_targets_cooling").increment(1.0);
         ::metrics::counter!("aisix_provider_key_refusals_total", "provider" => "p1", "reason" => "quota")
+            .increment(1);
+        ::metrics::counter!("aisix_credential_refresh_failures_total", "provider" => "vtx")
             .increment(1);
         ::metrics::gauge!("aisix_target_state", "target" => "primary").set(2.0);
         ::metrics::gauge!("aisix_spend_usd_total", "api_key" => "team-a", "model" => "gpt-4o")

@@ -207,6 +207,8 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         }
         // Active health checks of provider keys: here, on the control runtime, never a worker.
         tokio::spawn(factory.health_checks());
+        // Credentials refreshed off the request path (Vertex AI tokens): here too.
+        tokio::spawn(factory.credential_refresh());
         let (triggers, requests) = mpsc::channel(8);
         tokio::spawn(signals::forward_hangups(triggers.clone()));
         let _watch = match (&bootstrap.resources_file, bootstrap.resources_watch) {

@@ -11,6 +11,7 @@ pub mod gemini;
 pub mod nginx;
 pub mod otlp;
 pub mod redis;
+pub mod vertex;
 
 use std::os::fd::RawFd;
 use std::os::unix::process::CommandExt;

@@ -2,7 +2,7 @@
 //! cross-entry checks (unique names and keys, references that resolve). Every error is kept.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use serde_yaml::Value;
@@ -24,6 +24,7 @@ use super::types::{
     ApiKey, Continuation, HealthCheck, Model, OutputTokensField, ProviderKey, ProviderKind,
     Resources, Secret,
 };
+use super::vertex::{self, CREDENTIALS_ENV, VertexKey};
 use crate::bootstrap::CooldownOverrides;
 use crate::duration::Unit;
 use crate::error::{ConfigError, ConfigErrors, Origin};
@@ -149,7 +150,7 @@ fn read_document(
 
     let provider_keys: Vec<_> = provider_keys
         .into_iter()
-        .map(|(value, path)| read_provider_key(report, value, path))
+        .map(|(value, path)| read_provider_key(report, value, path, env))
         .collect();
     let mut drafts = Vec::new();
     let mut groups = Vec::new();
@@ -251,7 +252,12 @@ struct ProviderKeyDraft {
     built: Option<ProviderKey>,
 }
 
-fn read_provider_key(report: &mut Report, value: &Value, path: String) -> ProviderKeyDraft {
+fn read_provider_key(
+    report: &mut Report,
+    value: &Value,
+    path: String,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> ProviderKeyDraft {
     let Some(mut fields) = Fields::new(report, path.clone(), value) else {
         return ProviderKeyDraft::default();
     };
@@ -287,7 +293,17 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
     let health_check = fields
         .optional(report, "health_check")
         .map(|(v, p)| read_health_check(report, v, &p));
+    let project = fields
+        .optional(report, "project")
+        .map(|(v, p)| vertex::project(report, v, &p));
+    let location = fields
+        .optional(report, "location")
+        .map(|(v, p)| vertex::location(report, v, &p));
+    let credentials_file = fields
+        .optional(report, "credentials_file")
+        .map(|(v, p)| non_empty_string(report, v, &p).map(|f| (PathBuf::from(f), p)));
     fields.finish(report, "field");
+    let mut vertex_key = None;
 
     if let Some(provider) = provider {
         let field = |name: &str| format!("{path}.{name}");
@@ -309,7 +325,10 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         }
         if matches!(
             provider,
-            ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock
+            ProviderKind::Anthropic
+                | ProviderKind::Gemini
+                | ProviderKind::Vertex
+                | ProviderKind::Mock
         ) && matches!(responses, Some(Some(true)))
         {
             report.error(
@@ -317,7 +336,35 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
                 "only openai and azure_openai providers serve the Responses API",
             );
         }
-        if provider.default_api_base().is_none() && api_base.is_none() {
+        if provider == ProviderKind::Vertex {
+            vertex_key = read_vertex(report, &path, project, location, credentials_file, env);
+            if health_check.is_some() {
+                report.error(
+                    field("health_check"),
+                    "vertex providers have no health check (Vertex AI lists no models under a project)",
+                );
+            }
+            if api_key.is_some() {
+                report.error(
+                    field("api_key"),
+                    "vertex providers authenticate with their service account (credentials_file)",
+                );
+            }
+        } else {
+            for (name, given) in [
+                ("project", project.is_some()),
+                ("location", location.is_some()),
+                ("credentials_file", credentials_file.is_some()),
+            ] {
+                if given {
+                    report.error(field(name), format!("only vertex providers take a {name}"));
+                }
+            }
+        }
+        if provider.default_api_base().is_none()
+            && provider != ProviderKind::Vertex
+            && api_base.is_none()
+        {
             report.error(
                 field("api_base"),
                 format!("required for {provider} (such as https://RESOURCE.openai.azure.com)"),
@@ -337,6 +384,7 @@ fn read_provider_key(report: &mut Report, value: &Value, path: String) -> Provid
         responses,
         bill_prompt_on_error,
         health_check,
+        vertex_key,
     );
     ProviderKeyDraft {
         name,
@@ -361,16 +409,24 @@ fn build_provider_key(
     responses: Option<Option<bool>>,
     bill_prompt_on_error: Option<Option<bool>>,
     health_check: Option<Option<HealthCheck>>,
+    vertex: Option<VertexKey>,
 ) -> Option<ProviderKey> {
     let provider = provider?;
-    let api_base = match given(api_base)? {
-        Some(base) => base,
-        None => provider.default_api_base()?.to_owned(),
+    if provider == ProviderKind::Vertex && vertex.is_none() {
+        return None;
+    }
+    let api_base = match (given(api_base)?, &vertex) {
+        (Some(base), _) => base,
+        (None, Some(vertex)) => super::vertex::default_api_base(&vertex.location),
+        (None, None) => provider.default_api_base()?.to_owned(),
     };
     let responses = given(responses)?.unwrap_or(match provider {
         ProviderKind::OpenAi => Some(api_base.as_str()) == provider.default_api_base(),
         ProviderKind::AzureOpenAi => true,
-        ProviderKind::Anthropic | ProviderKind::Gemini | ProviderKind::Mock => false,
+        ProviderKind::Anthropic
+        | ProviderKind::Gemini
+        | ProviderKind::Vertex
+        | ProviderKind::Mock => false,
     });
     Some(ProviderKey {
         display_name: name?,
@@ -384,6 +440,65 @@ fn build_provider_key(
         responses,
         bill_prompt_on_error: given(bill_prompt_on_error)?.unwrap_or(false),
         health_check: given(health_check)?,
+        vertex,
+    })
+}
+
+/// A `vertex` key's `project` and `location` (both required) and its service account, from
+/// `credentials_file` or else the file [`CREDENTIALS_ENV`] names.
+fn read_vertex(
+    report: &mut Report,
+    path: &str,
+    project: Option<Option<String>>,
+    location: Option<Option<String>>,
+    credentials_file: Option<Option<(PathBuf, String)>>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Option<VertexKey> {
+    let field = |name: &str| format!("{path}.{name}");
+    if project.is_none() {
+        report.error(
+            field("project"),
+            "required for vertex (the Google Cloud project id)",
+        );
+    }
+    if location.is_none() {
+        report.error(
+            field("location"),
+            "required for vertex (such as us-central1, or global)",
+        );
+    }
+    let service_account = match credentials_file {
+        Some(Some((file, at))) => {
+            // A relative path is the resources file's neighbour, as `resources_file` is the
+            // config file's.
+            let file = match report.folder() {
+                Some(folder) if file.is_relative() => folder.join(file),
+                _ => file,
+            };
+            vertex::read_service_account(report, &file, &at)
+        }
+        Some(None) => None,
+        None => match env(CREDENTIALS_ENV).filter(|f| !f.is_empty()) {
+            Some(file) => vertex::read_service_account(
+                report,
+                Path::new(&file),
+                &format!("{} (from {CREDENTIALS_ENV})", field("credentials_file")),
+            ),
+            None => {
+                report.error(
+                    field("credentials_file"),
+                    format!(
+                        "required for vertex: the service-account JSON key file (or set {CREDENTIALS_ENV})"
+                    ),
+                );
+                None
+            }
+        },
+    };
+    Some(VertexKey {
+        project: project??,
+        location: location??,
+        service_account: service_account?,
     })
 }
 

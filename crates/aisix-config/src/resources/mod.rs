@@ -14,6 +14,7 @@ mod pattern;
 mod reader;
 mod rfc3339;
 mod types;
+mod vertex;
 
 pub use diff::{CollectionDiff, ResourcesDiff};
 pub use documents::{COLLECTIONS, document_key, document_place, parse_documents};
@@ -26,3 +27,4 @@ pub use types::{
     ApiKey, Continuation, DEFAULT_ANTHROPIC_VERSION, HealthCheck, Model, OutputTokensField,
     ProviderKey, ProviderKind, Resources, Secret,
 };
+pub use vertex::{CREDENTIALS_ENV, ServiceAccount, VertexKey, default_api_base as vertex_api_base};

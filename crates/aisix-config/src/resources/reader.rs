@@ -28,6 +28,14 @@ impl Report {
         }
     }
 
+    /// The folder of the file being read, which relative paths in it are resolved against.
+    pub(super) fn folder(&self) -> Option<&Path> {
+        match &self.origin {
+            Origin::File(file) => file.parent(),
+            _ => None,
+        }
+    }
+
     pub(super) fn error(&mut self, path: impl Into<String>, message: impl Into<String>) {
         self.errors
             .push(ConfigError::new(path, message, self.origin.clone()));

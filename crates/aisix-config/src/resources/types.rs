@@ -35,17 +35,21 @@ pub enum ProviderKind {
     Anthropic,
     /// Google's Gemini API (AI Studio): `x-goog-api-key`, `models/{model}:generateContent`.
     Gemini,
+    /// Google Cloud's Vertex AI: a service account's OAuth2 token, Gemini and Anthropic models
+    /// under `projects/{project}/locations/{location}/publishers/…`.
+    Vertex,
     /// The scriptable mock provider used in tests and benchmarks.
     Mock,
 }
 
 impl ProviderKind {
     /// Every kind, in the order error messages list them.
-    pub const ALL: [ProviderKind; 5] = [
+    pub const ALL: [ProviderKind; 6] = [
         ProviderKind::OpenAi,
         ProviderKind::AzureOpenAi,
         ProviderKind::Anthropic,
         ProviderKind::Gemini,
+        ProviderKind::Vertex,
         ProviderKind::Mock,
     ];
 
@@ -57,6 +61,7 @@ impl ProviderKind {
             ProviderKind::AzureOpenAi => "azure_openai",
             ProviderKind::Anthropic => "anthropic",
             ProviderKind::Gemini => "gemini",
+            ProviderKind::Vertex => "vertex",
             ProviderKind::Mock => "mock",
         }
     }
@@ -74,6 +79,8 @@ impl ProviderKind {
             ProviderKind::AzureOpenAi => None,
             ProviderKind::Anthropic => Some("https://api.anthropic.com"),
             ProviderKind::Gemini => Some("https://generativelanguage.googleapis.com/v1beta"),
+            // Its location's host ([`super::vertex::default_api_base`]).
+            ProviderKind::Vertex => None,
             ProviderKind::Mock => Some(""),
         }
     }
@@ -120,6 +127,8 @@ pub struct ProviderKey {
     pub responses: bool,
     /// `health_check`: an active check of this key, off when not given.
     pub health_check: Option<HealthCheck>,
+    /// `vertex` only (and required there): `project`, `location` and the service account.
+    pub vertex: Option<super::vertex::VertexKey>,
 }
 
 /// `provider_keys[].health_check`: a cheap request (the provider's model list) every
@@ -214,6 +223,7 @@ impl Continuation {
             ProviderKind::OpenAi
             | ProviderKind::AzureOpenAi
             | ProviderKind::Gemini
+            | ProviderKind::Vertex
             | ProviderKind::Mock => Continuation::None,
         }
     }

@@ -190,6 +190,7 @@ fn provider_name(kind: aisix_config::ProviderKind) -> &'static str {
         ProviderKind::AzureOpenAi => "azure.ai.openai",
         ProviderKind::Anthropic => "anthropic",
         ProviderKind::Gemini => "gcp.gemini",
+        ProviderKind::Vertex => "gcp.vertex_ai",
         ProviderKind::Mock => "aisix.mock",
     }
 }

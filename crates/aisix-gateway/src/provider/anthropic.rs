@@ -5,10 +5,13 @@
 //! arrives (unparsed but for its usage and, for groups, its `model`); `system` turns inside
 //! `messages`, which Anthropic refuses, are first hoisted into the system prompt. An OpenAI
 //! client's chat request is translated to a Messages request, and the answer, stream or error
-//! back to OpenAI's shape.
+//! back to OpenAI's shape. A `vertex` key's Anthropic models go the same way, to Vertex AI's
+//! `rawPredict` with its body ([`super::vertex`]).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName};
+
+use aisix_config::ProviderKind;
 
 use super::exchange;
 use super::translated::TranslatedStream;
@@ -43,11 +46,20 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             ));
         }
     };
-    let uri = call.uri(endpoint)?;
+    // Vertex AI serves Anthropic's models at its own URL, with its own body and headers.
+    let vertex = provider.kind == ProviderKind::Vertex;
+    // (`vertex::call` sends only chat and Messages here.)
+    let uri = if vertex {
+        super::vertex::raw_predict_uri(call)?
+    } else {
+        call.uri(endpoint)?
+    };
     let mut extra = HeaderMap::new();
     let mut structured = false;
     let body = if relayed {
-        extra = inbound.forwarded.clone();
+        if !vertex {
+            extra = inbound.forwarded.clone();
+        }
         let body =
             inbound
                 .inspected
@@ -61,7 +73,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         structured = translated.structured;
         translated.body
     };
-    if !extra.contains_key(&ANTHROPIC_VERSION) {
+    let body = if vertex {
+        super::vertex::raw_predict_body(&body)?
+    } else {
+        body
+    };
+    if !vertex && !extra.contains_key(&ANTHROPIC_VERSION) {
         extra.insert(
             ANTHROPIC_VERSION.clone(),
             provider.anthropic_version.clone(),
@@ -73,7 +90,12 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     } else {
         None
     };
-    let head = call.send(uri, body, &extra, error_body).await?;
+    let errors: super::exchange::ErrorBody = if vertex {
+        super::vertex::error_body
+    } else {
+        error_body
+    };
+    let head = call.send(uri, body, &extra, errors).await?;
     if head.is_stream(inbound.stream) {
         let map = if relayed {
             TranslatedStream::passthrough(call.rename.then(|| call.shown_json().clone()))

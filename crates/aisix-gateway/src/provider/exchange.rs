@@ -177,7 +177,7 @@ impl Call<'_> {
     ) -> Result<UpstreamHead, GatewayError> {
         let provider = self.provider();
         let stream = self.inbound.stream;
-        let request = request(
+        let mut request = request(
             provider,
             uri,
             body,
@@ -186,6 +186,12 @@ impl Call<'_> {
             self.context,
             extra,
         )?;
+        if let Some(credential) = &provider.credential {
+            let value = credential.get(self.pool).await?;
+            request
+                .headers_mut()
+                .insert(http::header::AUTHORIZATION, value);
+        }
         let head = send(self.pool, provider, request, self.deadlines).await?;
         if !head.response.status().is_success() {
             // An error's body comes with its head: it is read by the first-byte deadline, so

@@ -30,6 +30,7 @@ pub(crate) mod responses;
 #[cfg(test)]
 pub(crate) mod scripted;
 pub(crate) mod translated;
+pub(crate) mod vertex;
 
 use std::time::Duration;
 
@@ -134,6 +135,7 @@ pub(crate) async fn call(call: Call<'_>) -> Result<Answer, GatewayError> {
         ProviderKind::OpenAi | ProviderKind::AzureOpenAi => openai::call(&call).await,
         ProviderKind::Anthropic => anthropic::call(&call).await,
         ProviderKind::Gemini => gemini::call(&call).await,
+        ProviderKind::Vertex => vertex::call(&call).await,
     }
 }
 

@@ -179,17 +179,28 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
     let messages =
         anthropic_request::to_anthropic(&chat, &route.upstream_model, DEFAULT_MAX_TOKENS)
             .map_err(super::anthropic::request_error)?;
-    let uri = call.uri(Endpoint::Messages)?;
     let mut extra = HeaderMap::new();
-    extra.insert("anthropic-version", provider.anthropic_version.clone());
+    let (uri, body, errors): (_, _, super::exchange::ErrorBody) =
+        if provider.kind == aisix_config::ProviderKind::Vertex {
+            (
+                super::vertex::raw_predict_uri(call)?,
+                super::vertex::raw_predict_body(&messages.body)?,
+                super::vertex::error_body,
+            )
+        } else {
+            extra.insert("anthropic-version", provider.anthropic_version.clone());
+            (
+                call.uri(Endpoint::Messages)?,
+                messages.body,
+                super::anthropic::error_body,
+            )
+        };
     let reserved = if inbound.stream {
         None
     } else {
         Some(call.reserve().await?)
     };
-    let head = call
-        .send(uri, messages.body, &extra, super::anthropic::error_body)
-        .await?;
+    let head = call.send(uri, body, &extra, errors).await?;
     if head.is_stream(inbound.stream) {
         let to_chat = ToOpenAi::new(true, exchange::unix_now());
         let map = Translating::new(

@@ -65,12 +65,7 @@ pub(crate) async fn run(common: Arc<Common>) {
 
 /// The provider keys that have a check, each with the state of every direct model on it.
 fn checks_of(loaded: &Loaded, common: &Common) -> Vec<Checked> {
-    let snapshot = Snapshot::build(
-        &loaded.resources,
-        &loaded.states,
-        &common.egress,
-        &common.limiter,
-    );
+    let snapshot = Snapshot::build(loaded, &common.egress, &common.limiter);
     let mut by_key: Vec<Checked> = Vec::new();
     for named in snapshot.models() {
         let Named::Direct(direct) = named else {

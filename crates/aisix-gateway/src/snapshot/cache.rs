@@ -7,6 +7,7 @@ use aisix_config::{Resilience, Resources};
 use arc_swap::ArcSwap;
 
 use super::Snapshot;
+use super::credential::Credentials;
 use crate::limit::Limiter;
 use crate::limit::memory_budget::MemoryBudget;
 use crate::target::state::States;
@@ -29,6 +30,8 @@ pub(crate) struct SnapshotCache {
 pub(crate) struct Loaded {
     pub resources: Resources,
     pub states: States,
+    /// The credentials refreshed off the request path (`vertex` keys), by provider key.
+    pub credentials: Credentials,
 }
 
 impl Loaded {
@@ -37,9 +40,16 @@ impl Loaded {
         resources: Resources,
         previous: Option<&Loaded>,
         settings: Resilience,
+        egress: &Egress,
     ) -> Self {
         let states = States::carry_over(previous.map(|p| &p.states), &resources, settings);
-        Self { resources, states }
+        let credentials =
+            Credentials::carry_over(previous.map(|p| &p.credentials), &resources, egress);
+        Self {
+            resources,
+            states,
+            credentials,
+        }
     }
 }
 
@@ -56,10 +66,7 @@ impl SnapshotCache {
         budget: &MemoryBudget,
     ) -> Self {
         let source = published.load_full();
-        let snapshot = Arc::new(
-            Snapshot::build(&source.resources, &source.states, egress, limiter)
-                .shared(budget, None),
-        );
+        let snapshot = Arc::new(Snapshot::build(&source, egress, limiter).shared(budget, None));
         Self {
             current: ArcSwap::from_pointee(Built { source, snapshot }),
             budget: budget.clone(),
@@ -79,8 +86,7 @@ impl SnapshotCache {
             return cached.snapshot.clone();
         }
         let snapshot = Arc::new(
-            Snapshot::build(&source.resources, &source.states, egress, limiter)
-                .shared(&self.budget, Some(&cached.snapshot)),
+            Snapshot::build(&source, egress, limiter).shared(&self.budget, Some(&cached.snapshot)),
         );
         self.current.store(Arc::new(Built {
             source: Arc::clone(&source),
@@ -114,7 +120,7 @@ mod tests {
         let yaml = format!(
             "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\n"
         );
-        Loaded::new(parse(&yaml), None, Resilience::default())
+        Loaded::new(parse(&yaml), None, Resilience::default(), &Egress::direct())
     }
 
     #[test]
@@ -141,12 +147,7 @@ mod tests {
         );
         // A request that loaded the old resources before the reload stores its rebuild last.
         cache.current.store(Arc::new(Built {
-            snapshot: Arc::new(Snapshot::build(
-                &old_source.resources,
-                &old_source.states,
-                &egress,
-                &limiter,
-            )),
+            snapshot: Arc::new(Snapshot::build(&old_source, &egress, &limiter)),
             source: old_source,
         }));
         let snapshot = cache.get(&published, &egress, &limiter);
@@ -164,7 +165,14 @@ mod tests {
                 "_format_version: \"1\"\nprovider_keys: [{{display_name: p, provider: mock}}]\nmodels: [{{display_name: {model}, provider: mock, model_name: m, provider_key: p}}]\napi_keys: [{{display_name: k, key_hash: fdee306ee20284546953efcaf060f0b555c52d4941bfa7c55d95b87acba3d26b, allowed_models: [\"*\"]}}]\n"
             )
         };
-        let loaded = |model: &str| Loaded::new(parse(&yaml(model)), None, Resilience::default());
+        let loaded = |model: &str| {
+            Loaded::new(
+                parse(&yaml(model)),
+                None,
+                Resilience::default(),
+                &Egress::direct(),
+            )
+        };
         let (egress, limiter) = (Egress::direct(), Limiter::in_memory(Arc::new(SystemClock)));
         let published = ArcSwap::from_pointee(loaded("old"));
         let budget = MemoryBudget::new(1 << 20, 1 << 18);

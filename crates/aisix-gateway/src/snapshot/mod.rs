@@ -19,11 +19,13 @@ use aisix_obs::metrics::labels::RateLimitScope;
 
 use crate::limit::memory_budget::Share;
 use crate::limit::{Limiter, Subject, SystemClock};
-use crate::target::state::{StateClock, States, TargetState};
+use crate::target::state::{StateClock, TargetState};
 use crate::upstream::egress::Egress;
 use crate::wire::openai::json_string;
 
 mod cache;
+pub(crate) mod credential;
+mod google;
 mod group;
 mod provider;
 pub(crate) mod status;
@@ -33,6 +35,7 @@ pub(crate) use cache::{Loaded, SnapshotCache};
 pub use group::{GroupRoute, Policy};
 pub use provider::Provider;
 pub use uris::EndpointUris;
+pub(crate) use uris::Publisher;
 
 /// One loaded configuration. Workers read it through an `ArcSwap` without locking.
 #[derive(Debug, Default)]
@@ -136,24 +139,25 @@ impl Snapshot {
 
     /// Builds the lookup tables with every provider reached directly and fresh shared state.
     pub fn from_resources(resources: &Resources) -> Self {
-        let states = States::carry_over(None, resources, Resilience::default());
+        let egress = Egress::direct();
+        let loaded = Loaded::new(resources.clone(), None, Resilience::default(), &egress);
         let limiter = Limiter::in_memory(Arc::new(SystemClock));
-        Self::build(resources, &states, &Egress::direct(), &limiter)
+        Self::build(&loaded, &egress, &limiter)
     }
 
-    /// Builds the lookup tables; `states` holds the shared state of each entry, `egress` gives
-    /// each provider's route (direct or a proxy), `limiter` the counters of each entry's limits
-    /// (the same ones every worker and every reload gets for an entry of the same name).
-    pub(crate) fn build(
-        resources: &Resources,
-        states: &States,
-        egress: &Egress,
-        limiter: &Limiter,
-    ) -> Self {
+    /// Builds the lookup tables of `loaded`, whose shared state each entry takes (and each
+    /// provider key its refreshed credential); `egress` gives each provider's route (direct or
+    /// a proxy), `limiter` the counters of each entry's limits (the same ones every worker and
+    /// every reload gets for an entry of the same name).
+    pub(crate) fn build(loaded: &Loaded, egress: &Egress, limiter: &Limiter) -> Self {
+        let (resources, states) = (&loaded.resources, &loaded.states);
         let providers: Vec<Arc<Provider>> = resources
             .provider_keys
             .iter()
-            .map(|key| Arc::new(Provider::new(key, egress)))
+            .map(|key| {
+                let credential = loaded.credentials.header(&key.display_name);
+                Arc::new(Provider::new(key, egress, credential))
+            })
             .collect();
         // Direct models some group orders by load.
         let tracked: std::collections::HashSet<usize> = resources
@@ -198,6 +202,9 @@ impl Snapshot {
                         Arc::new(EndpointUris::gemini(&key.api_base, &model.model_name)),
                         None,
                     ),
+                    (ProviderKind::Vertex, Some(key)) => {
+                        (Arc::new(EndpointUris::vertex(key, &model.model_name)), None)
+                    }
                     _ => (provider.uris.clone(), Some(json_string(&model.model_name))),
                 };
             let state = states

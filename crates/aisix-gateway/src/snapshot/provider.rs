@@ -6,6 +6,7 @@ use std::sync::Arc;
 use aisix_config::{DEFAULT_ANTHROPIC_VERSION, HealthCheck, ProviderKey, ProviderKind};
 use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
+use super::credential::Refreshed;
 use super::uris::{EndpointUris, percent_encoded};
 use crate::mask::Masks;
 use crate::upstream::egress::{Egress, Route};
@@ -40,6 +41,8 @@ pub struct Provider {
     /// Its active health check, if the key has one, and the model list it requests
     /// (`None` for a base that is no URI: the `mock` provider's).
     pub(crate) health_check: Option<(HealthCheck, Uri)>,
+    /// `vertex`: the `Authorization` header refreshed off the request path.
+    pub(crate) credential: Option<Arc<Refreshed<HeaderValue>>>,
 }
 
 /// The cheapest request that proves a key works: the provider's model list.
@@ -54,6 +57,8 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
         ProviderKind::OpenAi | ProviderKind::Mock => ("/models", None),
         ProviderKind::Anthropic => ("/v1/models", None),
         ProviderKind::Gemini => ("/models", None),
+        // Vertex has no model list under a project; its check is left out.
+        ProviderKind::Vertex => return None,
         ProviderKind::AzureOpenAi => (
             "/openai/models",
             key.api_version
@@ -76,7 +81,11 @@ impl Provider {
         self.secret.as_deref().filter(|k| k.len() >= 8)
     }
 
-    pub(super) fn new(key: &ProviderKey, egress: &Egress) -> Self {
+    pub(super) fn new(
+        key: &ProviderKey,
+        egress: &Egress,
+        credential: Option<Arc<Refreshed<HeaderValue>>>,
+    ) -> Self {
         let (uris, auth_header, auth_value) = match key.provider {
             ProviderKind::AzureOpenAi => (
                 EndpointUris::default(),
@@ -88,6 +97,8 @@ impl Provider {
                 HeaderName::from_static("x-goog-api-key"),
                 key.api_key.as_ref().map(|k| k.expose().to_owned()),
             ),
+            // Its token is `credential`'s, added to each request.
+            ProviderKind::Vertex => (EndpointUris::default(), http::header::AUTHORIZATION, None),
             ProviderKind::Anthropic => (
                 EndpointUris::new(&key.api_base, "", None),
                 HeaderName::from_static("x-api-key"),
@@ -147,6 +158,7 @@ impl Provider {
                 .and_then(|v| HeaderValue::from_str(v).ok())
                 .unwrap_or_else(|| HeaderValue::from_static(DEFAULT_ANTHROPIC_VERSION)),
             route,
+            credential,
         }
     }
 }

@@ -80,6 +80,49 @@ impl EndpointUris {
         }
     }
 
+    /// A Vertex AI model's URIs, under
+    /// `{api_base}/v1/projects/{project}/locations/{location}/publishers/{publisher}/models/{model}`
+    /// (each spliced value percent-encoded): a Gemini model's chat at `:generateContent` and,
+    /// streamed, `:streamGenerateContent?alt=sse`; an Anthropic model's Messages at
+    /// `:rawPredict` and, streamed, `:streamRawPredict` ([`Publisher::of`] tells which).
+    pub(super) fn vertex(key: &aisix_config::ProviderKey, model: &str) -> Self {
+        let Some(vertex) = &key.vertex else {
+            return Self::default();
+        };
+        let (base, query) = match key.api_base.split_once('?') {
+            Some((base, query)) => (base, Some(query)),
+            None => (key.api_base.as_str(), None),
+        };
+        let publisher = Publisher::of(model);
+        let model = format!(
+            "{base}/v1/projects/{}/locations/{}/publishers/{}/models/{}",
+            percent_encoded(&vertex.project),
+            percent_encoded(&vertex.location),
+            publisher.as_str(),
+            percent_encoded(model),
+        );
+        let uri = |method: &str, extra: Option<&str>| {
+            let query = match (query, extra) {
+                (Some(a), Some(b)) => format!("?{a}&{b}"),
+                (Some(q), None) | (None, Some(q)) => format!("?{q}"),
+                (None, None) => String::new(),
+            };
+            format!("{model}:{method}{query}").parse().ok()
+        };
+        match publisher {
+            Publisher::Google => Self {
+                chat_completions: uri("generateContent", None),
+                stream: uri("streamGenerateContent", Some("alt=sse")),
+                ..Self::default()
+            },
+            Publisher::Anthropic => Self {
+                messages: uri("rawPredict", None),
+                stream: uri("streamRawPredict", None),
+                ..Self::default()
+            },
+        }
+    }
+
     /// The streaming URI of chat, where the provider names streams in its URL (Gemini).
     pub fn stream(&self) -> Option<&Uri> {
         self.stream.as_ref()
@@ -113,6 +156,31 @@ impl EndpointUris {
             Endpoint::CountTokens => self.count_tokens.as_ref(),
             Endpoint::Responses => self.responses.as_ref(),
             _ => None,
+        }
+    }
+}
+
+/// Whose model a Vertex AI model is, which decides its URL and its dialect: Anthropic's Claude
+/// models (a `model_name` starting `claude`), else Google's (Gemini).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Publisher {
+    Google,
+    Anthropic,
+}
+
+impl Publisher {
+    pub(crate) fn of(model: &str) -> Self {
+        if model.starts_with("claude") {
+            Publisher::Anthropic
+        } else {
+            Publisher::Google
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Publisher::Google => "google",
+            Publisher::Anthropic => "anthropic",
         }
     }
 }

@@ -36,6 +36,7 @@ pub enum FamilyId {
     Cooldowns,
     TargetsCooling,
     ProviderKeyRefusals,
+    CredentialRefreshFailures,
     TargetState,
     EtcdWatchUp,
     EtcdRevisionApplied,
@@ -271,6 +272,10 @@ families! {
             ["provider", "reason"]),
         "Upstream refusals of a provider key, by provider key (its display name) and reason (credentials or quota).";
 
+    pub CREDENTIAL_REFRESH_FAILURES = counter(CredentialRefreshFailures,
+            "aisix_credential_refresh_failures_total", ["provider"]),
+        "Failed fetches of a credential refreshed off the request path (a Vertex AI token), by provider key (its display name).";
+
     pub TARGET_STATE = gauge(TargetState, "aisix_target_state", ["target"]),
         "Each direct model's health: 0 available, 1 cooling down, 2 half-open (its probe is out).";
 
@@ -290,7 +295,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 30] = [
+pub static CATALOG: [FamilyInfo; 31] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -317,6 +322,7 @@ pub static CATALOG: [FamilyInfo; 30] = [
     COOLDOWNS.info(),
     TARGETS_COOLING.info(),
     PROVIDER_KEY_REFUSALS.info(),
+    CREDENTIAL_REFRESH_FAILURES.info(),
     TARGET_STATE.info(),
     ETCD_WATCH_UP.info(),
     ETCD_REVISION_APPLIED.info(),

@@ -15,10 +15,10 @@ use ::metrics::Gauge;
 
 use super::cache;
 use super::catalog::{
-    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, FALLBACKS, OTEL_DROPPED,
-    OTEL_EXPORTED, PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS,
-    REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING, UPSTREAM_ATTEMPTS,
-    UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, CREDENTIAL_REFRESH_FAILURES,
+    FALLBACKS, OTEL_DROPPED, OTEL_EXPORTED, PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS,
+    RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING,
+    UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::labels::{
     AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
@@ -120,6 +120,11 @@ pub fn provider_key_refused(provider: &str, reason: &'static str) {
     cache::counter(&PROVIDER_KEY_REFUSALS, [provider, reason], |c| {
         c.increment(1)
     });
+}
+
+/// A fetch of the refreshed credential of the provider key `provider` failed.
+pub fn credential_refresh_failed(provider: &str) {
+    cache::counter(&CREDENTIAL_REFRESH_FAILURES, [provider], |c| c.increment(1));
 }
 
 /// The direct model `target` is now available (0), cooling down (1) or half-open (2)
