@@ -61,3 +61,12 @@ E2E_AISIX_RELEASE_BIN="$PWD/target/release/aisix" cargo test --locked --workspac
 # A few seconds of the benchmark harness, so it cannot rot: every leg must answer correctly;
 # nothing about speed is asserted (debug builds, shared machines).
 cargo run --locked -q -p aisix-bench -- grid --smoke --providers --aisix-bin target/debug/aisix --baseline-bin target/debug/aisix --out target/bench-smoke
+# The regression gate against the merge base with main, in smoke form: it reports the ratios and
+# asserts nothing; it skips itself (exit 0) when the merge base is HEAD or does not build.
+base=$(git merge-base HEAD main 2>/dev/null || git merge-base HEAD origin/main 2>/dev/null || true)
+if [ -n "$base" ]; then
+  cargo run --locked -q -p aisix-bench -- compare --rev "$base" --debug --smoke --aisix-bin target/debug/aisix \
+    --modes tpc --no-nginx --no-obs-off --no-floor --no-open-loop --no-strace --out target/bench-compare
+else
+  echo "bench compare skipped: no merge base with main"
+fi

@@ -58,12 +58,20 @@ pub fn prebuilt(path: &Path, flag: &str) -> Result<PathBuf> {
 /// The `aisix` binary to run: `explicit` if given, else `cargo build --release -p aisix-server`
 /// (a no-op when up to date) and the executable cargo reports. Cargo's JSON messages go to
 /// `messages`; Ctrl-C stops the build.
-pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
+pub fn binary(explicit: Option<&Path>, messages: &Path, features: &[&str]) -> Result<PathBuf> {
     if let Some(path) = explicit {
         return prebuilt(path, "--aisix-bin");
     }
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("[bench] cargo build --release -p aisix-server (a no-op when up to date)");
+    let features: Vec<String> = if features.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--features".into(), features.join(",")]
+    };
+    eprintln!(
+        "[bench] cargo build --release -p aisix-server {} (a no-op when up to date)",
+        features.join(" ")
+    );
     let mut command = Command::new(cargo);
     command
         .args([
@@ -75,6 +83,7 @@ pub fn binary(explicit: Option<&Path>, messages: &Path) -> Result<PathBuf> {
             "aisix",
             "--message-format=json-render-diagnostics",
         ])
+        .args(&features)
         .current_dir(workspace_root())
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(messages)?)
@@ -121,6 +130,12 @@ pub struct MetricsReading {
     pub worker_requests: Vec<(String, u64)>,
     /// `aisix_otel_dropped_total` by `signal`.
     pub otel_dropped: Vec<(String, u64)>,
+    /// `aisix_alloc_calls_total` and `aisix_alloc_bytes_total`: only a gateway built with the
+    /// `count-alloc` feature has them.
+    pub allocs: Option<(u64, u64)>,
+    /// `aisix_worker_longest_delay_seconds`, in ms: the longest a worker was held since the
+    /// previous read (only a gateway built with the `poll-probe` feature has it).
+    pub longest_delay_ms: Option<f64>,
 }
 
 /// Reads the gateway's `/metrics` page.
@@ -134,6 +149,18 @@ pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
         dropped_log_lines: counter(&page, DROPPED_LOG_LINES)?,
         worker_requests: by_label(&page, WORKER_REQUESTS, "worker")?,
         otel_dropped: by_label(&page, "aisix_otel_dropped_total", "signal")?,
+        allocs: match (
+            sample(&page, "aisix_alloc_calls_total")?,
+            sample(&page, "aisix_alloc_bytes_total")?,
+        ) {
+            (Some(calls), Some(bytes)) => Some((calls, bytes)),
+            _ => None,
+        },
+        longest_delay_ms: page
+            .lines()
+            .find_map(|line| line.strip_prefix("aisix_worker_longest_delay_seconds "))
+            .and_then(|value| value.trim().parse::<f64>().ok())
+            .map(|seconds| seconds * 1e3),
     })
 }
 
@@ -142,13 +169,18 @@ const WORKER_REQUESTS: &str = "aisix_worker_requests_total";
 
 /// The value of an unlabelled counter on a Prometheus text page; 0 when absent.
 fn counter(page: &str, name: &str) -> Result<u64> {
-    let Some(value) = page.lines().find_map(|line| {
-        line.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(' '))
-    }) else {
-        return Ok(0);
-    };
-    parse_value(name, value)
+    Ok(sample(page, name)?.unwrap_or(0))
+}
+
+/// The value of an unlabelled sample on a Prometheus text page, if it is there.
+fn sample(page: &str, name: &str) -> Result<Option<u64>> {
+    page.lines()
+        .find_map(|line| {
+            line.strip_prefix(name)
+                .and_then(|rest| rest.strip_prefix(' '))
+        })
+        .map(|value| parse_value(name, value))
+        .transpose()
 }
 
 /// The samples of `name` with a single label `label`, by label value (sorted).
@@ -192,6 +224,9 @@ pub struct GatewaySpec {
     pub features: Features,
     /// Extra environment (`--gateway-env`), applied after the harness's own is cleared.
     pub env: Vec<(String, String)>,
+    /// Start the floor proxy (`aisix-bench floor`, `floor.rs`) with this config instead of
+    /// the gateway: the same serving settings, every request sent to the paced mock.
+    pub floor: bool,
 }
 
 /// Optional parts of the generated resources (and, for Redis, of the config).
@@ -263,6 +298,17 @@ impl GatewaySpec {
             pin_workers: false,
             features: Features::default(),
             env,
+            floor: false,
+        }
+    }
+
+    /// The floor proxy on the same serving settings as [`GatewaySpec::new`]'s gateway; it has
+    /// no metrics and no access log to switch on.
+    pub fn floor(mode: Mode, workers: usize, cpus: Option<CpuList>) -> Self {
+        Self {
+            observability: false,
+            floor: true,
+            ..Self::new(mode, workers, cpus, Vec::new())
         }
     }
 
@@ -395,7 +441,17 @@ impl Gateway {
         )?;
         let log = dir.join("aisix.log");
 
-        let mut command = Command::new(bin);
+        let mut command = if spec.floor {
+            let exe = std::env::current_exe().context("locate the aisix-bench executable")?;
+            let mut command = Command::new(exe);
+            command
+                .arg("floor")
+                .arg("--upstream")
+                .arg(format!("http://{}", upstreams.mock));
+            command
+        } else {
+            Command::new(bin)
+        };
         command.arg("--config").arg(&config);
         // The harness's own environment must not reconfigure the gateway under test.
         for (key, _) in std::env::vars_os() {
@@ -500,6 +556,17 @@ mod tests {
             0
         );
         assert!(counter("aisix_access_log_dropped_total x\n", DROPPED_LOG_LINES).is_err());
+    }
+
+    #[test]
+    fn allocation_totals_are_read_from_the_page_the_count_alloc_gateway_renders() {
+        let page = aisix_obs::alloc_count::render();
+        assert!(sample(&page, "aisix_alloc_calls_total").unwrap().is_some());
+        assert!(sample(&page, "aisix_alloc_bytes_total").unwrap().is_some());
+        assert_eq!(
+            sample("aisix_build_info 1\n", "aisix_alloc_calls_total").unwrap(),
+            None
+        );
     }
 
     #[test]

@@ -108,6 +108,23 @@ pub struct GridArgs {
     /// Skip the metrics-and-access-log-off leg.
     #[arg(long)]
     pub no_obs_off: bool,
+    /// Build the gateway with the `count-alloc` feature and report allocations per request
+    /// and per stream (read from its `/metrics`). The counting costs a little CPU: compare CPU
+    /// figures within runs that agree on this flag. With `--aisix-bin`, the binary must have been
+    /// built with the feature for the figures to show.
+    #[arg(long)]
+    pub count_alloc: bool,
+    /// Build the gateway with the `poll-probe` feature and report each window's longest worker
+    /// delay (how long a worker's thread was held from its other tasks; 1 ms resolution).
+    #[arg(long)]
+    pub poll_probe: bool,
+    /// Set by `aisix-bench compare`: the other build and its label. The run is then only the
+    /// interleaved comparison of the two (`Legs::compare`).
+    #[arg(skip)]
+    pub compare: Option<(PathBuf, String)>,
+    /// Skip the floor leg (the gateway's stack with no gateway logic, `aisix-bench floor`).
+    #[arg(long)]
+    pub no_floor: bool,
     /// Load generators for the non-streaming grid, reported side by side: `own` (this
     /// harness's) and `wrk` (Debian's wrk; noted and skipped when not installed).
     #[arg(long, default_value = "own,wrk")]
@@ -162,6 +179,18 @@ impl std::str::FromStr for Loadgen {
 impl GridArgs {
     /// The mock these options describe, on any free port; `burst` sends each stream in one
     /// write.
+    /// The `aisix-server` features the flags ask for.
+    pub(crate) fn features(&self) -> Vec<&'static str> {
+        let mut features = Vec::new();
+        if self.count_alloc {
+            features.push("count-alloc");
+        }
+        if self.poll_probe {
+            features.push("poll-probe");
+        }
+        features
+    }
+
     pub(crate) fn mock_args(&self, workers: usize, burst: bool) -> MockArgs {
         MockArgs {
             addr: ([127, 0, 0, 1], 0).into(),
@@ -314,7 +343,11 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         .map_or_else(|| work.clone(), Path::to_path_buf);
     eprintln!("[bench] results: {}", run_dir.display());
 
-    let aisix_bin = gateway::binary(args.aisix_bin.as_deref(), &work.join("cargo-build.jsonl"))?;
+    let aisix_bin = gateway::binary(
+        args.aisix_bin.as_deref(),
+        &work.join("cargo-build.jsonl"),
+        &args.features(),
+    )?;
     let baseline_bin = match &args.baseline_bin {
         Some(path) => Some(gateway::prebuilt(path, "--baseline-bin")?),
         None => None,
@@ -398,66 +431,75 @@ pub fn run(mut args: GridArgs) -> Result<()> {
         Ok(())
     };
 
-    attempt(&mut results, report::DIRECT, &mut |r| legs.direct(r))?;
-    for &mode in &args.modes.0 {
-        let spec = GatewaySpec::new(
-            mode,
-            workers,
-            args.gateway_cpus.clone(),
-            args.gateway_env.clone(),
-        );
-        let leg = gateway::mode_leg(mode);
-        attempt(&mut results, &leg, &mut |r| {
-            legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
+    if let Some((base, label)) = &args.compare {
+        attempt(&mut results, "compare", &mut |r| {
+            legs.compare(&aisix_bin, base, label, r)
         })?;
+    } else {
+        attempt(&mut results, report::DIRECT, &mut |r| legs.direct(r))?;
+        for &mode in &args.modes.0 {
+            let spec = GatewaySpec::new(
+                mode,
+                workers,
+                args.gateway_cpus.clone(),
+                args.gateway_env.clone(),
+            );
+            let leg = gateway::mode_leg(mode);
+            attempt(&mut results, &leg, &mut |r| {
+                legs.gateway(&aisix_bin, &spec, &leg, &args.concurrency.0, true, r)
+            })?;
+        }
+        if let (Some(baseline), Some(&mode)) = (&baseline_bin, args.modes.0.first()) {
+            let spec = GatewaySpec::new(
+                mode,
+                workers,
+                args.gateway_cpus.clone(),
+                args.gateway_env.clone(),
+            );
+            let now = gateway::mode_leg(mode);
+            let leg = format!("{now}-baseline");
+            results.pairs.push(Pair::new("now/baseline", &now, &leg));
+            attempt(&mut results, &leg, &mut |r| {
+                legs.gateway(baseline, &spec, &leg, &args.concurrency.0, false, r)
+            })?;
+        }
+        if !args.no_floor {
+            attempt(&mut results, report::FLOOR, &mut |r| legs.floor(workers, r))?;
+        }
+        if !args.no_obs_off
+            && let Some(&mode) = args.modes.0.first()
+        {
+            let mut spec = GatewaySpec::new(
+                mode,
+                workers,
+                args.gateway_cpus.clone(),
+                args.gateway_env.clone(),
+            );
+            spec.observability = false;
+            let leg = format!("{}-obs-off", gateway::mode_leg(mode));
+            results.obs_pair = Some((leg.clone(), gateway::mode_leg(mode)));
+            attempt(&mut results, &leg, &mut |r| {
+                legs.gateway(
+                    &aisix_bin,
+                    &spec,
+                    &leg,
+                    &args.obs_off_concurrency.0,
+                    false,
+                    r,
+                )
+            })?;
+        }
+        match &nginx_bin {
+            Some(bin) => attempt(&mut results, report::NGINX, &mut |r| {
+                legs.nginx(bin, workers, r)
+            })?,
+            None if !args.no_nginx => results
+                .notes
+                .push("nginx is not installed: no reference leg.".into()),
+            None => {}
+        }
+        legs.variants(&aisix_bin, &mut results)?;
     }
-    if let (Some(baseline), Some(&mode)) = (&baseline_bin, args.modes.0.first()) {
-        let spec = GatewaySpec::new(
-            mode,
-            workers,
-            args.gateway_cpus.clone(),
-            args.gateway_env.clone(),
-        );
-        let now = gateway::mode_leg(mode);
-        let leg = format!("{now}-baseline");
-        results.pairs.push(Pair::new("now/baseline", &now, &leg));
-        attempt(&mut results, &leg, &mut |r| {
-            legs.gateway(baseline, &spec, &leg, &args.concurrency.0, false, r)
-        })?;
-    }
-    if !args.no_obs_off
-        && let Some(&mode) = args.modes.0.first()
-    {
-        let mut spec = GatewaySpec::new(
-            mode,
-            workers,
-            args.gateway_cpus.clone(),
-            args.gateway_env.clone(),
-        );
-        spec.observability = false;
-        let leg = format!("{}-obs-off", gateway::mode_leg(mode));
-        results.obs_pair = Some((leg.clone(), gateway::mode_leg(mode)));
-        attempt(&mut results, &leg, &mut |r| {
-            legs.gateway(
-                &aisix_bin,
-                &spec,
-                &leg,
-                &args.obs_off_concurrency.0,
-                false,
-                r,
-            )
-        })?;
-    }
-    match &nginx_bin {
-        Some(bin) => attempt(&mut results, report::NGINX, &mut |r| {
-            legs.nginx(bin, workers, r)
-        })?,
-        None if !args.no_nginx => results
-            .notes
-            .push("nginx is not installed: no reference leg.".into()),
-        None => {}
-    }
-    legs.variants(&aisix_bin, &mut results)?;
     drop(rig);
     drop(mock);
 
@@ -490,6 +532,76 @@ pub(crate) struct Legs<'a> {
 }
 
 impl Legs<'_> {
+    /// `aisix-bench compare`: the first mode's unary grid and streaming leg of `now` and of
+    /// `base`, interleaved (each rep one window per point of each, A B then B A, so drift hits
+    /// both alike), each on a fresh gateway. Priced `now/<label>` per point and per stream.
+    fn compare(&self, now: &Path, base: &Path, label: &str, results: &mut Results) -> Result<()> {
+        let mode = self
+            .args
+            .modes
+            .0
+            .first()
+            .copied()
+            .unwrap_or(Mode::ThreadPerCore);
+        let spec = GatewaySpec::new(
+            mode,
+            self.workers,
+            self.args.gateway_cpus.clone(),
+            self.args.gateway_env.clone(),
+        );
+        let now_leg = gateway::mode_leg(mode);
+        let base_leg = format!("{now_leg}@{label}");
+        let what = format!("now/{label}");
+        for suffix in ["", crate::wrk::SUFFIX] {
+            results.pairs.push(Pair::new(
+                &format!("{what}{suffix}"),
+                &format!("{now_leg}{suffix}"),
+                &format!("{base_leg}{suffix}"),
+            ));
+        }
+        results
+            .stream_pairs
+            .push(Pair::new(&what, &now_leg, &base_leg));
+        let once = Legs {
+            timing: Timing {
+                reps: 1,
+                ..self.timing
+            },
+            ..*self
+        };
+        for rep in 0..self.timing.reps {
+            let mut order = [(now, &now_leg), (base, &base_leg)];
+            if rep % 2 == 1 {
+                order.reverse();
+            }
+            for (bin, leg) in order {
+                once.gateway(bin, &spec, leg, &self.args.concurrency.0, false, results)?;
+                let upstreams = Upstreams {
+                    mock: self.rig.mock.addr,
+                    burst: None,
+                };
+                let mut gateway = Gateway::start(
+                    bin,
+                    &spec,
+                    &upstreams,
+                    &self.work.join(format!("{leg}-streams-{rep}")),
+                )?;
+                let subject = Subject {
+                    leg: leg.clone(),
+                    workers: spec.workers,
+                    pids: vec![gateway.pid()],
+                    addr: gateway.addr,
+                    metrics: gateway.metrics_addr,
+                };
+                let stream = loadgen::post_request(gateway.addr, CHAT, BENCH_KEY, STREAM_BODY);
+                self.streams(&subject, &stream, results)?;
+                gateway.ensure_running()?;
+                gateway.stop()?;
+            }
+        }
+        Ok(())
+    }
+
     /// The rig floor: the load generator straight at the mock.
     fn direct(&self, results: &mut Results) -> Result<()> {
         let mock = self.rig.mock;
@@ -554,6 +666,65 @@ impl Legs<'_> {
             gateway.ensure_running()?;
         }
         gateway.stop()
+    }
+
+    /// The floor proxy in thread-per-core mode, on the gateway's CPUs and serving settings: the
+    /// non-streaming grid, the strace window and the streaming leg, with the mock's own request
+    /// bodies (it forwards them as they are, as nginx does). Priced: each aisix mode ÷ floor,
+    /// floor ÷ nginx.
+    fn floor(&self, workers: usize, results: &mut Results) -> Result<()> {
+        let leg = report::FLOOR;
+        let spec = GatewaySpec::floor(Mode::ThreadPerCore, workers, self.args.gateway_cpus.clone());
+        let upstreams = Upstreams {
+            mock: self.rig.mock.addr,
+            burst: None,
+        };
+        // `bin` is unused for the floor: it is this executable.
+        let mut floor = Gateway::start(Path::new(""), &spec, &upstreams, &self.work.join(leg))?;
+        eprintln!("[bench] {leg}: pid {} on {}", floor.pid(), floor.addr);
+        let subject = Subject {
+            leg: leg.to_owned(),
+            workers,
+            pids: vec![floor.pid()],
+            addr: floor.addr,
+            metrics: None,
+        };
+        for mode in &self.args.modes.0 {
+            let aisix = gateway::mode_leg(*mode);
+            let what = format!("{aisix}/floor");
+            for suffix in ["", crate::wrk::SUFFIX] {
+                results.pairs.push(Pair::new(
+                    &format!("{what}{suffix}"),
+                    &format!("{aisix}{suffix}"),
+                    &format!("{leg}{suffix}"),
+                ));
+            }
+            results.stream_pairs.push(Pair::new(&what, &aisix, leg));
+        }
+        for suffix in ["", crate::wrk::SUFFIX] {
+            results.pairs.push(Pair::new(
+                &format!("floor/nginx{suffix}"),
+                &format!("{leg}{suffix}"),
+                &format!("{}{suffix}", report::NGINX),
+            ));
+        }
+        results
+            .stream_pairs
+            .push(Pair::new("floor/nginx", leg, report::NGINX));
+        let unary = loadgen::post_request(floor.addr, CHAT, BENCH_KEY, DIRECT_UNARY_BODY);
+        let stream = loadgen::post_request(floor.addr, CHAT, BENCH_KEY, DIRECT_STREAM_BODY);
+        self.grid(
+            &subject,
+            CHAT,
+            DIRECT_UNARY_BODY,
+            &self.args.concurrency.0,
+            results,
+        )?;
+        floor.ensure_running()?;
+        self.syscalls(&subject, &unary, results)?;
+        self.streams(&subject, &stream, results)?;
+        floor.ensure_running()?;
+        floor.stop()
     }
 
     fn nginx(&self, bin: &Path, workers: usize, results: &mut Results) -> Result<()> {

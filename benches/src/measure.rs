@@ -104,6 +104,10 @@ struct Delta {
     log_dropped: Option<u64>,
     /// Requests each worker received (by `worker` label).
     worker_requests: Vec<(String, u64)>,
+    /// Allocations and bytes allocated (a `count-alloc` gateway only).
+    allocs: Option<(u64, u64)>,
+    /// The longest a worker was held during the window (a `poll-probe` gateway only).
+    longest_delay_ms: Option<f64>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
@@ -122,6 +126,14 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
         log_dropped: after
             .zip(before)
             .map(|(b, a)| b.dropped_log_lines.saturating_sub(a.dropped_log_lines)),
+        // Reset at each read, so the reading at the window's end covers the window.
+        longest_delay_ms: after.and_then(|m| m.longest_delay_ms),
+        allocs: after
+            .and_then(|m| m.allocs)
+            .zip(before.and_then(|m| m.allocs))
+            .map(|((calls, bytes), (calls0, bytes0))| {
+                (calls.saturating_sub(calls0), bytes.saturating_sub(bytes0))
+            }),
         worker_requests: after.zip(before).map_or_else(Vec::new, |(b, a)| {
             b.worker_requests
                 .iter()
@@ -321,6 +333,9 @@ impl Rig<'_> {
             load_cpu_us_per_req: d.load_cpu_us / d.attempts,
             load_cpu_share: self.load_share(&d),
             log_dropped: d.log_dropped,
+            allocs_per_req: d.allocs.map(|(calls, _)| calls as f64 / d.attempts),
+            alloc_bytes_per_req: d.allocs.map(|(_, bytes)| bytes as f64 / d.attempts),
+            longest_delay_ms: d.longest_delay_ms,
             worker_requests: d.worker_requests,
             late: served.late,
             errors: served.errors,
@@ -363,6 +378,7 @@ impl Rig<'_> {
             new_upstream_conns: d.new_conns,
             load_cpu_share: self.load_share(&d),
             log_dropped: d.log_dropped,
+            allocs_per_stream: d.allocs.map(|(calls, _)| calls as f64 / d.attempts),
             errors: std::mem::take(&mut record.errors),
         })
     }

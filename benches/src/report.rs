@@ -10,6 +10,8 @@ use crate::strace::SyscallCounts;
 /// The leg every other leg is compared against.
 pub const DIRECT: &str = "mock-direct";
 pub const NGINX: &str = "nginx";
+/// The floor proxy: the gateway's stack with no gateway logic (`floor.rs`).
+pub const FLOOR: &str = "floor-tpc";
 /// System calls worth seeing even outside the top ten: each is a hot-path rule in DESIGN §3.4.
 const WATCHED_SYSCALLS: [&str; 7] = [
     "getrandom",
@@ -61,6 +63,13 @@ pub struct WindowRow {
     /// Requests each worker received during the window (`aisix_worker_requests_total` by
     /// `worker`; empty without metrics).
     pub worker_requests: Vec<(String, u64)>,
+    /// Allocations per request, and bytes they asked for (a `count-alloc` gateway only;
+    /// process-wide, so the control thread's `/metrics` renders at the window edges count too).
+    pub allocs_per_req: Option<f64>,
+    pub alloc_bytes_per_req: Option<f64>,
+    /// The longest a worker's thread was held from its other tasks during the window, ms (a
+    /// `poll-probe` gateway only).
+    pub longest_delay_ms: Option<f64>,
     /// Open loop: requests that left more than a millisecond after their scheduled time.
     pub late: u64,
     pub errors: Vec<String>,
@@ -87,6 +96,9 @@ impl WindowRow {
             "load_cpu_us_per_req": round(self.load_cpu_us_per_req, 2),
             "load_cpu_share": round(self.load_cpu_share, 3),
             "access_log_dropped": self.log_dropped,
+            "allocs_per_req": self.allocs_per_req.map(|v| round(v, 2)),
+            "alloc_bytes_per_req": self.alloc_bytes_per_req.map(|v| round(v, 1)),
+            "longest_delay_ms": self.longest_delay_ms.map(|v| round(v, 3)),
             "worker_requests": self.worker_requests.iter().map(|(w, n)| json!({"worker": w, "requests": n})).collect::<Vec<_>>(),
             "late": self.late,
             "errors": self.errors,
@@ -114,6 +126,8 @@ pub struct StreamRow {
     pub load_cpu_share: f64,
     /// As [`WindowRow::log_dropped`].
     pub log_dropped: Option<u64>,
+    /// As [`WindowRow::allocs_per_req`], per stream.
+    pub allocs_per_stream: Option<f64>,
     pub errors: Vec<String>,
 }
 
@@ -135,7 +149,9 @@ impl StreamRow {
             "cpu_us_per_stream": round(self.cpu_us_per_stream, 1),
             "new_upstream_conns": self.new_upstream_conns,
             "load_cpu_share": round(self.load_cpu_share, 3),
-            "access_log_dropped": self.log_dropped, "errors": self.errors,
+            "access_log_dropped": self.log_dropped,
+            "allocs_per_stream": self.allocs_per_stream.map(|v| round(v, 2)),
+            "errors": self.errors,
         })
     }
 }
@@ -186,6 +202,9 @@ pub struct Results {
     pub obs_pair: Option<(String, String)>,
     /// Legs priced against another leg of the run (CPU µs/req and req/s ratios).
     pub pairs: Vec<Pair>,
+    /// Streaming legs priced against another streaming leg (CPU µs per stream; the
+    /// concurrency column is the stream count).
+    pub stream_pairs: Vec<Pair>,
     /// Legs whose p99 is priced against another leg's (the ratio is named `what` alone).
     pub latency_pairs: Vec<Pair>,
     /// The hostile-neighbour leg's windows, in the order they ran.
@@ -295,6 +314,15 @@ struct Point {
     late: u64,
     /// Access-log lines dropped over the windows (`None`: not read for this leg).
     log_dropped: Option<u64>,
+    /// Median allocations and bytes per request (`None`: not a `count-alloc` gateway).
+    allocs_per_req: Option<f64>,
+    alloc_bytes_per_req: Option<f64>,
+}
+
+/// The median of the values present, if any is.
+fn median_of(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    let values: Vec<f64> = values.flatten().collect();
+    (!values.is_empty()).then(|| median(values))
 }
 
 fn median(mut values: Vec<f64>) -> f64 {
@@ -384,6 +412,8 @@ impl Results {
                         .iter()
                         .filter_map(|r| r.log_dropped)
                         .reduce(|a, b| a + b),
+                    allocs_per_req: median_of(rows.iter().map(|r| r.allocs_per_req)),
+                    alloc_bytes_per_req: median_of(rows.iter().map(|r| r.alloc_bytes_per_req)),
                 }
             })
             .collect()
@@ -504,6 +534,30 @@ impl Results {
                 if let Some(base) = find(&pair.base, p.concurrency) {
                     out.push((pair.what.clone(), p.concurrency, p.p99_us / base.p99_us));
                 }
+            }
+        }
+        for pair in &self.stream_pairs {
+            // The median over the leg's valid stream windows (one per rep in a comparison).
+            let stream = |leg: &str| {
+                let rows: Vec<&StreamRow> = self
+                    .streams
+                    .iter()
+                    .filter(|s| s.leg == leg && s.valid())
+                    .collect();
+                let first = rows.first()?;
+                Some((
+                    first.streams,
+                    median(rows.iter().map(|s| s.cpu_us_per_stream).collect()),
+                ))
+            };
+            if let (Some((streams, cpu)), Some((_, base))) = (stream(&pair.leg), stream(&pair.base))
+                && base > 0.0
+            {
+                out.push((
+                    format!("{} cpu_us_per_stream", pair.what),
+                    streams,
+                    cpu / base,
+                ));
             }
         }
         if let Some((off, on)) = &self.obs_pair {
@@ -647,6 +701,8 @@ impl Results {
                 let _ = writeln!(md, "| {what} | {c} | {value:.2} |");
             }
         }
+        self.allocs_table(&points, &mut md);
+        self.delay_table(&mut md);
 
         let direct_c1 = points
             .iter()
@@ -768,6 +824,74 @@ impl Results {
 
 impl Results {
     /// The hostile-neighbour leg, window by window.
+    /// Allocations per request and per stream, for the legs of a `count-alloc` gateway.
+    fn allocs_table(&self, points: &[Point], md: &mut String) {
+        let counted: Vec<&Point> = points
+            .iter()
+            .filter(|p| p.allocs_per_req.is_some())
+            .collect();
+        let streams: Vec<&StreamRow> = self
+            .streams
+            .iter()
+            .filter(|s| s.allocs_per_stream.is_some())
+            .collect();
+        if counted.is_empty() && streams.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "\n## Allocations (count-alloc build; process-wide, medians)\n\n\
+             | leg | conc | allocs/req | bytes/req |\n|---|---:|---:|---:|"
+        );
+        for p in counted {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.1} | {:.0} |",
+                p.leg,
+                p.concurrency,
+                p.allocs_per_req.unwrap_or(f64::NAN),
+                p.alloc_bytes_per_req.unwrap_or(f64::NAN)
+            );
+        }
+        for s in streams {
+            let _ = writeln!(
+                md,
+                "| {} streaming | {} | {:.1} per stream | |",
+                s.leg,
+                s.streams,
+                s.allocs_per_stream.unwrap_or(f64::NAN)
+            );
+        }
+    }
+
+    /// Each window's longest worker delay, for the legs of a `poll-probe` gateway, in the
+    /// order the windows ran.
+    fn delay_table(&self, md: &mut String) {
+        let probed: Vec<&WindowRow> = self
+            .windows
+            .iter()
+            .filter(|w| w.longest_delay_ms.is_some())
+            .collect();
+        if probed.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            md,
+            "\n## Longest worker delay (poll-probe build; 1 ms resolution; target ≤ 2 ms)\n\n\
+             | leg | conc | rep | longest delay ms |\n|---|---:|---:|---:|"
+        );
+        for w in probed {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} |",
+                w.leg,
+                w.concurrency,
+                w.rep,
+                w.longest_delay_ms.unwrap_or(f64::NAN)
+            );
+        }
+    }
+
     fn hostile_table(&self, md: &mut String) {
         if self.hostile.is_empty() {
             return;
@@ -944,6 +1068,82 @@ mod tests {
             busiest_share(&shared),
             None,
             "one worker, threads not counted apart"
+        );
+    }
+
+    #[test]
+    fn allocations_per_request_get_their_table_only_when_counted() {
+        let mut counted = window("aisix-tpc", 32, 1000.0, 10.0);
+        counted.allocs_per_req = Some(41.0);
+        counted.alloc_bytes_per_req = Some(9000.0);
+        let results = Results {
+            windows: vec![counted, window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        let md = results.markdown();
+        assert!(md.contains("| aisix-tpc | 32 | 41.0 | 9000 |"), "{md}");
+        assert!(!md.contains("| nginx | 32 | NaN"), "{md}");
+        let plain = Results {
+            windows: vec![window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        assert!(!plain.markdown().contains("## Allocations"));
+    }
+
+    #[test]
+    fn longest_worker_delays_get_their_table_only_when_probed() {
+        let mut probed = window("aisix-tpc-1w +hostile", 32, 1000.0, 10.0);
+        probed.longest_delay_ms = Some(3.25);
+        let results = Results {
+            windows: vec![probed, window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        let md = results.markdown();
+        assert!(
+            md.contains("| aisix-tpc-1w +hostile | 32 | 0 | 3.25 |"),
+            "{md}"
+        );
+        let plain = Results {
+            windows: vec![window(NGINX, 32, 1000.0, 5.0)],
+            ..Results::default()
+        };
+        assert!(!plain.markdown().contains("## Longest worker delay"));
+    }
+
+    #[test]
+    fn stream_pairs_price_cpu_per_stream_of_valid_stream_windows() {
+        let stream = |leg: &str, cpu: f64, failures: u64| StreamRow {
+            leg: leg.into(),
+            streams: 512,
+            completed: 100,
+            failures,
+            cpu_us_per_stream: cpu,
+            ..StreamRow::default()
+        };
+        let mut results = Results {
+            streams: vec![
+                stream("aisix-tpc", 300.0, 0),
+                stream(FLOOR, 200.0, 0),
+                stream(NGINX, 100.0, 0),
+            ],
+            stream_pairs: vec![
+                Pair::new("aisix-tpc/floor", "aisix-tpc", FLOOR),
+                Pair::new("floor/nginx", FLOOR, NGINX),
+            ],
+            ..Results::default()
+        };
+        let ratios = results.ratios();
+        let get = |what: &str| ratios.iter().find(|r| r.0 == what).map(|r| (r.1, r.2));
+        assert_eq!(get("aisix-tpc/floor cpu_us_per_stream"), Some((512, 1.5)));
+        assert_eq!(get("floor/nginx cpu_us_per_stream"), Some((512, 2.0)));
+
+        results.streams[2].failures = 1;
+        let ratios = results.ratios();
+        assert!(
+            !ratios
+                .iter()
+                .any(|r| r.0 == "floor/nginx cpu_us_per_stream"),
+            "an invalid window prices nothing"
         );
     }
 

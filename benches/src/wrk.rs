@@ -21,6 +21,7 @@ pub const SUFFIX: &str = " [wrk]";
 const SUMMARY: &str = "AISIX-BENCH-WRK ";
 
 /// How wrk is run.
+#[derive(Clone, Copy)]
 pub struct Wrk<'a> {
     pub bin: &'a Path,
     pub threads: usize,

@@ -15,6 +15,8 @@ mod conn;
 mod listen;
 mod liveness;
 mod plan;
+#[cfg(feature = "poll-probe")]
+pub mod poll_probe;
 mod server;
 mod service;
 mod shutdown;

@@ -288,6 +288,8 @@ fn run_tpc<F: ServiceFactory>(worker: TpcWorker<F>) -> io::Result<()> {
         } = worker;
         let listener = TcpListener::from_std(listener)?;
         tokio::spawn(heartbeat.run());
+        #[cfg(feature = "poll-probe")]
+        tokio::spawn(crate::poll_probe::run());
         factory.thread_started(&ctx);
         let service = factory.make_service(&ctx);
         match cpu {

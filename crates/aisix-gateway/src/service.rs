@@ -42,7 +42,7 @@ use crate::snapshot::{ApiKeyEntry, GroupRoute, Named, Snapshot, SnapshotCache};
 use crate::upstream::pool::Pool;
 use crate::wire::Dialect;
 
-static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+use aisix_obs::request_id::HEADER as X_REQUEST_ID;
 static X_OVERHEAD: HeaderName = HeaderName::from_static("x-aisix-overhead-us");
 static X_SERVED_BY: HeaderName = HeaderName::from_static("x-aisix-served-by");
 static X_DROPPED_TOOLS: HeaderName = HeaderName::from_static("x-aisix-dropped-tools");

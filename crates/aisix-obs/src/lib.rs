@@ -2,6 +2,7 @@
 //! metric catalog with its per-worker handle cache.
 
 pub mod access_log;
+pub mod alloc_count;
 mod civil;
 pub mod log;
 pub mod metrics;

@@ -6,7 +6,11 @@ use std::cell::Cell;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
+
+/// The header that carries the id, both ways. A static name: naming a header by a string costs
+/// an allocation each time.
+pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Longest client-supplied id we accept.
 pub const MAX_CLIENT_ID_LEN: usize = 128;

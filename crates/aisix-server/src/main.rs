@@ -1,8 +1,15 @@
 //! The `aisix` binary; everything but the allocator lives in the library.
 
-#[cfg(target_os = "linux")]
+#[cfg(all(target_os = "linux", not(feature = "count-alloc")))]
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// The `count-alloc` feature (the bench harness's `--count-alloc`): the same allocator, every
+/// allocation counted, the totals on `/metrics` (`aisix_obs::alloc_count`).
+#[cfg(all(target_os = "linux", feature = "count-alloc"))]
+#[global_allocator]
+static GLOBAL: aisix_obs::alloc_count::Counting<tikv_jemallocator::Jemalloc> =
+    aisix_obs::alloc_count::Counting(tikv_jemallocator::Jemalloc);
 
 /// jemalloc's options, read once before `main`: a background thread returns freed memory to
 /// the system on its own, and dirty and muzzy pages are kept at most 5 s each (jemalloc's

@@ -53,9 +53,18 @@ pub(crate) async fn serve(listener: std::net::TcpListener, path: String, metrics
     let app = Router::new().route(
         &path,
         get(move || async move {
+            #[allow(unused_mut)]
+            let mut page = metrics.render();
+            #[cfg(feature = "count-alloc")]
+            page.push_str(&aisix_obs::alloc_count::render());
+            #[cfg(feature = "poll-probe")]
+            page.push_str(&format!(
+                "# TYPE aisix_worker_longest_delay_seconds gauge\naisix_worker_longest_delay_seconds {}\n",
+                aisix_bootstrap::poll_probe::take_longest().as_secs_f64()
+            ));
             (
                 [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-                metrics.render(),
+                page,
             )
         }),
     );

@@ -53,7 +53,7 @@ fn request(
             HeaderValue::from_static(if stream { "text/event-stream" } else { "application/json" }),
         )
         .header(USER_AGENT, GATEWAY_AGENT.clone())
-        .header("x-request-id", request_id.clone())
+        .header(&aisix_obs::request_id::HEADER, request_id.clone())
         .body(Full::new(body))
         .map_err(|e| {
             tracing::error!(provider = %provider.name, error = %e, "cannot build the upstream request");

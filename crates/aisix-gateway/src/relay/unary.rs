@@ -94,6 +94,8 @@ impl UnaryRelay {
         if let Some(pin) = self.pin.take() {
             pin.answered(self.usage.head());
         }
+        // Read: let go of the answer's bytes now (the head may hold the upstream's buffer).
+        self.usage = UsageWindow::default();
         self.rename
             .as_mut()
             .map(Renamer::finish)
@@ -159,7 +161,7 @@ impl Body for UnaryRelay {
                     let Ok(data) = frame.into_data() else {
                         continue;
                     };
-                    this.usage.push(&data);
+                    this.usage.push_shared(&data);
                     this.this_turn += data.len();
                     let mut data = match this.rename.as_mut() {
                         Some(renamer) => renamer.push(data),

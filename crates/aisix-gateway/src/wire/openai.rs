@@ -234,19 +234,23 @@ impl Inspected {
             return body.clone();
         }
 
-        let mut edits: Vec<(usize, usize, &[u8])> = Vec::with_capacity(2);
-        if let Some(upstream_model) = upstream_model {
-            edits.push((model_start, model_end, upstream_model));
-        }
-        if let Some((start, end, bytes)) = &usage_edit {
-            edits.push((*start, *end, bytes));
-        }
-        edits.sort_by_key(|&(start, _, _)| start);
+        // At most two edits, in body order, on the stack; the output sized exactly, so that
+        // freezing it allocates nothing more.
+        let model_edit = upstream_model.map(|m| (model_start, model_end, m));
+        let usage_edit = usage_edit
+            .as_ref()
+            .map(|(start, end, bytes)| (*start, *end, &bytes[..]));
+        let mut edits = [model_edit, usage_edit];
+        edits.sort_by_key(|edit| edit.map(|(start, _, _)| start));
+        let edits = edits.iter().flatten();
 
-        let extra: usize = edits.iter().map(|(_, _, b)| b.len()).sum();
-        let mut out = BytesMut::with_capacity(body.len().saturating_add(extra));
+        let len = edits.clone().fold(body.len(), |len, (start, end, bytes)| {
+            len.saturating_sub(end.saturating_sub(*start))
+                .saturating_add(bytes.len())
+        });
+        let mut out = BytesMut::with_capacity(len);
         let mut at = 0;
-        for (start, end, bytes) in edits {
+        for &(start, end, bytes) in edits {
             out.extend_from_slice(body.get(at..start).unwrap_or_default());
             out.extend_from_slice(bytes);
             at = end;

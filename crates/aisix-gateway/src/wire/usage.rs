@@ -1,6 +1,7 @@
 //! Token usage as OpenAI reports it, read from response bodies and stream chunks (and from
 //! Anthropic's whole answers relayed as they are).
 
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -86,8 +87,12 @@ pub struct UsageWindow {
     /// The shape of the answer's `usage` object; `None` for an answer that reports none (a
     /// token count), whose bytes are not kept.
     dialect: Option<Dialect>,
+    /// The first piece, kept by reference rather than copied while it is the only one and fits
+    /// the window ([`UsageWindow::push_shared`]): a whole answer in one piece costs no copy.
+    first: Option<Bytes>,
     head: Vec<u8>,
-    /// The last bytes, between `WINDOW` and `2 * WINDOW` of them once that many came.
+    /// The last bytes, between `WINDOW` and `2 * WINDOW` of them once more than `WINDOW` came
+    /// (until then the head holds them all, and the tail is left empty).
     tail: Vec<u8>,
     total: usize,
 }
@@ -105,15 +110,45 @@ impl UsageWindow {
         }
     }
 
+    /// Notes the answer's next piece, kept by reference (no copy) if it is the first and fits
+    /// the window.
+    pub fn push_shared(&mut self, piece: &Bytes) {
+        if self.dialect.is_some()
+            && self.total == 0
+            && self.first.is_none()
+            && piece.len() <= WINDOW
+        {
+            self.total = piece.len();
+            self.first = Some(piece.clone());
+            return;
+        }
+        self.push(piece);
+    }
+
     /// Notes the answer's next piece.
     pub fn push(&mut self, piece: &[u8]) {
         if self.dialect.is_none() {
             return;
         }
+        if let Some(first) = self.first.take() {
+            self.head.extend_from_slice(&first);
+        }
+        let before = self.total;
         self.total = self.total.saturating_add(piece.len());
         let room = WINDOW.saturating_sub(self.head.len());
         self.head
             .extend_from_slice(piece.get(..room.min(piece.len())).unwrap_or_default());
+        if self.total <= WINDOW {
+            // All of it is in the head.
+            return;
+        }
+        if before <= WINDOW {
+            // Past the window for the first time: the tail starts with all that came before,
+            // which the head holds.
+            self.tail.clear();
+            self.tail
+                .extend_from_slice(self.head.get(..before).unwrap_or_default());
+        }
         if let Some(last) = piece
             .len()
             .checked_sub(WINDOW)
@@ -133,27 +168,27 @@ impl UsageWindow {
     /// The answer's first bytes (up to [`WINDOW`]) as kept; empty for an answer that reports
     /// no usage.
     pub fn head(&self) -> &[u8] {
-        &self.head
+        self.first.as_deref().unwrap_or(&self.head)
     }
 
     /// The answer's usage, once it has all passed.
     pub fn usage(&self) -> Option<Usage> {
         match self.dialect? {
-            Dialect::OpenAi if self.total <= WINDOW => from_response(&self.head),
+            Dialect::OpenAi if self.total <= WINDOW => from_response(self.head()),
             Dialect::OpenAi => {
-                last_usage_object(&self.tail).or_else(|| last_usage_object(&self.head))
+                last_usage_object(&self.tail).or_else(|| last_usage_object(self.head()))
             }
             // The Responses API puts `usage` after the output; a small answer is all in the head.
             Dialect::Responses => {
                 let read = |bytes: &[u8]| last_usage_object::<ResponsesUsage>(bytes);
                 let usage = if self.total <= WINDOW {
-                    read(&self.head).or_else(|| {
-                        serde_json::from_slice::<ResponsesProbe>(&self.head)
+                    read(self.head()).or_else(|| {
+                        serde_json::from_slice::<ResponsesProbe>(self.head())
                             .ok()?
                             .usage
                     })
                 } else {
-                    read(&self.tail).or_else(|| read(&self.head))
+                    read(&self.tail).or_else(|| read(self.head()))
                 };
                 usage.map(ResponsesUsage::to_usage)
             }
@@ -161,9 +196,9 @@ impl UsageWindow {
             Dialect::Anthropic => {
                 let read = |bytes: &[u8]| last_usage_object::<TokenUsage>(bytes);
                 let usage = if self.total <= WINDOW {
-                    read(&self.head)
+                    read(self.head())
                 } else {
-                    read(&self.tail).or_else(|| read(&self.head))
+                    read(&self.tail).or_else(|| read(self.head()))
                 };
                 usage.map(|u| u.to_usage())
             }
@@ -296,6 +331,34 @@ mod tests {
     }
 
     #[test]
+    fn pieces_pushed_shared_read_as_pieces_pushed_copied_and_a_lone_small_piece_is_not_copied() {
+        let usage = r#""usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}"#;
+        let filler = "a".repeat(3 * WINDOW);
+        let small = format!(r#"{{"choices":[],{usage}}}"#);
+        let large = format!(r#"{{"choices":[{{"message":{{"content":"{filler}"}}}}],{usage}}}"#);
+        for body in [&small, &large] {
+            for size in [1, 1000, WINDOW, WINDOW + 1, body.len()] {
+                let mut copied = UsageWindow::new(Some(Dialect::OpenAi));
+                let mut shared = UsageWindow::new(Some(Dialect::OpenAi));
+                for piece in body.as_bytes().chunks(size) {
+                    copied.push(piece);
+                    shared.push_shared(&Bytes::copy_from_slice(piece));
+                }
+                assert_eq!(shared.usage(), copied.usage(), "pieces of {size}");
+                assert!(shared.usage().is_some());
+                assert_eq!(shared.head(), copied.head(), "pieces of {size}");
+            }
+        }
+        let mut lone = UsageWindow::new(Some(Dialect::OpenAi));
+        lone.push_shared(&Bytes::from(small.clone()));
+        assert!(
+            lone.head.is_empty() && lone.tail.is_empty(),
+            "kept by reference"
+        );
+        assert_eq!(lone.head(), small.as_bytes());
+    }
+
+    #[test]
     fn an_anthropic_answer_s_usage_counts_cached_prompt_tokens() {
         let usage = r#""usage":{"input_tokens":3,"output_tokens":5,"cache_read_input_tokens":7,"cache_creation_input_tokens":11}"#;
         let filler = "a".repeat(3 * WINDOW);
@@ -318,6 +381,8 @@ mod tests {
             }
         }
         let mut none = UsageWindow::new(None);
+        none.push_shared(&Bytes::from(small.clone()));
+        assert!(none.first.is_none(), "an answer without usage is not kept");
         none.push(small.as_bytes());
         assert_eq!(none.usage(), None);
         assert!(none.head.is_empty(), "an answer without usage is not kept");
