@@ -65,8 +65,10 @@ cargo run --locked -q -p aisix-bench -- grid --smoke --providers --aisix-bin tar
 # asserts nothing; it skips itself (exit 0) when the merge base is HEAD or does not build.
 base=$(git merge-base HEAD main 2>/dev/null || git merge-base HEAD origin/main 2>/dev/null || true)
 if [ -n "$base" ]; then
-  cargo run --locked -q -p aisix-bench -- compare --rev "$base" --debug --smoke --aisix-bin target/debug/aisix \
-    --modes tpc --no-nginx --no-obs-off --no-floor --no-open-loop --no-strace --out target/bench-compare
+  # Bounded: building another revision from nothing can take longer than the suite allows.
+  timeout 300 cargo run --locked -q -p aisix-bench -- compare --rev "$base" --debug --smoke --aisix-bin target/debug/aisix \
+    --modes tpc --no-nginx --no-obs-off --no-floor --no-open-loop --no-strace --out target/bench-compare \
+    || echo "bench compare against $base did not finish within 300 s: no report (it asserts nothing)"
 else
   echo "bench compare skipped: no merge base with main"
 fi
