@@ -244,6 +244,8 @@ pub struct Features {
     pub responses: bool,
     /// `bench-gemini` on a `gemini` provider key at the mock (`generateContent`, issue 26).
     pub gemini: bool,
+    /// `bench-bedrock` on a `bedrock` provider key at the mock (Converse, SigV4-signed, issue 26).
+    pub bedrock: bool,
     /// `bench-hostile`: the mock's hostile answers (one huge SSE event, one huge body), for the
     /// hostile-neighbour leg.
     pub hostile: bool,
@@ -277,6 +279,8 @@ pub const ANTHROPIC_MODEL: &str = "bench-claude";
 pub const RESPONSES_MODEL: &str = "bench-responses";
 /// The model on the `gemini` provider key.
 pub const GEMINI_MODEL: &str = "bench-gemini";
+/// The model on the `bedrock` provider key.
+pub const BEDROCK_MODEL: &str = "bench-bedrock";
 /// The model the mock answers with hostile answers (upstream name
 /// [`aisix_testkit::mock::hostile::HOSTILE_MODEL`]).
 pub const HOSTILE_MODEL: &str = "bench-hostile";
@@ -390,6 +394,14 @@ fn resources(upstreams: &Upstreams, features: &Features) -> String {
         ));
         models.push_str(&format!(
             "  - {{display_name: {GEMINI_MODEL}, provider: gemini, model_name: mock-gemini, provider_key: mock-gemini}}\n"
+        ));
+    }
+    if features.bedrock {
+        keys.push_str(&format!(
+            "  - {{display_name: mock-bedrock, provider: bedrock, region: us-east-1, access_key_id: AKIDBENCHBENCH, secret_access_key: bench-bedrock-secret, api_base: \"http://{mock}\"}}\n"
+        ));
+        models.push_str(&format!(
+            "  - {{display_name: {BEDROCK_MODEL}, provider: bedrock, model_name: \"amazon.nova-lite-v1:0\", provider_key: mock-bedrock}}\n"
         ));
     }
     if features.hostile {

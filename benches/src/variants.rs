@@ -15,8 +15,8 @@ use anyhow::{Result, bail};
 
 use crate::args::CommaList;
 use crate::gateway::{
-    self, ANTHROPIC_MODEL, BENCH_KEY, BURST_MODEL, GEMINI_MODEL, GROUP_MODEL, Gateway, GatewaySpec,
-    Limits, Mode, RESPONSES_MODEL, Upstreams,
+    self, ANTHROPIC_MODEL, BEDROCK_MODEL, BENCH_KEY, BURST_MODEL, GEMINI_MODEL, GROUP_MODEL,
+    Gateway, GatewaySpec, Limits, Mode, RESPONSES_MODEL, Upstreams,
 };
 use crate::grid::{Legs, UNARY_BODY};
 use crate::loadgen::{self, Workload};
@@ -75,7 +75,8 @@ pub struct VariantArgs {
     /// chat completions, each beside the OpenAI chat passthrough.
     #[arg(long)]
     pub responses: bool,
-    /// The providers leg: chat completions translated to Gemini's `generateContent` beside
+    /// The providers leg: chat completions translated to Gemini's `generateContent` and to
+    /// Bedrock's Converse (signed with SigV4) beside
     /// the OpenAI chat passthrough, unary (the feature grid) and streamed (the streaming leg).
     #[arg(long)]
     pub providers: bool,
@@ -546,11 +547,13 @@ impl Legs<'_> {
         let leg = format!("{}+providers", gateway::mode_leg(mode));
         let mut spec = self.spec(mode, self.workers(), self.args.gateway_cpus.clone());
         spec.features.gemini = true;
+        spec.features.bedrock = true;
         let gateway = self.start(bin, &spec, &leg)?;
         let openai = format!("{leg} chat→openai");
         for (name, model) in [
             (openai.clone(), "bench"),
             (format!("{leg} chat→gemini"), GEMINI_MODEL),
+            (format!("{leg} chat→bedrock"), BEDROCK_MODEL),
         ] {
             let subject = subject(&name, spec.workers, &gateway);
             self.features_grid(&subject, CHAT, &chat_body(model), results)?;

@@ -2,7 +2,8 @@
 //! in one burst, one precomputed Anthropic message (non-streaming `POST /v1/messages`), one
 //! precomputed Responses API response (non-streaming `POST /v1/responses`), Gemini's
 //! `generateContent` answer and its `streamGenerateContent?alt=sse` stream (paced like chat
-//! completions), and, for
+//! completions), Bedrock's Converse answer and its ConverseStream (AWS event-stream messages,
+//! paced the same way), and, for
 //! the model [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), hostile answers (one huge SSE event, one huge JSON body) built
 //! from one small buffer. A request's body is only byte-searched for `"stream": true`,
 //! `"include_usage": true` and the hostile model's name (no JSON parse), and nothing is recorded,
@@ -49,6 +50,14 @@ pub(crate) struct Answers {
     /// Gemini's stream: one content chunk, and the last chunk with `finishReason` and usage.
     gemini_content: Bytes,
     gemini_tail: Bytes,
+    /// Bedrock's Converse answer (with `usage`).
+    converse: Bytes,
+    /// Bedrock's ConverseStream, as event-stream messages: `messageStart`, one text
+    /// `contentBlockDelta` per frame, and the end (`contentBlockStop`, `messageStop` and the
+    /// `metadata` that carries the usage).
+    converse_start: Bytes,
+    converse_delta: Bytes,
+    converse_end: Bytes,
     content: Bytes,
     /// The last content frame, the finish chunk and `[DONE]`, with and without the usage chunk:
     /// one write, as a provider sends the end of a stream.
@@ -91,7 +100,37 @@ impl Answers {
             "data: {{\"candidates\":[{{{gemini_parts},\"finishReason\":\"STOP\"}}],\"usageMetadata\":{{\"promptTokenCount\":9,\"candidatesTokenCount\":{frames},\"totalTokenCount\":{}}},\"modelVersion\":\"mock-gemini\"}}\r\n\r\n",
             frames + 9
         );
+        let marker_text = String::from_utf8_lossy(CONTENT_MARKER);
+        let converse_end = [
+            converse_event(
+                "contentBlockStop",
+                r#"{"contentBlockIndex":0,"p":"abcdefgh"}"#,
+            ),
+            converse_event("messageStop", r#"{"stopReason":"end_turn","p":"abcd"}"#),
+            converse_event(
+                "metadata",
+                &format!(
+                    r#"{{"usage":{{"inputTokens":9,"outputTokens":{frames},"totalTokens":{}}},"metrics":{{"latencyMs":42}},"p":"abcdefghijkl"}}"#,
+                    frames + 9
+                ),
+            ),
+        ]
+        .concat();
         Answers {
+            converse: Bytes::from_static(
+                br#"{"output":{"message":{"role":"assistant","content":[{"text":"Hello from the aisix bench mock."}]}},"stopReason":"end_turn","usage":{"inputTokens":9,"outputTokens":8,"totalTokens":17},"metrics":{"latencyMs":42}}"#,
+            ),
+            converse_start: Bytes::from(converse_event(
+                "messageStart",
+                r#"{"role":"assistant","p":"abcdefghijklmnopqrstuvwxyzABCDEF"}"#,
+            )),
+            converse_delta: Bytes::from(converse_event(
+                "contentBlockDelta",
+                &format!(
+                    r#"{{"contentBlockIndex":0,"delta":{{"text":"{marker_text}"}},"p":"abcdefghijklmno"}}"#
+                ),
+            )),
+            converse_end: Bytes::from(converse_end),
             completion: Bytes::from_static(
                 br#"{"id":"chatcmpl-bench","object":"chat.completion","created":1700000000,"model":"mock-model","choices":[{"index":0,"message":{"role":"assistant","content":"Hello from the aisix bench mock."},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":8,"total_tokens":17}}"#,
             ),
@@ -150,6 +189,12 @@ impl Answers {
             );
             return sse(Frames::Paced(frames), worker);
         }
+        if head.method == Method::POST && head.uri.path().ends_with("/converse") {
+            return json(Frames::one(self.converse.clone()), worker);
+        }
+        if head.method == Method::POST && head.uri.path().ends_with("/converse-stream") {
+            return event_stream(self.converse_stream(), worker);
+        }
         if head.method != Method::POST || !head.uri.path().ends_with("/chat/completions") {
             let not_found = Bytes::from_static(
                 b"{\"error\":{\"message\":\"mock: not found\",\"type\":\"invalid_request_error\"}}",
@@ -201,6 +246,68 @@ impl Answers {
         };
         sse(frames, worker)
     }
+}
+
+impl Answers {
+    /// A ConverseStream paced as the chat streams are: `messageStart` with the first delta
+    /// after the TTFT, a delta per gap, the end with the last one.
+    fn converse_stream(&self) -> Frames {
+        let Pacing {
+            ttft,
+            frames,
+            gap,
+            burst,
+        } = self.pacing;
+        let delta = &self.converse_delta;
+        let mut chunks = std::collections::VecDeque::with_capacity(frames);
+        if burst {
+            let mut whole = self.converse_start.to_vec();
+            for _ in 0..frames {
+                whole.extend_from_slice(delta);
+            }
+            whole.extend_from_slice(&self.converse_end);
+            chunks.push_back((ttft, Bytes::from(whole)));
+            return Frames::Listed(chunks);
+        }
+        for at in 0..frames {
+            let mut chunk = Vec::new();
+            if at == 0 {
+                chunk.extend_from_slice(&self.converse_start);
+            }
+            chunk.extend_from_slice(delta);
+            if at + 1 == frames {
+                chunk.extend_from_slice(&self.converse_end);
+            }
+            chunks.push_back((if at == 0 { ttft } else { gap }, Bytes::from(chunk)));
+        }
+        Frames::Listed(chunks)
+    }
+}
+
+/// One AWS event-stream message of ConverseStream: an `event` of `kind` carrying `payload`
+/// (with AWS's `p` padding field, as Bedrock sends it), its prelude and message CRCs computed
+/// by `aws-smithy-eventstream`.
+fn converse_event(kind: &str, payload: &str) -> Vec<u8> {
+    use aws_smithy_types::event_stream::{Header, HeaderValue as EventHeader, Message};
+    let string = |value: &str| EventHeader::String(value.to_owned().into());
+    let message = Message::new(Bytes::copy_from_slice(payload.as_bytes()))
+        .add_header(Header::new(":event-type", string(kind)))
+        .add_header(Header::new(":content-type", string("application/json")))
+        .add_header(Header::new(":message-type", string("event")));
+    let mut out = Vec::new();
+    // Only a header or payload over the format's limits fails, which these never are.
+    let _ = aws_smithy_eventstream::frame::write_message_to(&message, &mut out);
+    out
+}
+
+/// A `application/vnd.amazon.eventstream` response (ConverseStream's), chunked.
+fn event_stream(frames: Frames, worker: Arc<Worker>) -> Response<MockBody> {
+    let mut response = Response::new(MockBody::new(frames, Finish::Complete, None, worker));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/vnd.amazon.eventstream"),
+    );
+    response
 }
 
 /// [`HOSTILE_MODEL`](super::hostile::HOSTILE_MODEL), quoted, as a request body carries it.
@@ -306,5 +413,56 @@ mod tests {
                 last.then_some(3)
             );
         }
+    }
+
+    #[test]
+    fn a_converse_stream_is_valid_event_stream_messages_in_bedrock_order() {
+        let answers = Answers::new(
+            &Pacing {
+                ttft: Duration::ZERO,
+                frames: 3,
+                gap: Duration::ZERO,
+                burst: false,
+            },
+            None,
+        );
+        let Frames::Listed(chunks) = answers.converse_stream() else {
+            panic!("a converse stream is listed");
+        };
+        assert_eq!(chunks.len(), 3);
+        let mut bytes = bytes::BytesMut::new();
+        for (_, chunk) in chunks {
+            bytes.extend_from_slice(&chunk);
+        }
+        let mut kinds = Vec::new();
+        while !bytes.is_empty() {
+            let message = aws_smithy_eventstream::frame::read_message_from(&mut bytes).unwrap();
+            let kind = message
+                .headers()
+                .iter()
+                .find(|h| h.name().as_str() == ":event-type")
+                .and_then(|h| h.value().as_string().ok())
+                .map(|v| v.as_str().to_owned())
+                .unwrap();
+            let payload: serde_json::Value = serde_json::from_slice(message.payload()).unwrap();
+            if kind == "metadata" {
+                assert_eq!(payload["usage"]["outputTokens"], 3);
+            }
+            kinds.push(kind);
+        }
+        assert_eq!(
+            kinds,
+            [
+                "messageStart",
+                "contentBlockDelta",
+                "contentBlockDelta",
+                "contentBlockDelta",
+                "contentBlockStop",
+                "messageStop",
+                "metadata"
+            ]
+        );
+        let whole: serde_json::Value = serde_json::from_slice(&answers.converse).unwrap();
+        assert_eq!(whole["stopReason"], "end_turn");
     }
 }
