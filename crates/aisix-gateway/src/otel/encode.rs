@@ -64,11 +64,24 @@ impl Message {
         self.fixed64(field, f.to_bits());
     }
 
-    /// A nested message, written by `write`.
+    /// A nested message, written by `write` in place: one byte is kept for its length, and
+    /// the rare message of 128 bytes or more is moved up to make room for a longer one (no
+    /// buffer of its own per nested message).
     pub(crate) fn message(&mut self, field: u64, write: impl FnOnce(&mut Message)) {
-        let mut inner = Message::new();
-        write(&mut inner);
-        self.bytes(field, &inner.buf);
+        self.tag(field, LEN);
+        let at = self.buf.len();
+        self.buf.push(0);
+        write(self);
+        let mut len = (self.buf.len() - at - 1) as u64;
+        let mut head = [0u8; 10];
+        let mut n = 0;
+        while len >= 0x80 {
+            head[n] = (len as u8) | 0x80;
+            len >>= 7;
+            n += 1;
+        }
+        head[n] = len as u8;
+        self.buf.splice(at..=at, head[..=n].iter().copied());
     }
 }
 
@@ -115,6 +128,24 @@ mod tests {
                 0x08, 0xac, 0x02, 0x12, 2, b'h', b'i', 0x39, 1, 0, 0, 0, 0, 0, 0, 0
             ]
         );
+    }
+
+    #[test]
+    fn a_nested_message_written_in_place_has_its_minimal_length_at_every_size() {
+        for size in [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000] {
+            let text = "x".repeat(size);
+            let mut nested = Message::new();
+            nested.uint(1, 5);
+            nested.message(2, |inner| inner.string(3, &text));
+            nested.uint(4, 6);
+            let mut expected = Message::new();
+            expected.uint(1, 5);
+            let mut inner = Message::new();
+            inner.string(3, &text);
+            expected.bytes(2, &inner.into_bytes());
+            expected.uint(4, 6);
+            assert_eq!(nested.into_bytes(), expected.into_bytes(), "size {size}");
+        }
     }
 
     #[test]
