@@ -67,7 +67,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     } else {
         Some(call.reserve().await?)
     };
-    let extra = signed(call, uri, &converse.body, inbound.stream)?;
+    let extra = signed(call, uri, &converse.body, inbound.stream).await?;
     let head = call.send(uri, converse.body, &extra, error_body).await?;
     let id = message_id(call);
     let model = if call.rename {
@@ -106,7 +106,7 @@ async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
         .map_err(super::anthropic::request_error)?;
     let uri = call.uri(Endpoint::Embeddings)?;
     let reserved = call.reserve().await?;
-    let extra = signed(call, uri, &translated.body, false)?;
+    let extra = signed(call, uri, &translated.body, false).await?;
     let head = call.send(uri, translated.body, &extra, error_body).await?;
     call.translate(head, Some(reserved), |body| {
         let (body, usage) = response::embeddings_to_openai(
@@ -131,19 +131,27 @@ pub(super) fn is_event_stream(head: &exchange::UpstreamHead) -> bool {
 
 /// The SigV4 headers for a `POST` of `body` to `uri`, and for a stream the event-stream
 /// `Accept`.
-pub(super) fn signed(
+pub(super) async fn signed(
     call: &Call<'_>,
     uri: &Uri,
     body: &[u8],
     stream: bool,
 ) -> Result<HeaderMap, GatewayError> {
     let provider = call.provider();
-    let Some(signer) = provider.signer.as_ref() else {
-        tracing::error!(provider = %provider.name, "bedrock key has no AWS credentials");
-        return Err(GatewayError::new(
-            ErrorKind::Internal,
-            "The gateway has no AWS credentials for this model's provider.",
-        ));
+    let assumed;
+    let signer = match (&provider.signer, &provider.assumed) {
+        (Some(signer), _) => signer,
+        (None, Some(cell)) => {
+            assumed = cell.get(call.pool).await?;
+            &*assumed
+        }
+        (None, None) => {
+            tracing::error!(provider = %provider.name, "bedrock key has no AWS credentials");
+            return Err(GatewayError::new(
+                ErrorKind::Internal,
+                "The gateway has no AWS credentials for this model's provider.",
+            ));
+        }
     };
     let mut headers = signer
         .sign(uri, "application/json", body, SystemTime::now())

@@ -245,7 +245,7 @@ pub(crate) async fn via_bedrock(call: &Call<'_>) -> Result<Answer, GatewayError>
     } else {
         Some(call.reserve().await?)
     };
-    let extra = super::bedrock::signed(call, uri, &converse.body, inbound.stream)?;
+    let extra = super::bedrock::signed(call, uri, &converse.body, inbound.stream).await?;
     let head = call
         .send(uri, converse.body, &extra, super::bedrock::error_body)
         .await?;

@@ -1,7 +1,7 @@
 //! A credential refreshed off the request path: a cell every worker reads without locking,
 //! filled and renewed by one task on the control runtime ([`run`]) before it expires. What a
 //! credential is and how it is fetched is its [`Source`]'s (a Google service account's token in
-//! [`super::google`]; an AWS web identity's keys would be another); this module owns when to
+//! [`super::google`]; an AWS web identity's keys in [`super::web_identity`]); this module owns when to
 //! fetch, the cell, the failure policy, and carrying a cell over a reload.
 //!
 //! - **Start.** A cell starts empty. The control task fetches every empty cell on its first
@@ -31,6 +31,7 @@ use super::cache::Loaded;
 use crate::error::{ErrorKind, GatewayError};
 use crate::upstream::egress::Egress;
 use crate::upstream::pool::Pool;
+use crate::upstream::sigv4::Signer;
 
 /// A fetch's future: on the control runtime (`Send`), or on the worker that makes the first.
 pub(crate) type Fetching<'a, T> =
@@ -198,28 +199,63 @@ pub(crate) struct Entry {
     pub(crate) cell: Arc<Refreshed<HeaderValue>>,
 }
 
+/// A `bedrock` key's web-identity keys, as a signer, with the settings they were fetched
+/// with, which a reload compares.
+#[derive(Clone)]
+pub(crate) struct AwsEntry {
+    settings: super::web_identity::WebIdentity,
+    pub(crate) cell: Arc<Refreshed<Arc<Signer>>>,
+}
+
 /// Every refreshed credential of the loaded resources, by provider key name.
 #[derive(Default, Clone)]
 pub(crate) struct Credentials {
     by_key: HashMap<String, Entry>,
+    aws_by_key: HashMap<String, AwsEntry>,
 }
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.by_key.keys()).finish()
+        f.debug_list()
+            .entries(self.by_key.keys().chain(self.aws_by_key.keys()))
+            .finish()
     }
 }
 
 impl Credentials {
     /// The cells of `resources`' keys that need one: `previous`'s where the key's settings did
-    /// not change (its live credential kept), new and empty otherwise.
+    /// not change (its live credential kept), new and empty otherwise. A `bedrock` key gets
+    /// one when it has no keys of its own, the environment no `AWS_ACCESS_KEY_ID`, and a web
+    /// identity ([`super::web_identity::WebIdentity::from_env`]).
     pub(crate) fn carry_over(
         previous: Option<&Credentials>,
         resources: &aisix_config::Resources,
         egress: &Egress,
     ) -> Self {
         let mut by_key = HashMap::new();
+        let mut aws_by_key = HashMap::new();
         for key in &resources.provider_keys {
+            if key.provider == aisix_config::ProviderKind::Bedrock
+                && key.aws.is_none()
+                && std::env::var_os("AWS_ACCESS_KEY_ID").is_none_or(|v| v.is_empty())
+                && let Some(identity) = super::web_identity::WebIdentity::from_env(
+                    key.region.as_deref().unwrap_or_default(),
+                )
+            {
+                let kept = previous
+                    .and_then(|p| p.aws_by_key.get(&key.display_name))
+                    .filter(|entry| entry.settings == identity)
+                    .cloned();
+                let entry = kept.unwrap_or_else(|| AwsEntry {
+                    cell: Arc::new(Refreshed::new(
+                        &key.display_name,
+                        Box::new(super::web_identity::AssumedRole::new(&identity, egress)),
+                    )),
+                    settings: identity,
+                });
+                aws_by_key.insert(key.display_name.clone(), entry);
+                continue;
+            }
             let Some(vertex) = &key.vertex else {
                 continue;
             };
@@ -239,7 +275,7 @@ impl Credentials {
             });
             by_key.insert(key.display_name.clone(), entry);
         }
-        Self { by_key }
+        Self { by_key, aws_by_key }
     }
 
     /// The header credential of the provider key named `name`, if it has one.
@@ -247,10 +283,20 @@ impl Credentials {
         self.by_key.get(name).map(|entry| entry.cell.clone())
     }
 
+    /// The web-identity signer of the `bedrock` key named `name`, if it has one.
+    pub(crate) fn signer(&self, name: &str) -> Option<Arc<Refreshed<Arc<Signer>>>> {
+        self.aws_by_key.get(name).map(|entry| entry.cell.clone())
+    }
+
     fn cells(&self) -> impl Iterator<Item = Arc<dyn Refresh>> + '_ {
         self.by_key
             .values()
             .map(|entry| entry.cell.clone() as Arc<dyn Refresh>)
+            .chain(
+                self.aws_by_key
+                    .values()
+                    .map(|entry| entry.cell.clone() as Arc<dyn Refresh>),
+            )
     }
 }
 

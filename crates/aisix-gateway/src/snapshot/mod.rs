@@ -30,6 +30,7 @@ mod group;
 mod provider;
 pub(crate) mod status;
 mod uris;
+mod web_identity;
 
 pub(crate) use cache::{Loaded, SnapshotCache};
 pub use group::{GroupRoute, Policy};
@@ -156,7 +157,8 @@ impl Snapshot {
             .iter()
             .map(|key| {
                 let credential = loaded.credentials.header(&key.display_name);
-                Arc::new(Provider::new(key, egress, credential))
+                let signer = loaded.credentials.signer(&key.display_name);
+                Arc::new(Provider::new(key, egress, credential, signer))
             })
             .collect();
         // Direct models some group orders by load.

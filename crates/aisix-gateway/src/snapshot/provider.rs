@@ -47,6 +47,9 @@ pub struct Provider {
     /// `bedrock` only: signs each request with the key's AWS credentials (`None` when neither
     /// the key nor the environment gave any: its requests fail with a clear error).
     pub(crate) signer: Option<Signer>,
+    /// `bedrock` without keys of its own or in the environment, with a web identity: the
+    /// signer of its temporary keys, refreshed off the request path.
+    pub(crate) assumed: Option<Arc<Refreshed<Arc<Signer>>>>,
 }
 
 /// The cheapest request that proves a key works: the provider's model list.
@@ -91,6 +94,7 @@ impl Provider {
         key: &ProviderKey,
         egress: &Egress,
         credential: Option<Arc<Refreshed<HeaderValue>>>,
+        assumed: Option<Arc<Refreshed<Arc<Signer>>>>,
     ) -> Self {
         let (uris, auth_header, auth_value) = match key.provider {
             ProviderKind::AzureOpenAi => (
@@ -142,6 +146,9 @@ impl Provider {
         let aws = (key.provider == ProviderKind::Bedrock).then(|| aws_credentials(key));
         let signer = aws.as_ref().and_then(|aws| {
             let Some((id, secret, token)) = aws else {
+                if assumed.is_some() {
+                    return None;
+                }
                 tracing::warn!(
                     provider = %key.display_name,
                     "bedrock key has no AWS credentials (neither access_key_id in the resources nor AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY in the environment): its requests will fail"
@@ -196,6 +203,7 @@ impl Provider {
             route,
             credential,
             signer,
+            assumed,
         }
     }
 }
