@@ -40,6 +40,12 @@ counted in words (`cacheReadInputTokens` 2 when the prompt has "[cached]").
 Settings come from the environment: BEDROCK_ACCESS_KEY_ID, BEDROCK_SECRET_ACCESS_KEY,
 BEDROCK_SESSION_TOKEN (optional), BEDROCK_REGION, and BEDROCK_RECORD (a file that gets one JSON
 line per event: `{"type": "startup"}`, then `{"type": "request", ...}` per request).
+
+With BEDROCK_WEB_IDENTITY_TOKEN set it is also STS for web identities: an unsigned `POST /` of
+`Action=AssumeRoleWithWebIdentity` (its parameters checked against botocore's STS service model)
+carrying that token answers STS's XML with the credentials above, expiring after
+BEDROCK_STS_LIFETIME seconds (default 3600), and records `{"type": "sts", ...}`; another token
+is STS's 400 `InvalidIdentityToken`.
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ import json
 import os
 import re
 import struct
+import urllib.parse
 from typing import Any, Dict, List, Optional, Tuple
 
 import botocore.session
@@ -60,6 +67,7 @@ from botocore.eventstream import EventStreamBuffer
 
 _record_file = None
 _model = botocore.session.get_session().get_service_model("bedrock-runtime")
+_sts = botocore.session.get_session().get_service_model("sts")
 
 AUTH = re.compile(
     r"AWS4-HMAC-SHA256 Credential=(?P<key>[^/]+)/(?P<date>\d{8})/(?P<region>[^/]+)/(?P<service>[^/]+)/aws4_request, "
@@ -320,6 +328,60 @@ async def send_frames(send, frames: List[bytes]) -> None:
     await send({"type": "http.response.body", "body": b""})
 
 
+def sts_xml(status: int, body: str) -> Tuple[int, bytes]:
+    return status, body.encode()
+
+
+def assume_role_with_web_identity(form: Dict[str, List[str]]) -> Tuple[int, bytes]:
+    """STS's AssumeRoleWithWebIdentity, as its API reference documents the answer."""
+    ns = "https://sts.amazonaws.com/doc/2011-06-15/"
+
+    def error(status: int, code: str, message: str) -> Tuple[int, bytes]:
+        return sts_xml(status, f'<ErrorResponse xmlns="{ns}"><Error><Type>Sender</Type><Code>{code}</Code>'
+                               f"<Message>{message}</Message></Error><RequestId>sts-1</RequestId></ErrorResponse>")
+
+    params = {k: v[0] for k, v in form.items()}
+    if params.get("Version") != "2011-06-15":
+        return error(400, "InvalidAction", "Could not find operation AssumeRoleWithWebIdentity for version "
+                     + params.get("Version", "NO_VERSION_SPECIFIED"))
+    shape = _sts.operation_model("AssumeRoleWithWebIdentity").input_shape
+    for name in shape.required_members:
+        if not params.get(name):
+            return error(400, "MissingParameter", f"The request must contain the parameter {name}")
+    for name, value in params.items():
+        if name in ("Action", "Version"):
+            continue
+        member = shape.members.get(name)
+        if member is None:
+            return error(400, "InvalidParameterValue", f"Unknown parameter {name}")
+        low, high = member.metadata.get("min", 0), member.metadata.get("max", 1 << 20)
+        if not low <= len(value) <= high or ("pattern" in member.metadata and name == "RoleSessionName"
+                                             and not re.fullmatch(r"[\w+=,.@-]*", value)):
+            return error(400, "ValidationError", f"Value at '{name}' failed to satisfy constraint")
+    if params["WebIdentityToken"] != os.environ["BEDROCK_WEB_IDENTITY_TOKEN"]:
+        return error(400, "InvalidIdentityToken", "Couldn't retrieve verification key from your identity provider")
+    lifetime = int(os.environ.get("BEDROCK_STS_LIFETIME", "3600"))
+    expiration = (datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=lifetime))
+    return sts_xml(200, f"""<AssumeRoleWithWebIdentityResponse xmlns="{ns}">
+  <AssumeRoleWithWebIdentityResult>
+    <SubjectFromWebIdentityToken>system:serviceaccount:default:aisix</SubjectFromWebIdentityToken>
+    <Audience>sts.amazonaws.com</Audience>
+    <AssumedRoleUser>
+      <Arn>{params["RoleArn"].replace(":role/", ":assumed-role/").replace("arn:aws:iam", "arn:aws:sts")}/{params["RoleSessionName"]}</Arn>
+      <AssumedRoleId>AROAMOCK:{params["RoleSessionName"]}</AssumedRoleId>
+    </AssumedRoleUser>
+    <Credentials>
+      <SessionToken>{os.environ["BEDROCK_SESSION_TOKEN"]}</SessionToken>
+      <SecretAccessKey>{os.environ["BEDROCK_SECRET_ACCESS_KEY"]}</SecretAccessKey>
+      <Expiration>{expiration.strftime("%Y-%m-%dT%H:%M:%SZ")}</Expiration>
+      <AccessKeyId>{os.environ["BEDROCK_ACCESS_KEY_ID"]}</AccessKeyId>
+    </Credentials>
+    <Provider>oidc.eks.us-west-2.amazonaws.com</Provider>
+  </AssumeRoleWithWebIdentityResult>
+  <ResponseMetadata><RequestId>sts-1</RequestId></ResponseMetadata>
+</AssumeRoleWithWebIdentityResponse>""")
+
+
 async def app(scope, receive, send) -> None:
     if scope["type"] == "lifespan":
         while True:
@@ -348,6 +410,16 @@ async def app(scope, receive, send) -> None:
         entry["error"] = error.name
         record(entry)
         await send_json(send, error.status, {"message": error.message}, error.name)
+
+    if scope["path"] == "/" and os.environ.get("BEDROCK_WEB_IDENTITY_TOKEN"):
+        form = urllib.parse.parse_qs(raw.decode(), keep_blank_values=True)
+        if scope["method"] == "POST" and form.get("Action") == ["AssumeRoleWithWebIdentity"]:
+            status, xml = assume_role_with_web_identity(form)
+            record({"type": "sts", "status": status, "params": {k: v[0] for k, v in form.items()},
+                    "content_type": headers.get("content-type"), "signed": "authorization" in headers})
+            await send({"type": "http.response.start", "status": status,
+                        "headers": [(b"content-type", b"text/xml")]})
+            return await send({"type": "http.response.body", "body": xml})
 
     try:
         verify_signature(scope["method"], headers.get("host", ""), raw_path, query, headers, raw)

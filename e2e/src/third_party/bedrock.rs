@@ -22,6 +22,16 @@ pub struct BedrockMock(RecordedApp);
 impl BedrockMock {
     /// Starts the app, accepting only requests signed with `credentials`.
     pub fn start(credentials: AwsCredentials<'_>) -> BedrockMock {
+        Self::start_with_sts(credentials, None)
+    }
+
+    /// Starts the app, which is also STS for web identities when `sts` is
+    /// `Some((token, lifetime_secs))`: `AssumeRoleWithWebIdentity` with `token` answers
+    /// `credentials`, expiring after `lifetime_secs`.
+    pub fn start_with_sts(
+        credentials: AwsCredentials<'_>,
+        sts: Option<(&str, &str)>,
+    ) -> BedrockMock {
         let mut env = vec![
             ("BEDROCK_ACCESS_KEY_ID", credentials.access_key_id),
             ("BEDROCK_SECRET_ACCESS_KEY", credentials.secret_access_key),
@@ -29,6 +39,10 @@ impl BedrockMock {
         ];
         if let Some(token) = credentials.session_token {
             env.push(("BEDROCK_SESSION_TOKEN", token));
+        }
+        if let Some((token, lifetime)) = sts {
+            env.push(("BEDROCK_WEB_IDENTITY_TOKEN", token));
+            env.push(("BEDROCK_STS_LIFETIME", lifetime));
         }
         BedrockMock(RecordedApp::start(
             "bedrock mock (uvicorn)",

@@ -68,9 +68,14 @@ impl RecordedApp {
 
     /// What the app recorded per request, in arrival order.
     pub fn requests(&self) -> Vec<Value> {
+        self.events("request")
+    }
+
+    /// What the app recorded of one `type`, in arrival order.
+    pub fn events(&self, kind: &str) -> Vec<Value> {
         json_lines(&self.record_path())
             .into_iter()
-            .filter(|event| event["type"] == "request")
+            .filter(|event| event["type"] == kind)
             .collect()
     }
 
