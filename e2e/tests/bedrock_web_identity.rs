@@ -5,6 +5,8 @@
 //! parameters checked against botocore's STS model) and signs with the temporary keys, which
 //! botocore's signer checks. The keys are short-lived, so they are renewed; a rotated token
 //! STS refuses keeps the old keys until they expire, then answers 502 and counts the failure.
+//! A second leg asks moto's STS (server mode): moto accepts the request and its temporary keys
+//! sign what reaches Bedrock.
 
 use std::time::Duration;
 
@@ -170,5 +172,86 @@ both_modes! {
             assert!(std::time::Instant::now() < deadline, "no new keys after the token came back");
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+}
+
+/// moto in server mode (its STS), on an ephemeral 127.0.0.1 port; stopped on drop.
+struct Moto {
+    child: std::process::Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Moto {
+        use std::io::BufRead;
+        const SERVE: &str = "from moto.server import ThreadedMotoServer\n\
+            import sys\n\
+            server = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False)\n\
+            server.start()\n\
+            print(server.get_host_and_port()[1], flush=True)\n\
+            sys.stdin.read()\n";
+        let mut child = std::process::Command::new(aisix_e2e::sdk::python())
+            .args(["-c", SERVE])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start moto (bash scripts/setup-python.sh)");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("moto did not start: {line:?}"));
+        Moto { child, port }
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+both_modes! {
+    async fn the_sts_request_is_one_moto_accepts_and_its_answer_signs_requests(mode: Mode) {
+        let moto = Moto::start();
+        let bedrock = BedrockMock::start(AwsCredentials {
+            access_key_id: ACCESS_KEY_ID,
+            secret_access_key: SECRET_KEY,
+            session_token: Some(SESSION_TOKEN),
+            region: "us-west-2",
+        });
+        let token_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(token_file.path(), WEB_TOKEN).unwrap();
+        let resources = format!(
+            "_format_version: \"1\"\nprovider_keys:\n  - {{display_name: aws-wi, provider: bedrock, region: us-west-2, api_base: {}}}\n\
+             models:\n  - {{display_name: claude, provider: bedrock, model_name: \"{CLAUDE}\", provider_key: aws-wi}}\n\
+             api_keys:\n  - {{display_name: client, key_env: CLIENT_KEY, allowed_models: [\"*\"]}}\n",
+            bedrock.base_url()
+        );
+        let gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(resources)
+                .env("CLIENT_KEY", CLIENT_KEY)
+                .env("AWS_ACCESS_KEY_ID", "")
+                .env("AWS_ROLE_ARN", ROLE)
+                .env("AWS_WEB_IDENTITY_TOKEN_FILE", token_file.path().to_str().unwrap())
+                .env("AWS_ENDPOINT_URL_STS", &format!("http://127.0.0.1:{}", moto.port)),
+        );
+        let auth = format!("Bearer {CLIENT_KEY}");
+        let body = json!({"model": "claude", "messages": [{"role": "user", "content": "Hello there"}]}).to_string();
+        let reply = client::send(gateway.addr(), request("POST", "/v1/chat/completions", &[("authorization", &auth)], Some(&body))).await;
+        // moto's keys are its own, unknown to the Bedrock stand-in (AWS's 403); what matters is
+        // that the request was signed with temporary keys moto issued.
+        assert_ne!(reply.status, 502, "no keys from moto: {}\n{}", reply.text(), gateway.logs());
+        let seen = bedrock.last();
+        let authorization = seen["headers"]["authorization"].as_str().unwrap();
+        assert!(authorization.starts_with("AWS4-HMAC-SHA256 Credential=ASIA"), "{authorization}");
+        assert!(!seen["headers"]["x-amz-security-token"].as_str().unwrap().is_empty());
+        assert_eq!(seen["error"], "UnrecognizedClientException", "{seen}");
     }
 }
