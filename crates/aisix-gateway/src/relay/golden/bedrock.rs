@@ -1,18 +1,26 @@
-//! Bedrock's ConverseStream golden cases through the relay's own path: the event-stream bytes
-//! (framed from `tests/golden/bedrock/stream/<case>.in.jsonl`) read by the stream reader,
-//! whose framing follows the adapter's [`BedrockStream`], and ended as the relay ends them, so
-//! an error event in an expected file (`<case>.relay.out.sse` for an OpenAI client,
-//! `<case>.relay.anthropic.sse` for an Anthropic one) is the one clients get. The wire-level
-//! translations (requests, answers, embeddings, errors) are pinned by `tests/bedrock_golden.rs`.
+//! Golden files for every translation to and from Amazon Bedrock, under
+//! `tests/golden/bedrock/<kind>/`: Anthropic Messages requests (and chat requests through
+//! Messages) to Converse, whole answers for both clients, InvokeModel embeddings both ways,
+//! error bodies in both envelopes, and ConverseStreams through the relay's own path: the
+//! event-stream bytes (framed from `stream/<case>.in.jsonl`, one JSON line per message) read by
+//! the stream reader, whose framing follows the adapter's [`BedrockStream`], and ended as the
+//! relay ends them, so an error event in an expected file (`<case>.relay.out.sse` for an OpenAI
+//! client, `<case>.relay.anthropic.sse` for an Anthropic one) is the one clients get.
 
 use serde_json::json;
 
-use super::Diffs;
+use super::{Diffs, cases};
 use crate::provider::StreamMap;
 use crate::provider::bedrock::BedrockStream;
 use crate::testing;
 use crate::wire::Dialect;
-use crate::wire::bedrock::frames;
+use crate::wire::anthropic::request::DEFAULT_MAX_TOKENS;
+use crate::wire::anthropic::response as anthropic_response;
+use crate::wire::bedrock::request::EmbeddingFamily;
+use crate::wire::bedrock::{error, frames, request, response};
+
+/// The model every request and answer case names.
+const MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
 
 /// The `created` time the translations to OpenAI report.
 const CREATED: u64 = 1_700_000_000;
@@ -21,14 +29,7 @@ const CREATED: u64 = 1_700_000_000;
 /// client's bytes, and whether it completed with the usage it read.
 fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
     let anthropic = dialect == Dialect::Anthropic;
-    let map = BedrockStream::new(
-        "msg_req-1",
-        "anthropic.claude-3-5-sonnet-20240620-v1:0",
-        anthropic,
-        true,
-        false,
-        CREATED,
-    );
+    let map = BedrockStream::new("msg_req-1", MODEL, anthropic, true, false, CREATED);
     let relayed = testing::relay(StreamMap::Bedrock(Box::new(map)), dialect, chunks);
     let usage = relayed.events.map().carried().usage;
     (
@@ -40,7 +41,7 @@ fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
 #[test]
 fn bedrock_streams_relay_to_both_clients_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
-    for (_, path, input) in super::cases("bedrock/stream", "jsonl") {
+    for (_, path, input) in cases("bedrock/stream", "jsonl") {
         let bytes = frames::from_json_lines(&input);
         let (openai, report) = relayed(Dialect::OpenAi, &[&bytes]);
         diffs.expect(&path, "relay.out.sse", openai, false);
@@ -62,6 +63,84 @@ fn bedrock_streams_relay_to_both_clients_as_the_golden_files_say() {
         let (halves, _) = relayed(Dialect::OpenAi, &bytes.chunks(7).collect::<Vec<_>>());
         let (whole, _) = relayed(Dialect::OpenAi, &[&bytes]);
         assert_eq!(halves, whole, "{}: split in 7-byte chunks", path.display());
+    }
+    diffs.check();
+}
+
+#[test]
+fn messages_requests_translate_to_converse_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("bedrock/request", "json") {
+        let translated = request::from_messages(&input, MODEL).unwrap();
+        diffs.expect(&path, "out.json", translated.body.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn chat_requests_translate_to_converse_through_messages_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("bedrock/request_chat", "json") {
+        let translated = request::from_chat(&input, MODEL, DEFAULT_MAX_TOKENS).unwrap();
+        diffs.expect(&path, "out.json", translated.body.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn converse_answers_translate_for_both_clients_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (_, path, input) in cases("bedrock/response", "json") {
+        let (message, usage) = response::to_messages_body(&input, "msg_req-1", MODEL).unwrap();
+        diffs.expect(&path, "anthropic.json", message.to_vec(), true);
+        let answer = anthropic_response::to_openai(&message, CREATED).unwrap();
+        diffs.expect(&path, "out.json", answer.body.to_vec(), true);
+        diffs.expect(
+            &path,
+            "usage.json",
+            serde_json::to_vec(&usage.to_usage()).unwrap(),
+            true,
+        );
+    }
+    diffs.check();
+}
+
+#[test]
+fn embeddings_translate_both_ways_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("bedrock/embeddings", "json") {
+        let model = if name.starts_with("titan") {
+            "amazon.titan-embed-text-v2:0"
+        } else {
+            "cohere.embed-english-v3"
+        };
+        let translated = request::embeddings(&input, model).unwrap();
+        diffs.expect(&path, "out.json", translated.body.to_vec(), true);
+        let answer = std::fs::read(path.with_file_name(format!("{name}.answer.json"))).unwrap();
+        assert_eq!(translated.family, EmbeddingFamily::of(model).unwrap());
+        let (list, _) =
+            response::embeddings_to_openai(&answer, translated.family, model, translated.base64)
+                .unwrap();
+        diffs.expect(&path, "list.json", list.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn bedrock_errors_become_each_clients_envelope_with_the_secret_masked() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("bedrock/error", "json") {
+        let status = if name.contains("throttling") {
+            429
+        } else {
+            400
+        };
+        let secret = Some("AKIAMOCKBEDROCK1-secret");
+        let openai = error::upstream_to_openai(status, &input, secret).unwrap();
+        assert!(!String::from_utf8_lossy(&openai).contains("AKIAMOCKBEDROCK1-secret"));
+        diffs.expect(&path, "out.json", openai.to_vec(), true);
+        let anthropic = error::upstream_to_anthropic(status, &input, secret).unwrap();
+        diffs.expect(&path, "anthropic.json", anthropic.to_vec(), true);
     }
     diffs.check();
 }
