@@ -1,11 +1,70 @@
-//! OpenAI's embeddings list, written from the vectors a translated provider (Gemini, Bedrock)
+//! OpenAI's embeddings for the providers that translate them (Gemini, Bedrock): the client's
+//! request read once ([`read_request`]), and the list written from the vectors the provider
 //! answered with: floats, or base64 of little-endian `f32`s when the client asked for it.
 
 use base64::Engine as _;
 use bytes::Bytes;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::wire::anthropic::request::RequestError;
 use crate::wire::anthropic::response::Malformed;
+use crate::wire::json;
+
+#[derive(Debug, Deserialize)]
+struct EmbeddingsRequest {
+    input: EmbeddingInput,
+    dimensions: Option<u64>,
+    encoding_format: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum EmbeddingInput {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// An OpenAI embeddings request as a translating provider needs it.
+#[derive(Debug)]
+pub(crate) struct TextsToEmbed {
+    /// The texts, at least one (token arrays are refused: these providers embed text).
+    pub texts: Vec<String>,
+    pub dimensions: Option<u64>,
+    /// The client wants each vector as base64 of little-endian `f32`s.
+    pub base64: bool,
+}
+
+/// Reads an OpenAI embeddings body: its input as texts, its dimensions and encoding format.
+pub(crate) fn read_request(body: &[u8]) -> Result<TextsToEmbed, RequestError> {
+    let invalid = |message: String| RequestError::Invalid(json::bounded(message));
+    let request: EmbeddingsRequest = json::parse(body).map_err(|e| match e {
+        json::ParseError::Syntax(m) => RequestError::InvalidJson(m),
+        json::ParseError::Shape(_) => invalid(
+            "input: must be a string or an array of strings for this model's provider".to_owned(),
+        ),
+    })?;
+    let base64 = match request.encoding_format.as_deref() {
+        None | Some("float") => false,
+        Some("base64") => true,
+        Some(other) => {
+            return Err(invalid(format!(
+                "encoding_format: `{other}` is not one of float, base64"
+            )));
+        }
+    };
+    let texts = match request.input {
+        EmbeddingInput::One(text) => vec![text],
+        EmbeddingInput::Many(list) => list,
+    };
+    if texts.is_empty() {
+        return Err(invalid("input: must not be empty".to_owned()));
+    }
+    Ok(TextsToEmbed {
+        texts,
+        dimensions: request.dimensions,
+        base64,
+    })
+}
 
 #[derive(Serialize)]
 struct EmbeddingList<'a> {

@@ -5,7 +5,7 @@
 //! `metadata` and `disable_parallel_tool_use` are dropped (README, "Bedrock translation").
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::wire::anthropic::request::{RequestError, chat_to_messages, tool_call_ids};
@@ -337,20 +337,6 @@ fn tool_config(
 }
 
 /// `POST /v1/embeddings`, as far as the translation reads it.
-#[derive(Debug, Deserialize)]
-struct EmbeddingsRequest {
-    input: EmbeddingInput,
-    dimensions: Option<u64>,
-    encoding_format: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum EmbeddingInput {
-    One(String),
-    Many(Vec<String>),
-}
-
 /// The body family of an embedding model, by its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EmbeddingFamily {
@@ -390,41 +376,24 @@ pub fn embeddings(body: &[u8], model: &str) -> Result<Embeddings, RequestError> 
             "model: `{model}` is not a Bedrock embedding model this gateway knows (amazon.titan-embed-*, cohere.embed-*)"
         ))
     })?;
-    let request: EmbeddingsRequest = json::parse(body).map_err(|e| match e {
-        json::ParseError::Syntax(m) => RequestError::InvalidJson(m),
-        json::ParseError::Shape(_) => {
-            invalid("input: must be a string or an array of strings for this model's provider")
-        }
-    })?;
-    let base64 = match request.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return Err(invalid(format!(
-                "encoding_format: `{other}` is not one of float, base64"
-            )));
-        }
-    };
-    let inputs = match request.input {
-        EmbeddingInput::One(text) => vec![text],
-        EmbeddingInput::Many(list) => list,
-    };
-    if inputs.is_empty() {
-        return Err(invalid("input: must not be empty"));
-    }
+    let crate::wire::embeddings::TextsToEmbed {
+        texts: inputs,
+        dimensions,
+        base64,
+    } = crate::wire::embeddings::read_request(body)?;
     let body = match family {
         EmbeddingFamily::Titan => {
             let [text] = <[String; 1]>::try_from(inputs)
                 .map_err(|_| invalid("input: Titan embedding models take one input per request"))?;
             let mut body = Map::new();
             body.insert("inputText".to_owned(), json!(text));
-            if let Some(dimensions) = request.dimensions {
+            if let Some(dimensions) = dimensions {
                 body.insert("dimensions".to_owned(), json!(dimensions));
             }
             Value::Object(body)
         }
         EmbeddingFamily::Cohere => {
-            if request.dimensions.is_some() {
+            if dimensions.is_some() {
                 return Err(invalid(
                     "dimensions: Cohere embedding models on Bedrock have a fixed size",
                 ));

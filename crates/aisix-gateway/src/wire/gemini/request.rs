@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::types::{
@@ -409,20 +409,6 @@ pub fn count_tokens(body: &[u8], model: &str) -> Result<Bytes, RequestError> {
 }
 
 /// `POST /v1/embeddings`, as far as the translation reads it.
-#[derive(Debug, Deserialize)]
-struct EmbeddingsRequest {
-    input: EmbeddingInput,
-    dimensions: Option<u64>,
-    encoding_format: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum EmbeddingInput {
-    One(String),
-    Many(Vec<String>),
-}
-
 /// A translated embeddings request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Embeddings {
@@ -449,28 +435,11 @@ struct EmbedContent<'a> {
 /// An OpenAI embeddings body as a `batchEmbedContents` body for `model` (`models/{name}`).
 /// Token arrays are refused: Gemini embeds text only.
 pub fn embeddings(body: &[u8], model: &str) -> Result<Embeddings, RequestError> {
-    let request: EmbeddingsRequest = json::parse(body).map_err(|e| match e {
-        json::ParseError::Syntax(m) => RequestError::InvalidJson(m),
-        json::ParseError::Shape(_) => {
-            invalid("input: must be a string or an array of strings for this model's provider")
-        }
-    })?;
-    let base64 = match request.encoding_format.as_deref() {
-        None | Some("float") => false,
-        Some("base64") => true,
-        Some(other) => {
-            return Err(invalid(format!(
-                "encoding_format: `{other}` is not one of float, base64"
-            )));
-        }
-    };
-    let inputs = match request.input {
-        EmbeddingInput::One(text) => vec![text],
-        EmbeddingInput::Many(list) => list,
-    };
-    if inputs.is_empty() {
-        return Err(invalid("input: must not be empty"));
-    }
+    let crate::wire::embeddings::TextsToEmbed {
+        texts: inputs,
+        dimensions,
+        base64,
+    } = crate::wire::embeddings::read_request(body)?;
     let requests = inputs
         .into_iter()
         .map(|text| EmbedContent {
@@ -479,7 +448,7 @@ pub fn embeddings(body: &[u8], model: &str) -> Result<Embeddings, RequestError> 
                 role: None,
                 parts: vec![text_part(text)],
             },
-            output_dimensionality: request.dimensions,
+            output_dimensionality: dimensions,
         })
         .collect();
     Ok(Embeddings {
