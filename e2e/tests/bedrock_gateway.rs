@@ -12,6 +12,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, openai};
+use aisix_e2e::prom;
 use aisix_e2e::third_party::bedrock::{AwsCredentials, BedrockMock};
 use serde_json::{Value, json};
 
@@ -63,6 +64,7 @@ provider_keys:
     api_base: {openai}
 models:
   - {{display_name: claude, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws}}
+  - {{display_name: claude-priced, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: nova, provider: bedrock, model_name: amazon.nova-lite-v1:0, provider_key: aws}}
   - {{display_name: from-env, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws-env}}
   - {{display_name: wrong, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws-wrong}}
@@ -86,6 +88,7 @@ api_keys:
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
             .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
             .env("AWS_SESSION_TOKEN", SESSION_TOKEN)
+            .metrics()
             .extra("downstream:\n  sse_keepalive_interval_secs: 0\n"),
     );
     Rig {
@@ -451,5 +454,28 @@ both_modes! {
         let reply = rig.post("/v1/responses", json!({"model": "claude", "input": "hi [exception]", "stream": true, "store": false})).await;
         let failed = events(&reply.text());
         assert_eq!(failed.last().unwrap().0.as_deref(), Some("response.failed"), "{failed:?}");
+    }
+}
+
+both_modes! {
+    /// A ConverseStream reports usage only in its last message: a stream cut before it is
+    /// charged the prompt estimate and one output token per content event sent (README,
+    /// "Settlement"), never nothing. `claude-priced` costs 1 µ$ per input and 2 µ$ per output
+    /// token; the stand-in sends one text delta before the cut or the exception.
+    async fn a_bedrock_stream_cut_before_its_usage_is_charged_the_prompt_and_the_content_sent(mode: Mode) {
+        let rig = start(mode);
+        let metrics = rig.gateway.metrics_addr.unwrap();
+        let chat = json!({"model": "claude-priced", "stream": true, "messages": [{"role": "user", "content": "hi [cut]"}]});
+        let reply = rig.chat(chat.clone()).await;
+        assert!(!reply.text().contains("[DONE]"), "{}", reply.text());
+        let prompt = chat.to_string().len().div_ceil(4) as u64;
+        let after_chat = prom::spent_micros(metrics, "client", "claude-priced", 0).await;
+        assert_eq!(after_chat, prompt + 2, "prompt estimate {prompt} and one output token");
+
+        let messages = json!({"model": "claude-priced", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "hi [exception]"}]});
+        rig.messages(messages.clone()).await;
+        let prompt = messages.to_string().len().div_ceil(4) as u64;
+        let total = prom::spent_micros(metrics, "client", "claude-priced", after_chat).await;
+        assert_eq!(total - after_chat, prompt + 2, "prompt estimate {prompt} and one output token");
     }
 }

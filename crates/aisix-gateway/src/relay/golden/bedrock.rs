@@ -26,15 +26,17 @@ const MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
 const CREATED: u64 = 1_700_000_000;
 
 /// A ConverseStream (its body arriving as `chunks`) relayed to a client of `dialect`: the
-/// client's bytes, and whether it completed with the usage it read.
+/// client's bytes, and whether it completed, with the usage it read and the output it counted.
 fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
     let anthropic = dialect == Dialect::Anthropic;
     let map = BedrockStream::new("msg_req-1", MODEL, anthropic, true, false, CREATED);
     let relayed = testing::relay(StreamMap::Bedrock(Box::new(map)), dialect, chunks);
-    let usage = relayed.events.map().carried().usage;
+    // What settles the request: the usage reported, else the output the relay counted.
+    let usage = relayed.events.usage();
+    let produced = relayed.events.map().produced();
     (
         relayed.out,
-        json!({"complete": relayed.complete, "usage": usage}),
+        json!({"complete": relayed.complete, "usage": usage, "produced": produced}),
     )
 }
 
