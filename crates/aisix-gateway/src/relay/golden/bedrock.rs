@@ -22,6 +22,9 @@ use crate::wire::bedrock::{error, frames, request, response};
 /// The model every request and answer case names.
 const MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
 
+/// A model Bedrock serves with prompt caching.
+const CACHING_MODEL: &str = "us.anthropic.claude-sonnet-4-20250514-v1:0";
+
 /// The `created` time the translations to OpenAI report.
 const CREATED: u64 = 1_700_000_000;
 
@@ -73,7 +76,8 @@ fn bedrock_streams_relay_to_both_clients_as_the_golden_files_say() {
 fn messages_requests_translate_to_converse_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (_, path, input) in cases("bedrock/request", "json") {
-        let translated = request::from_messages(&input, MODEL).unwrap();
+        // A model with prompt caching, so that `cache_control` becomes `cachePoint`.
+        let translated = request::from_messages(&input, CACHING_MODEL).unwrap();
         diffs.expect(&path, "out.json", translated.body.to_vec(), true);
     }
     diffs.check();
