@@ -85,11 +85,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         );
     }
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if !relayed && !inbound.stream {
-        Some(call.reserve().await?)
-    } else {
-        None
-    };
+    let reserved = call.reserve_if(!relayed && !inbound.stream).await?;
     let errors: super::exchange::ErrorBody = if vertex {
         super::vertex::error_body
     } else {

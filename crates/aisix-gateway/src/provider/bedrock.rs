@@ -53,20 +53,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         request::from_chat(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
     }
     .map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let extra = signed(call, uri, &converse.body, inbound.stream).await?;
     let head = call.send(uri, converse.body, &extra, error_body).await?;
     let id = message_id(call);

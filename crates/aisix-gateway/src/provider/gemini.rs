@@ -54,20 +54,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         inbound.body.clone()
     };
     let translated = request::from_chat(&chat).map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let head = call
         .send(uri, translated.body, &HeaderMap::new(), error_body)
         .await?;
