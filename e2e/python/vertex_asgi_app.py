@@ -41,8 +41,9 @@ Every publisher call needs `Authorization: Bearer <a token this app issued and t
 expired>`, else 401 UNAUTHENTICATED, as Vertex answers. A wrong project or location is 404.
 What an Anthropic model "says": "[429]" in the last user text is Vertex's own 429
 RESOURCE_EXHAUSTED (Google's envelope), "[529]" Anthropic's 529 overloaded_error, a declared tool
-without a result a `tool_use` of the first tool, a tool result "The tool said: <result>",
-otherwise "Hello from Claude on Vertex."
+without a result a `tool_use` of the first tool, a tool result "The tool said: <result>", an
+`output_format` or a forced tool named `json` (what a JSON mode request becomes) a JSON object,
+an image block "I see <media_type>.", otherwise "Hello from Claude on Vertex."
 
 Settings come from the environment:
 
@@ -201,16 +202,23 @@ def check_messages(body: Any, stream: bool) -> str:
 def claude_answer(body: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], str]:
     last = body["messages"][-1]
     content = last.get("content")
-    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
-        if isinstance(content, list) else []
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    images = [b for b in blocks if b.get("type") == "image"]
     tools = body.get("tools") or []
+    choice = body.get("tool_choice") or {}
     if tools and not results:
-        return [{"type": "tool_use", "id": "toolu_vertex_1", "name": tools[0]["name"],
-                 "input": {"city": "Paris"}}], "tool_use"
+        # A forced tool is the one called; its input follows its schema's first fields.
+        tool = next((t for t in tools if choice.get("type") == "tool" and t["name"] == choice.get("name")), tools[0])
+        props = (tool.get("input_schema") or {}).get("properties") or {}
+        given = {"name": "Ada", "age": 36} if "name" in props else {"city": "Paris"}
+        return [{"type": "tool_use", "id": "toolu_vertex_1", "name": tool["name"], "input": given}], "tool_use"
     if results:
         said = results[0].get("content")
         said = said if isinstance(said, str) else text_of(said)
         return [{"type": "text", "text": f"The tool said: {said}"}], "end_turn"
+    if images:
+        return [{"type": "text", "text": f"I see {images[0]['source']['media_type']}."}], "end_turn"
     return [{"type": "text", "text": "Hello from Claude on Vertex."}], "end_turn"
 
 

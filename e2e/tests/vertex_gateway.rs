@@ -8,7 +8,8 @@
 //! `openai`; a token renewed before it expires while requests go on; and a failed renewal that
 //! serves the old token until it expires, then answers 502 and counts the failure. Embeddings
 //! go to a text-embedding model's `:predict` (the body checked against google-genai's own
-//! Vertex converter), and count_tokens to each publisher's counter.
+//! Vertex converter), count_tokens to each publisher's counter, and images and JSON mode reach
+//! both publishers from both clients in Vertex's forms.
 
 use std::time::Duration;
 
@@ -30,6 +31,8 @@ const CLAUDE_PATH: &str = "/v1/projects/mock-project/locations/us-east5/publishe
 const EMBED_PATH: &str =
     "/v1/projects/mock-project/locations/us-east5/publishers/google/models/text-embedding-005";
 const CLAUDE_COUNT_PATH: &str = "/v1/projects/mock-project/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict";
+const PNG: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+const PNG_DATA: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 struct Rig {
     vertex: VertexMock,
@@ -493,5 +496,74 @@ both_modes! {
         assert_eq!(seen["body"]["model"], "claude-sonnet-4@20250514");
         assert_eq!(seen["body"]["anthropic_version"], "vertex-2023-10-16");
         assert_eq!(seen["token"], "ya29.mock-token-1");
+    }
+}
+
+both_modes! {
+    async fn images_and_json_mode_reach_both_vertex_publishers_from_both_clients(mode: Mode) {
+        let rig = start(mode, TokenSettings::default());
+        let picture = json!([{"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": PNG}}]);
+        let reply = rig.chat(json!({"model": "vgem", "messages": [{"role": "user", "content": picture}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["choices"][0]["message"]["content"], "I see image/png.");
+        rig.sent();
+        assert_eq!(rig.vertex.last("request")["body"]["contents"][0]["parts"][1],
+            json!({"inlineData": {"mimeType": "image/png", "data": PNG_DATA}}));
+        let reply = rig.chat(json!({"model": "vclaude", "messages": [{"role": "user", "content": picture}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["choices"][0]["message"]["content"], "I see image/png.");
+        assert_eq!(rig.sent()["body"]["messages"][0]["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_DATA}}));
+
+        let block = json!([{"type": "text", "text": "What is this?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_DATA}}]);
+        for model in ["vgem", "vclaude"] {
+            let reply = rig.messages(json!({"model": model, "max_tokens": 50,
+                "messages": [{"role": "user", "content": block}]})).await;
+            assert_eq!(reply.status, 200, "{model}: {}", reply.text());
+            assert_eq!(reply.json()["content"][0]["text"], "I see image/png.", "{model}");
+            rig.sent();
+        }
+        assert_eq!(rig.vertex.last("vertex")["body"]["messages"][0]["content"][1], block[1]);
+
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"]});
+        let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema}});
+        let reply = rig.chat(json!({"model": "vgem", "response_format": format,
+            "messages": [{"role": "user", "content": "Who?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let said: Value = serde_json::from_str(reply.json()["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(said, json!({"name": "Ada", "age": 36}));
+        rig.sent();
+        let config = &rig.vertex.last("request")["body"]["generationConfig"];
+        assert_eq!(config["responseMimeType"], "application/json");
+        assert_eq!(config["responseJsonSchema"], schema);
+        let reply = rig.chat(json!({"model": "vclaude", "response_format": format,
+            "messages": [{"role": "user", "content": "Who?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let said: Value = serde_json::from_str(reply.json()["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(said, json!({"name": "Ada", "age": 36}));
+        let seen = rig.sent();
+        assert_eq!(seen["body"]["tool_choice"], json!({"type": "tool", "name": "json_output"}));
+        assert_eq!(seen["body"]["tools"][0]["input_schema"], schema);
+
+        // An Anthropic client asks for JSON with a forced tool.
+        let tools = json!([{"name": "record_person", "input_schema": schema}]);
+        for model in ["vgem", "vclaude"] {
+            let reply = rig.messages(json!({"model": model, "max_tokens": 50, "tools": tools,
+                "tool_choice": {"type": "tool", "name": "record_person"},
+                "messages": [{"role": "user", "content": "Who?"}]})).await;
+            assert_eq!(reply.status, 200, "{model}: {}", reply.text());
+            let body = reply.json();
+            assert_eq!(body["stop_reason"], "tool_use", "{model}: {body}");
+            assert_eq!(body["content"][0]["name"], "record_person", "{model}: {body}");
+            rig.sent();
+        }
+        assert_eq!(rig.vertex.last("vertex")["body"]["tool_choice"], json!({"type": "tool", "name": "record_person"}));
+        assert_eq!(rig.vertex.last("vertex")["body"]["tools"], tools);
+        let calling = &rig.vertex.last("request")["body"]["toolConfig"]["functionCallingConfig"];
+        assert_eq!(calling["mode"], "ANY", "{calling}");
+        assert_eq!(calling["allowedFunctionNames"], json!(["record_person"]));
     }
 }
