@@ -242,6 +242,14 @@ impl BedrockStream {
                 return step;
             }
         }
+        // Only `metadata` reports usage (the `message_start` made for the client says zero):
+        // until then a cut stream counts its content events.
+        if self.usage.is_none()
+            && let Some(usage) = self.to_anthropic.usage()
+        {
+            self.usage = Some(usage.to_usage());
+            step.usage = self.usage;
+        }
         let events = self.out.split().freeze();
         let sent = self.relay(&events, &mut step);
         step.edit = if sent.is_empty() {
@@ -263,10 +271,6 @@ impl BedrockStream {
                 Edit::Keep => sent.extend_from_slice(event),
                 Edit::Replace(bytes) => sent.extend_from_slice(&bytes),
                 Edit::Drop => {}
-            }
-            if mapped.usage.is_some() {
-                self.usage = mapped.usage;
-                step.usage = mapped.usage;
             }
             step.done |= mapped.done;
             if mapped.failure.is_some() {
@@ -307,7 +311,7 @@ impl BedrockStream {
     pub(super) fn carried(&self) -> Carried {
         Carried {
             usage: self.usage,
-            pieces: 0,
+            pieces: self.client.pieces(),
         }
     }
 

@@ -207,7 +207,13 @@ impl GeminiStream {
                 return step;
             }
         }
-        let usage = self.to_chat.usage().map(|u| u.to_usage());
+        // Gemini reports usage as it goes, the output's only at the end: a stream cut
+        // before then counts its content parts.
+        let pieces = self.to_chat.pieces();
+        let usage = self
+            .to_chat
+            .usage()
+            .map(|u| u.to_usage().with_output_at_least(pieces));
         if usage.is_some() && usage != self.usage {
             self.usage = usage;
             step.usage = usage;
@@ -252,7 +258,7 @@ impl GeminiStream {
     pub(super) fn carried(&self) -> Carried {
         Carried {
             usage: self.usage,
-            pieces: 0,
+            pieces: self.to_chat.pieces(),
         }
     }
 

@@ -75,8 +75,10 @@ fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
     let anthropic = dialect == Dialect::Anthropic;
     let map = GeminiStream::new(true, CREATED, None, anthropic);
     let relayed = testing::relay(StreamMap::Gemini(Box::new(map)), dialect, chunks);
-    let usage = relayed.events.map().carried().usage;
-    let report = json!({"complete": relayed.complete, "usage": usage});
+    // What settles the request: the usage reported, else the output the relay counted.
+    let usage = relayed.events.usage();
+    let produced = relayed.events.map().produced();
+    let report = json!({"complete": relayed.complete, "usage": usage, "produced": produced});
     (relayed.out, report)
 }
 
