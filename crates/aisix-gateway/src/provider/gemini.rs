@@ -9,6 +9,8 @@
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
+use aisix_config::ProviderKind;
+
 use super::translated::TranslatedStream;
 use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::{Endpoint, Proxied};
@@ -90,8 +92,13 @@ async fn count_tokens(call: &Call<'_>) -> Result<Answer, GatewayError> {
         OutputTokensField::MaxCompletionTokens,
     )
     .map_err(super::anthropic::request_error)?;
-    let body = request::count_tokens(&chat, &resource_name(&route.upstream_model))
-        .map_err(super::anthropic::request_error)?;
+    // Vertex AI takes the request's fields at the top level; AI Studio a whole request.
+    let body = if call.provider().kind == ProviderKind::Vertex {
+        crate::wire::gemini::vertex::count_tokens(&chat)
+    } else {
+        request::count_tokens(&chat, &resource_name(&route.upstream_model))
+    }
+    .map_err(super::anthropic::request_error)?;
     let uri = call.uri(Endpoint::CountTokens)?;
     let reserved = call.reserve().await?;
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
