@@ -8,7 +8,9 @@ use http::{Request, Response};
 use http_body::Body;
 #[cfg(feature = "http2")]
 use pin_project_lite::pin_project;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
+
+use self::queue as mpsc;
 
 #[cfg(feature = "http2")]
 use crate::{body::Incoming, proto::h2::client::ResponseFutMap};
@@ -205,10 +207,7 @@ impl<T, U> Receiver<T, U> {
 
     #[cfg(feature = "http1")]
     pub(crate) fn try_recv(&mut self) -> Option<(T, Callback<T, U>)> {
-        match crate::common::task::now_or_never(self.inner.recv()) {
-            Some(Some(mut env)) => env.0.take(),
-            _ => None,
-        }
+        self.inner.try_recv().and_then(|mut env| env.0.take())
     }
 }
 
@@ -221,6 +220,133 @@ impl<T, U> Drop for Receiver<T, U> {
 }
 
 struct Envelope<T, U>(Option<(T, Callback<T, U>)>);
+
+/// The request queue between a connection's handles and its dispatcher (aisix patch; upstream
+/// uses `tokio::sync::mpsc::unbounded_channel`). tokio's channel allocates its slots in blocks
+/// of 32 and keeps two blocks per channel, about 15 KB per HTTP/1 connection for a queue the
+/// `want` handshake bounds to one or two requests. This one is a `VecDeque` behind a mutex
+/// that only the connection's own handles and dispatcher touch: it allocates room for four
+/// requests on the first send and keeps it, so a request costs no allocation here either.
+mod queue {
+    use std::collections::VecDeque;
+    use std::sync::{Arc, Mutex, MutexGuard};
+    use std::task::{Context, Poll, Waker};
+
+    struct State<E> {
+        items: VecDeque<E>,
+        senders: usize,
+        /// The receiver closed the queue or was dropped: sends fail.
+        closed: bool,
+        receiver: Option<Waker>,
+    }
+
+    struct Shared<E>(Mutex<State<E>>);
+
+    impl<E> Shared<E> {
+        fn lock(&self) -> MutexGuard<'_, State<E>> {
+            // A panic while holding this lock leaves the queue consistent (every step is a
+            // single push, pop or flag), so a poisoned lock is used as it is.
+            self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        }
+    }
+
+    pub(super) struct SendError<E>(pub(super) E);
+
+    pub(super) struct UnboundedSender<E>(Arc<Shared<E>>);
+
+    pub(super) struct UnboundedReceiver<E>(Arc<Shared<E>>);
+
+    pub(super) fn unbounded_channel<E>() -> (UnboundedSender<E>, UnboundedReceiver<E>) {
+        let shared = Arc::new(Shared(Mutex::new(State {
+            items: VecDeque::new(),
+            senders: 1,
+            closed: false,
+            receiver: None,
+        })));
+        (UnboundedSender(shared.clone()), UnboundedReceiver(shared))
+    }
+
+    impl<E> UnboundedSender<E> {
+        pub(super) fn send(&self, item: E) -> Result<(), SendError<E>> {
+            let mut state = self.0.lock();
+            if state.closed {
+                return Err(SendError(item));
+            }
+            state.items.push_back(item);
+            let waker = state.receiver.take();
+            drop(state);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+            Ok(())
+        }
+    }
+
+    impl<E> Clone for UnboundedSender<E> {
+        fn clone(&self) -> Self {
+            self.0.lock().senders += 1;
+            UnboundedSender(self.0.clone())
+        }
+    }
+
+    impl<E> Drop for UnboundedSender<E> {
+        fn drop(&mut self) {
+            let mut state = self.0.lock();
+            state.senders -= 1;
+            let waker = if state.senders == 0 {
+                state.receiver.take()
+            } else {
+                None
+            };
+            drop(state);
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+
+    impl<E> UnboundedReceiver<E> {
+        /// The next item; `None` once the queue is empty and every sender is gone or the queue
+        /// was closed.
+        pub(super) fn poll_recv(&mut self, cx: &mut Context<'_>) -> Poll<Option<E>> {
+            let mut state = self.0.lock();
+            if let Some(item) = state.items.pop_front() {
+                return Poll::Ready(Some(item));
+            }
+            if state.senders == 0 || state.closed {
+                return Poll::Ready(None);
+            }
+            match &mut state.receiver {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                slot => *slot = Some(cx.waker().clone()),
+            }
+            Poll::Pending
+        }
+
+        pub(super) fn try_recv(&mut self) -> Option<E> {
+            self.0.lock().items.pop_front()
+        }
+
+        /// Refuses further sends; what is queued can still be received.
+        pub(super) fn close(&mut self) {
+            self.0.lock().closed = true;
+        }
+    }
+
+    impl<E> Drop for UnboundedReceiver<E> {
+        fn drop(&mut self) {
+            // Queued items are dropped here, outside the lock (an `Envelope` answers its
+            // caller when dropped), as tokio's receiver does on drop.
+            let items = {
+                let mut state = self.0.lock();
+                state.closed = true;
+                state.receiver = None;
+                std::mem::take(&mut state.items)
+            };
+            drop(items);
+        }
+    }
+}
 
 impl<T, U> Drop for Envelope<T, U> {
     fn drop(&mut self) {

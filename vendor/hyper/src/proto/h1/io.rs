@@ -14,6 +14,12 @@ use crate::common::buf::BufList;
 /// The initial buffer size allocated before trying to read from IO.
 pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 
+/// The read buffer's first size (aisix patch; upstream reads into `INIT_BUFFER_SIZE` from the
+/// start). A request or response head with a small body fits, and the adaptive strategy doubles
+/// it for a connection whose reads fill it, so an idle keep-alive connection that carried small
+/// messages holds 2 KiB instead of 8 KiB.
+pub(crate) const INIT_READ_BUFFER_SIZE: usize = 2048;
+
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 
@@ -384,7 +390,7 @@ impl ReadStrategy {
     fn with_max(max: usize) -> ReadStrategy {
         ReadStrategy::Adaptive {
             decrease_now: false,
-            next: INIT_BUFFER_SIZE,
+            next: INIT_READ_BUFFER_SIZE,
             max,
         }
     }
@@ -420,7 +426,7 @@ impl ReadStrategy {
                     let decr_to = prev_power_of_two(*next);
                     if bytes_read < decr_to {
                         if *decrease_now {
-                            *next = cmp::max(decr_to, INIT_BUFFER_SIZE);
+                            *next = cmp::max(decr_to, INIT_READ_BUFFER_SIZE);
                             *decrease_now = false;
                         } else {
                             // Decreasing is a two "record" process.
@@ -535,7 +541,9 @@ pub(super) struct WriteBuf<B> {
 impl<B: Buf> WriteBuf<B> {
     fn new(strategy: WriteStrategy) -> WriteBuf<B> {
         WriteBuf {
-            headers: Cursor::new(Vec::with_capacity(INIT_BUFFER_SIZE)),
+            // aisix patch: allocated by the first head written, at the size heads take (about
+            // 200 bytes), instead of 8 KiB held from the connection's start.
+            headers: Cursor::new(Vec::new()),
             max_buf_size: DEFAULT_MAX_BUFFER_SIZE,
             queue: BufList::new(),
             strategy,
@@ -902,7 +910,7 @@ mod tests {
 
         assert_eq!(write_buf.chunk(), b", ");
         assert_eq!(write_buf.headers.pos, 11);
-        assert_eq!(write_buf.headers.bytes.capacity(), INIT_BUFFER_SIZE);
+        assert_eq!(write_buf.headers.bytes.capacity(), 0);
 
         // there's still room in the headers buffer, so just push on the end
         write_buf.buffer(b("it's hyper!"));
