@@ -569,6 +569,10 @@ where
 
     fn try_keep_alive(&mut self, cx: &mut Context<'_>) {
         self.state.try_keep_alive::<T>();
+        // aisix patch: an idle connection gives back buffers a large message grew.
+        if self.state.is_idle() {
+            self.io.release_idle_buffers();
+        }
         self.maybe_notify(cx);
     }
 

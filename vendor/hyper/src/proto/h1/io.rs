@@ -20,6 +20,13 @@ pub(crate) const INIT_BUFFER_SIZE: usize = 8192;
 /// messages holds 2 KiB instead of 8 KiB.
 pub(crate) const INIT_READ_BUFFER_SIZE: usize = 2048;
 
+/// A buffer larger than this is given back when its connection goes idle with it empty (aisix
+/// patch): a connection that once carried a large body does not hold a buffer that large for
+/// the rest of its life. Small messages never grow a buffer this far, so they never pay for a
+/// new one; a large body pays one allocation, and its reads start again from
+/// `INIT_READ_BUFFER_SIZE`.
+const IDLE_BUFFER_MAX: usize = 64 * 1024;
+
 /// The minimum value that can be set to max buffer size.
 pub(crate) const MINIMUM_MAX_BUFFER_SIZE: usize = INIT_BUFFER_SIZE;
 
@@ -125,6 +132,20 @@ where
     #[cfg(feature = "nightly")]
     pub(super) fn read_buf_mut(&mut self) -> &mut BytesMut {
         &mut self.read_buf
+    }
+
+    /// Called when the connection goes idle (aisix patch): gives back a read buffer that grew
+    /// past `IDLE_BUFFER_MAX` and a head-write buffer that did (a flattened large body), when
+    /// they hold nothing.
+    pub(crate) fn release_idle_buffers(&mut self) {
+        if self.read_buf_strategy.next() > IDLE_BUFFER_MAX && self.read_buf.is_empty() {
+            self.read_buf = BytesMut::new();
+            self.read_buf_strategy.restart();
+        }
+        let headers = &mut self.write_buf.headers;
+        if headers.bytes.capacity() > IDLE_BUFFER_MAX && !headers.has_remaining() {
+            *headers = Cursor::new(Vec::new());
+        }
     }
 
     /// Return the "allocated" available space, not the potential space
@@ -392,6 +413,14 @@ impl ReadStrategy {
             decrease_now: false,
             next: INIT_READ_BUFFER_SIZE,
             max,
+        }
+    }
+
+    /// Back to the first read size, keeping the maximum (aisix patch).
+    fn restart(&mut self) {
+        if let ReadStrategy::Adaptive { next, decrease_now, .. } = self {
+            *next = INIT_READ_BUFFER_SIZE;
+            *decrease_now = false;
         }
     }
 
