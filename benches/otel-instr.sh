@@ -39,14 +39,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Starts `$@` with stdout to $1's log and waits for a line matching $2; prints that line.
+# Starts `$@` with stdout to $1's log and waits for a line matching $2, left in ANNOUNCED.
+# Not called in a command substitution: the process must be in this shell's STARTED.
 start_announcing() {
   local log=$1 pattern=$2
   shift 2
   "$@" >"$log" 2>&1 &
   STARTED+=($!)
   for _ in $(seq 1 100); do
-    if grep -q "$pattern" "$log"; then grep -m1 "$pattern" "$log"; return; fi
+    if grep -q "$pattern" "$log"; then ANNOUNCED=$(grep -m1 "$pattern" "$log"); return; fi
     sleep 0.1
   done
   echo "otel-instr: $* did not start: $(cat "$log")" >&2
@@ -57,9 +58,12 @@ free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-MOCK=$(start_announcing "$OUT/mock.log" "mock listening" "$BENCH" mock --workers 1 | sed 's/.*addr=\([^ ]*\).*/\1/')
-SINK=$(start_announcing "$OUT/sink.log" "endpoint=" "$BENCH" otlp-sink | sed 's/.*endpoint=//')
-STALLED=$(start_announcing "$OUT/stalled.log" "endpoint=" "$BENCH" otlp-sink --stalled | sed 's/.*endpoint=//')
+start_announcing "$OUT/mock.log" "mock listening" "$BENCH" mock --workers 1
+MOCK=$(sed 's/.*addr=\([^ ]*\).*/\1/' <<<"$ANNOUNCED")
+start_announcing "$OUT/sink.log" "endpoint=" "$BENCH" otlp-sink
+SINK=${ANNOUNCED#*endpoint=}
+start_announcing "$OUT/stalled.log" "endpoint=" "$BENCH" otlp-sink --stalled
+STALLED=${ANNOUNCED#*endpoint=}
 
 cat >"$OUT/wrk.lua" <<EOF
 wrk.method = "POST"
