@@ -59,6 +59,9 @@ enum Command {
     /// Serve the floor proxy: the gateway's stack (serving core, upstream pool) with no gateway
     /// logic (the grid starts its own).
     Floor(floor::FloorArgs),
+    /// Serve the stand-in OTLP/HTTP collector (the grid's OpenTelemetry legs start their own):
+    /// for benches/otel-instr.sh.
+    OtlpSink(otlp_sink::SinkArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,5 +72,6 @@ fn main() -> anyhow::Result<()> {
         Command::Mock(args) => mock::serve(args),
         Command::Compare(args) => compare::run(*args),
         Command::Floor(args) => floor::serve(args),
+        Command::OtlpSink(args) => otlp_sink::serve(args),
     }
 }
