@@ -278,7 +278,10 @@ both_modes! {
         let worker = |name: &str| name.starts_with("tpc-") || name == "tokio-rt-worker";
         // A request is answered (the workers' writes are done) well before the next collection:
         // what a thread writes between the answer and the receiver's record of it is the
-        // export. When a collection happens to fall inside the request, try again.
+        // export. When a collection happens to fall inside the request, try again. A worker may
+        // still wake another thread in that window (an eventfd write of 8 bytes, counted by
+        // `wchar` like any write): only a thread that wrote at least an export's size counts.
+        const EXPORT_BYTES: u64 = 256;
         for round in 0..10 {
             let id = format!("otel-thread-{round}");
             let reply = traced_chat(&rig, "primary", &id, None).await;
@@ -288,7 +291,11 @@ both_modes! {
             let after = writes(&rig.gateway);
             let senders: Vec<(&str, &str)> = after
                 .iter()
-                .filter(|(tid, (_, written))| before.get(*tid).is_some_and(|(_, was)| written > was))
+                .filter(|(tid, (_, written))| {
+                    before
+                        .get(*tid)
+                        .is_some_and(|(_, was)| written.saturating_sub(*was) >= EXPORT_BYTES)
+                })
                 .map(|(tid, (name, _))| (tid.as_str(), name.as_str()))
                 .collect();
             if senders.is_empty() {
