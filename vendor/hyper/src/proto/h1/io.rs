@@ -764,19 +764,20 @@ mod tests {
 
     #[test]
     fn read_strategy_adaptive_increments() {
+        // aisix patch: the steps start at INIT_READ_BUFFER_SIZE (2 KiB), not 8 KiB.
         let mut strategy = ReadStrategy::default();
-        assert_eq!(strategy.next(), 8192);
+        assert_eq!(strategy.next(), 2048);
 
         // Grows if record == next
-        strategy.record(8192);
-        assert_eq!(strategy.next(), 16384);
+        strategy.record(2048);
+        assert_eq!(strategy.next(), 4096);
 
-        strategy.record(16384);
-        assert_eq!(strategy.next(), 32768);
+        strategy.record(4096);
+        assert_eq!(strategy.next(), 8192);
 
         // Enormous records still increment at same rate
         strategy.record(usize::MAX);
-        assert_eq!(strategy.next(), 65536);
+        assert_eq!(strategy.next(), 16384);
 
         let max = strategy.max();
         while strategy.next() < max {
@@ -790,52 +791,54 @@ mod tests {
 
     #[test]
     fn read_strategy_adaptive_decrements() {
+        // aisix patch: the steps start at INIT_READ_BUFFER_SIZE (2 KiB), not 8 KiB.
         let mut strategy = ReadStrategy::default();
-        strategy.record(8192);
-        assert_eq!(strategy.next(), 16384);
+        strategy.record(2048);
+        assert_eq!(strategy.next(), 4096);
 
         strategy.record(1);
         assert_eq!(
             strategy.next(),
-            16384,
+            4096,
             "first smaller record doesn't decrement yet"
         );
-        strategy.record(8192);
-        assert_eq!(strategy.next(), 16384, "record was with range");
+        strategy.record(2048);
+        assert_eq!(strategy.next(), 4096, "record was with range");
 
         strategy.record(1);
         assert_eq!(
             strategy.next(),
-            16384,
+            4096,
             "in-range record should make this the 'first' again"
         );
 
         strategy.record(1);
-        assert_eq!(strategy.next(), 8192, "second smaller record decrements");
+        assert_eq!(strategy.next(), 2048, "second smaller record decrements");
 
         strategy.record(1);
-        assert_eq!(strategy.next(), 8192, "first doesn't decrement");
+        assert_eq!(strategy.next(), 2048, "first doesn't decrement");
         strategy.record(1);
-        assert_eq!(strategy.next(), 8192, "doesn't decrement under minimum");
+        assert_eq!(strategy.next(), 2048, "doesn't decrement under minimum");
     }
 
     #[test]
     fn read_strategy_adaptive_stays_the_same() {
+        // aisix patch: the steps start at INIT_READ_BUFFER_SIZE (2 KiB), not 8 KiB.
         let mut strategy = ReadStrategy::default();
-        strategy.record(8192);
-        assert_eq!(strategy.next(), 16384);
+        strategy.record(2048);
+        assert_eq!(strategy.next(), 4096);
 
-        strategy.record(8193);
+        strategy.record(2049);
         assert_eq!(
             strategy.next(),
-            16384,
+            4096,
             "first smaller record doesn't decrement yet"
         );
 
-        strategy.record(8193);
+        strategy.record(2049);
         assert_eq!(
             strategy.next(),
-            16384,
+            4096,
             "with current step does not decrement"
         );
     }
@@ -928,6 +931,8 @@ mod tests {
         let b = |s: &str| Cursor::new(s.as_bytes().to_vec());
 
         let mut write_buf = WriteBuf::<Cursor<Vec<u8>>>::new(WriteStrategy::Flatten);
+        // aisix patch: the buffer starts empty; this test is about one an earlier head sized.
+        write_buf.headers.bytes.reserve_exact(INIT_BUFFER_SIZE);
 
         write_buf.buffer(b("hello "));
         write_buf.buffer(b("world, "));
@@ -939,7 +944,7 @@ mod tests {
 
         assert_eq!(write_buf.chunk(), b", ");
         assert_eq!(write_buf.headers.pos, 11);
-        assert_eq!(write_buf.headers.bytes.capacity(), 0);
+        assert_eq!(write_buf.headers.bytes.capacity(), INIT_BUFFER_SIZE);
 
         // there's still room in the headers buffer, so just push on the end
         write_buf.buffer(b("it's hyper!"));
