@@ -35,7 +35,10 @@ What the model "says" is decided by the request, deterministically:
     otherwise                          "Hello from Bedrock."
 
 with a reasoning block first when `additionalModelRequestFields.thinking` is enabled, and usage
-counted in words (`cacheReadInputTokens` 2 when the prompt has "[cached]").
+counted in words. Prompt caching is Bedrock's: only a request with `cachePoint` blocks caches;
+the prefix up to its last `cachePoint` (tools, then system, then messages) is written on first
+sight (`cacheWriteInputTokens`) and read after (`cacheReadInputTokens`), and `inputTokens`
+counts only the rest.
 
 Settings come from the environment: BEDROCK_ACCESS_KEY_ID, BEDROCK_SECRET_ACCESS_KEY,
 BEDROCK_SESSION_TOKEN (optional), BEDROCK_REGION, and BEDROCK_RECORD (a file that gets one JSON
@@ -238,11 +241,35 @@ def usage(body: Dict[str, Any], content: List[Dict[str, Any]]) -> Dict[str, Any]
             out += words(block["reasoningContent"]["reasoningText"]["text"])
         else:
             out += 2
-    result = {"inputTokens": words(prompt), "outputTokens": out, "totalTokens": words(prompt) + out}
-    if "[cached]" in prompt:
-        result["cacheReadInputTokens"] = 2
-        result["cacheWriteInputTokens"] = 0
+    prompt_tokens = words(prompt)
+    result = {"inputTokens": prompt_tokens, "outputTokens": out, "totalTokens": prompt_tokens + out}
+    prefix = cache_prefix(body)
+    if prefix is not None:
+        cached = words(prefix)
+        result["inputTokens"] = max(prompt_tokens - cached, 0)
+        result["cacheReadInputTokens"] = cached if prefix in CACHE else 0
+        result["cacheWriteInputTokens"] = 0 if prefix in CACHE else cached
+        CACHE.add(prefix)
     return result
+
+
+CACHE: set = set()
+
+
+def cache_prefix(body: Dict[str, Any]) -> Optional[str]:
+    """The text before the request's last `cachePoint`, in Bedrock's order (tools, system,
+    messages); None without one."""
+    parts: List[str] = []
+    last = None
+    blocks = [(t, "") for t in (body.get("toolConfig") or {}).get("tools", [])]
+    blocks += [(b, b.get("text", "")) for b in body.get("system") or []]
+    blocks += [(b, b.get("text", "")) for m in body["messages"] for b in m["content"]]
+    for block, text in blocks:
+        if "cachePoint" in block:
+            last = len(parts)
+        else:
+            parts.append(text)
+    return None if last is None else " ".join(parts[:last])
 
 
 def frame(headers: List[Tuple[str, str]], payload: bytes) -> bytes:

@@ -16,18 +16,34 @@ pointed at that file.
          ...:streamGenerateContent?alt=sse
                     handed to the Gemini mock (gemini_asgi_app.py), which validates the body
                     with the google-genai SDK's types and answers through them.
+    POST /v1/projects/{project}/locations/{location}/publishers/google/models/{m}:predict
+                    a text-embedding model: the body must be exactly what google-genai's own
+                    Vertex converter (`_EmbedContentParametersPrivate_to_vertex`) builds for its
+                    texts and `outputDimensionality` (else 400 INVALID_ARGUMENT); the answer,
+                    `predictions[].embeddings {values, statistics {token_count, truncated}}`
+                    (tokens counted in words), must read back through the SDK's
+                    `_EmbedContentResponse_from_vertex` into an `EmbedContentResponse`.
+         ...:countTokens
+                    Vertex's CountTokensRequest (`contents`, `systemInstruction`, `tools`,
+                    `generationConfig` at the top level; no `toolConfig`), each checked with the
+                    SDK's types; `{"totalTokens": n}` in words.
     POST /v1/projects/{project}/locations/{location}/publishers/anthropic/models/{m}:rawPredict
          ...:streamRawPredict
                     an Anthropic Messages body without `model` and with
                     `anthropic_version: "vertex-2023-10-16"`; answers (and each stream event)
                     are validated by the `anthropic` SDK's own types before they are sent.
+    POST /v1/projects/{project}/locations/{location}/publishers/anthropic/models/count-tokens:rawPredict
+                    Anthropic's count_tokens body with its `model` and Vertex's
+                    `anthropic_version`, checked with the SDK's `MessageCountTokensParams`;
+                    `{"input_tokens": n}` in words.
 
 Every publisher call needs `Authorization: Bearer <a token this app issued and that has not
 expired>`, else 401 UNAUTHENTICATED, as Vertex answers. A wrong project or location is 404.
 What an Anthropic model "says": "[429]" in the last user text is Vertex's own 429
 RESOURCE_EXHAUSTED (Google's envelope), "[529]" Anthropic's 529 overloaded_error, a declared tool
-without a result a `tool_use` of the first tool, a tool result "The tool said: <result>",
-otherwise "Hello from Claude on Vertex."
+without a result a `tool_use` of the first tool, a tool result "The tool said: <result>", an
+`output_format` or a forced tool named `json` (what a JSON mode request becomes) a JSON object,
+an image block "I see <media_type>.", otherwise "Hello from Claude on Vertex."
 
 Settings come from the environment:
 
@@ -59,6 +75,9 @@ from pydantic import TypeAdapter
 
 import anthropic.types as atypes
 import gemini_asgi_app
+from google.genai import _common as genai_common
+from google.genai import models as genai_models
+from google.genai import types as gtypes
 
 GEMINI_KEY = "vertex-delegated-gemini-key"
 os.environ["GEMINI_API_KEY"] = GEMINI_KEY
@@ -183,17 +202,108 @@ def check_messages(body: Any, stream: bool) -> str:
 def claude_answer(body: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], str]:
     last = body["messages"][-1]
     content = last.get("content")
-    results = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"] \
-        if isinstance(content, list) else []
+    blocks = [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
+    results = [b for b in blocks if b.get("type") == "tool_result"]
+    images = [b for b in blocks if b.get("type") == "image"]
     tools = body.get("tools") or []
+    choice = body.get("tool_choice") or {}
     if tools and not results:
-        return [{"type": "tool_use", "id": "toolu_vertex_1", "name": tools[0]["name"],
-                 "input": {"city": "Paris"}}], "tool_use"
+        # A forced tool is the one called; its input follows its schema's first fields.
+        tool = next((t for t in tools if choice.get("type") == "tool" and t["name"] == choice.get("name")), tools[0])
+        props = (tool.get("input_schema") or {}).get("properties") or {}
+        given = {"name": "Ada", "age": 36} if "name" in props else {"city": "Paris"}
+        return [{"type": "tool_use", "id": "toolu_vertex_1", "name": tool["name"], "input": given}], "tool_use"
     if results:
         said = results[0].get("content")
         said = said if isinstance(said, str) else text_of(said)
         return [{"type": "text", "text": f"The tool said: {said}"}], "end_turn"
+    if images:
+        return [{"type": "text", "text": f"I see {images[0]['source']['media_type']}."}], "end_turn"
     return [{"type": "text", "text": "Hello from Claude on Vertex."}], "end_turn"
+
+
+class _VertexClient:
+    """What google-genai's converters ask of their client: only whether it is Vertex's."""
+    vertexai = True
+
+
+def check_predict(body: Any, model: str) -> str:
+    """Why a `:predict` body is not the one google-genai's own Vertex converter builds for its
+    texts and dimensions, or "" when it is."""
+    if not isinstance(body, dict) or not isinstance(body.get("instances"), list) or not body["instances"]:
+        return "instances: Field required"
+    texts = [i.get("content") if isinstance(i, dict) else None for i in body["instances"]]
+    if not all(isinstance(t, str) and t for t in texts):
+        return "instances[].content: must be a non-empty string"
+    dims = (body.get("parameters") or {}).get("outputDimensionality")
+    config = gtypes.EmbedContentConfig(output_dimensionality=dims) if dims is not None else None
+    params = gtypes._EmbedContentParametersPrivate(model=model, contents=texts, config=config)
+    expected = genai_models._EmbedContentParametersPrivate_to_vertex(_VertexClient(), params, None, params)
+    expected.pop("_url", None)
+    expected.pop("config", None)
+    expected = genai_common.convert_to_dict(expected)
+    if expected != body:
+        return f"Invalid JSON payload received: {json.dumps(body, sort_keys=True)} is not {json.dumps(expected, sort_keys=True)}"
+    return ""
+
+
+def predict_answer(body: Dict[str, Any], model: str) -> Dict[str, Any]:
+    dims = (body.get("parameters") or {}).get("outputDimensionality") or 4
+    predictions = []
+    for instance in body["instances"]:
+        seed = words(instance["content"])
+        predictions.append({"embeddings": {"values": [float(seed + j) / 8 for j in range(dims)],
+                                           "statistics": {"token_count": seed, "truncated": False}}})
+    answer = {"predictions": predictions, "metadata": {"billableCharacterCount": sum(len(i["content"]) for i in body["instances"])}}
+    # The answer must read back as google-genai reads Vertex's.
+    params = gtypes._EmbedContentParametersPrivate(model=model, contents=[i["content"] for i in body["instances"]])
+    read = gtypes.EmbedContentResponse._from_response(
+        response=genai_models._EmbedContentResponse_from_vertex(answer, None, params), kwargs={})
+    assert [e.statistics.token_count for e in read.embeddings] == [p["embeddings"]["statistics"]["token_count"] for p in predictions]
+    return answer
+
+
+VERTEX_COUNT_FIELDS = {"contents", "systemInstruction", "tools", "generationConfig", "model", "instances"}
+
+
+def check_count_tokens(body: Any) -> str:
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    unknown = set(body) - VERTEX_COUNT_FIELDS
+    if unknown:
+        return f"Invalid JSON payload received. Unknown name {sorted(unknown)[0]!r}"
+    problem, _, _, _ = gemini_asgi_app.validate_generate({k: v for k, v in body.items() if k not in ("model", "instances")})
+    return problem or ""
+
+
+def count_words(body: Dict[str, Any]) -> int:
+    contents = [gtypes.Content.model_validate(c) for c in body["contents"]]
+    prompt = " ".join(gemini_asgi_app.texts(c) for c in contents)
+    if "systemInstruction" in body:
+        prompt += " " + gemini_asgi_app.texts(gtypes.Content.model_validate(body["systemInstruction"]))
+    return words(prompt)
+
+
+ANTHROPIC_COUNT_FIELDS = {"anthropic_version", "model", "messages", "system", "tools", "tool_choice", "thinking"}
+
+
+def check_claude_count(body: Any) -> str:
+    if not isinstance(body, dict):
+        return "the body is not a JSON object"
+    if body.get("anthropic_version") != ANTHROPIC_VERSION:
+        return f"anthropic_version: must be {ANTHROPIC_VERSION!r}"
+    if not isinstance(body.get("model"), str) or not body["model"].startswith("claude"):
+        return "model: Field required (the token counter's URL names no model)"
+    unknown = set(body) - ANTHROPIC_COUNT_FIELDS
+    if unknown:
+        return f"{sorted(unknown)[0]}: Extra inputs are not permitted"
+    try:
+        TypeAdapter(atypes.MessageCountTokensParams).validate_python({k: v for k, v in body.items() if k != "anthropic_version"})
+    except Exception as error:  # pydantic's ValidationError, as the API's 400 says it
+        return str(error)
+    if not body.get("messages"):
+        return "messages: Field required"
+    return ""
 
 
 def prompt_words(body: Dict[str, Any]) -> int:
@@ -292,6 +402,21 @@ async def app(scope, receive, send) -> None:
     project, location, publisher, model, method = match.groups()
     if (project, location) != (os.environ.get("VERTEX_PROJECT"), os.environ.get("VERTEX_LOCATION")):
         return await finish(*google_error(404, "NOT_FOUND", f"Project {project} or location {location} not found"))
+    if publisher == "google" and method in ("predict", "countTokens"):
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        entry["body"] = body
+        problem = check_predict(body, model) if method == "predict" else check_count_tokens(body)
+        if problem:
+            entry["invalid"] = problem
+            return await finish(*google_error(400, "INVALID_ARGUMENT", problem))
+        if method == "predict":
+            return await finish(200, predict_answer(body, model))
+        answer = gemini_asgi_app.dump(gtypes.CountTokensResponse(total_tokens=count_words(body)))
+        genai_models._CountTokensResponse_from_vertex(answer)
+        return await finish(200, answer)
     if publisher == "google":
         entry["status"] = "delegated"
         record(entry)
@@ -317,6 +442,13 @@ async def app(scope, receive, send) -> None:
     except ValueError:
         body = None
     entry["body"] = body
+    if model == "count-tokens":
+        problem = check_claude_count(body) if method == "rawPredict" else "count-tokens has no streamRawPredict"
+        if problem:
+            entry["invalid"] = problem
+            return await finish(*anthropic_error(400, "invalid_request_error", problem))
+        counted = atypes.MessageTokensCount(input_tokens=prompt_words(body))
+        return await finish(200, counted.model_dump(mode="json"))
     stream = method == "streamRawPredict"
     problem = check_messages(body, stream)
     if problem:

@@ -62,3 +62,35 @@ pub fn promtool_check(page: &str) -> Result<(), String> {
         ))
     }
 }
+
+/// The sum of `name`'s samples carrying `labels` on the gateway's `/metrics` at `addr`, once it
+/// is above `above` (a request is settled just after its answer ends); waits up to 10 s, then
+/// returns what is there.
+pub async fn settled(
+    addr: std::net::SocketAddr,
+    name: &str,
+    labels: &[(&str, &str)],
+    above: f64,
+) -> f64 {
+    let mut value = 0.0;
+    for _ in 0..200 {
+        value = sample(
+            &crate::client::get(addr, "/metrics").await.text(),
+            name,
+            labels,
+        );
+        if value > above {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    value
+}
+
+/// The micro-dollars (rounded) a key has spent on a model by `aisix_spend_usd_total`, once
+/// more than `before` has been settled.
+pub async fn spent_micros(addr: std::net::SocketAddr, key: &str, model: &str, before: u64) -> u64 {
+    let labels = [("api_key", key), ("model", model)];
+    let usd = settled(addr, "aisix_spend_usd_total", &labels, before as f64 / 1e6).await;
+    (usd * 1e6).round() as u64
+}

@@ -217,6 +217,7 @@ both_modes! {
         assert_eq!(status_list[0]["model"], "gpt-x", "{status_list}");
         assert_eq!(status_list[0]["health"], "available", "{status_list}");
         assert_eq!(status_list[0]["in_flight"], 0, "{status_list}");
+        assert_eq!(status_list[0]["disabled"], false, "{status_list}");
         let providers = ok(addr, "GET", "/admin/v1/provider_keys", None).await;
         assert_eq!(providers[0]["display_name"], "up", "{providers}");
         let openapi = ok(addr, "GET", "/admin/openapi.json", None).await;
@@ -284,6 +285,9 @@ both_modes! {
         let listed = ok(admin_b, "GET", "/admin/v1/models", None).await;
         let entry = listed.as_array().unwrap().iter().find(|m| m["id"] == "gpt-x").unwrap().clone();
         assert_eq!(entry["document"]["disabled"], true, "{entry}");
+        let status = ok(admin_b, "GET", "/admin/v1/models/status", None).await;
+        let gpt_x = status.as_array().unwrap().iter().find(|m| m["model"] == "gpt-x").unwrap().clone();
+        assert_eq!(gpt_x["disabled"], true, "{status}");
 
         // A stale revision changes nothing; the current one enables it again, through B.
         let (status, body) = admin(admin_b, "POST", "/admin/v1/models/gpt-x/enable", Some(ADMIN_KEY),

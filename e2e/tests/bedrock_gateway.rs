@@ -12,6 +12,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, openai};
+use aisix_e2e::prom;
 use aisix_e2e::third_party::bedrock::{AwsCredentials, BedrockMock};
 use serde_json::{Value, json};
 
@@ -21,6 +22,8 @@ const SECRET_KEY: &str = "wJalrXUtnFEMI-bedrock-secret-1";
 const SESSION_TOKEN: &str = "session-token-bedrock-1";
 const OPENAI_KEY: &str = "sk-oai-upstream-secret-2";
 const CLAUDE: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
+/// A model Bedrock serves with prompt caching (the one above has none).
+const CLAUDE_4: &str = "us.anthropic.claude-sonnet-4-20250514-v1:0";
 
 struct Rig {
     bedrock: BedrockMock,
@@ -63,6 +66,8 @@ provider_keys:
     api_base: {openai}
 models:
   - {{display_name: claude, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws}}
+  - {{display_name: claude-cache, provider: bedrock, model_name: "{CLAUDE_4}", provider_key: aws}}
+  - {{display_name: claude-priced, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: nova, provider: bedrock, model_name: amazon.nova-lite-v1:0, provider_key: aws}}
   - {{display_name: from-env, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws-env}}
   - {{display_name: wrong, provider: bedrock, model_name: "{CLAUDE}", provider_key: aws-wrong}}
@@ -86,6 +91,7 @@ api_keys:
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY_ID)
             .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
             .env("AWS_SESSION_TOKEN", SESSION_TOKEN)
+            .metrics()
             .extra("downstream:\n  sse_keepalive_interval_secs: 0\n"),
     );
     Rig {
@@ -189,7 +195,7 @@ both_modes! {
         assert_eq!(seen["body"]["inferenceConfig"], json!({"maxTokens": 64, "temperature": 0.3, "stopSequences": ["zzz"]}));
 
         let reply = rig.chat(json!({"model": "claude", "stream": true, "stream_options": {"include_usage": true},
-            "reasoning_effort": "low", "messages": [{"role": "user", "content": "Hello there [cached]"}]})).await;
+            "reasoning_effort": "low", "messages": [{"role": "user", "content": "Hello there"}]})).await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(reply.header("content-type"), Some("text/event-stream"));
         let events = events(&reply.text());
@@ -198,7 +204,6 @@ both_modes! {
         let reasoning: String = events.iter().filter_map(|(_, c)| c.pointer("/choices/0/delta/reasoning_content").and_then(Value::as_str)).collect();
         assert_eq!(reasoning, "Thinking about it.");
         let usage = &events[events.len() - 2].1["usage"];
-        assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 2, "{usage}");
         assert_eq!(usage["completion_tokens"], 6, "{usage}");
         let seen = rig.sent();
         assert_eq!(seen["raw_path"], "/model/anthropic.claude-3-5-sonnet-20240620-v1%3A0/converse-stream");
@@ -451,5 +456,61 @@ both_modes! {
         let reply = rig.post("/v1/responses", json!({"model": "claude", "input": "hi [exception]", "stream": true, "store": false})).await;
         let failed = events(&reply.text());
         assert_eq!(failed.last().unwrap().0.as_deref(), Some("response.failed"), "{failed:?}");
+    }
+}
+
+both_modes! {
+    /// A ConverseStream reports usage only in its last message: a stream cut before it is
+    /// charged the prompt estimate and one output token per content event sent (README,
+    /// "Settlement"), never nothing. `claude-priced` costs 1 µ$ per input and 2 µ$ per output
+    /// token; the stand-in sends one text delta before the cut or the exception.
+    async fn a_bedrock_stream_cut_before_its_usage_is_charged_the_prompt_and_the_content_sent(mode: Mode) {
+        let rig = start(mode);
+        let metrics = rig.gateway.metrics_addr.unwrap();
+        let chat = json!({"model": "claude-priced", "stream": true, "messages": [{"role": "user", "content": "hi [cut]"}]});
+        let reply = rig.chat(chat.clone()).await;
+        assert!(!reply.text().contains("[DONE]"), "{}", reply.text());
+        let prompt = chat.to_string().len().div_ceil(4) as u64;
+        let after_chat = prom::spent_micros(metrics, "client", "claude-priced", 0).await;
+        assert_eq!(after_chat, prompt + 2, "prompt estimate {prompt} and one output token");
+
+        let messages = json!({"model": "claude-priced", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "hi [exception]"}]});
+        rig.messages(messages.clone()).await;
+        let prompt = messages.to_string().len().div_ceil(4) as u64;
+        let total = prom::spent_micros(metrics, "client", "claude-priced", after_chat).await;
+        assert_eq!(total - after_chat, prompt + 2, "prompt estimate {prompt} and one output token");
+    }
+}
+
+both_modes! {
+    /// Claude Code marks its system prompt, tools and last turn with `cache_control`: on a
+    /// Bedrock model with prompt caching each mark becomes a `cachePoint` after the block it
+    /// closes (botocore's service model checks the body), and the stand-in, caching as Bedrock
+    /// does only at cache points, writes the prefix the first time and reads it the second,
+    /// which the client sees as Anthropic's cache usage. On a model without prompt caching the
+    /// marks are dropped, as Anthropic drops a breakpoint it cannot use.
+    async fn cache_control_becomes_cache_points_and_the_second_call_reads_the_cache(mode: Mode) {
+        let rig = start(mode);
+        let body = |model: &str| json!({"model": model, "max_tokens": 64,
+            "system": [{"type": "text", "text": "You are a careful coding agent working in a large repository.", "cache_control": {"type": "ephemeral"}}],
+            "tools": [{"name": "read_file", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Read the guide first."}]}]});
+        let first = rig.messages(body("claude-cache")).await;
+        assert_eq!(first.status, 200, "{}", first.text());
+        let sent = rig.sent();
+        assert_eq!(sent["body"]["system"][1], json!({"cachePoint": {"type": "default"}}), "{sent}");
+        assert_eq!(sent["body"]["toolConfig"]["tools"][1], json!({"cachePoint": {"type": "default"}}), "{sent}");
+        let written = first.json()["usage"]["cache_creation_input_tokens"].as_u64().unwrap();
+        assert!(written > 0, "{}", first.text());
+        assert_eq!(first.json()["usage"]["cache_read_input_tokens"], 0, "{}", first.text());
+
+        let second = rig.messages(body("claude-cache")).await;
+        assert_eq!(second.status, 200, "{}", second.text());
+        assert_eq!(second.json()["usage"]["cache_read_input_tokens"], written, "{}", second.text());
+        assert_eq!(second.json()["usage"]["cache_creation_input_tokens"], 0, "{}", second.text());
+
+        let older = rig.messages(body("claude")).await;
+        assert_eq!(older.status, 200, "{}", older.text());
+        assert!(!rig.sent()["body"].to_string().contains("cachePoint"));
     }
 }

@@ -9,6 +9,7 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Reply, request};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, openai};
+use aisix_e2e::prom;
 use aisix_e2e::third_party::gemini::GeminiMock;
 use serde_json::{Value, json};
 
@@ -38,6 +39,7 @@ provider_keys:
     api_base: {openai}
 models:
   - {{display_name: gem, provider: gemini, model_name: gemini-2.5-flash, provider_key: goog}}
+  - {{display_name: gem-priced, provider: gemini, model_name: gemini-2.5-flash, provider_key: goog, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: embed, provider: gemini, model_name: text-embedding-004, provider_key: goog}}
   - {{display_name: gpt, provider: openai, model_name: gpt-upstream, provider_key: oai}}
   - display_name: gem-first
@@ -54,6 +56,7 @@ api_keys:
         &GatewayConfig::new(mode)
             .resources(resources)
             .env("CLIENT_KEY", CLIENT_KEY)
+            .metrics()
             .extra("downstream:\n  sse_keepalive_interval_secs: 0\n"),
     );
     Rig {
@@ -383,5 +386,22 @@ both_modes! {
         let reply = rig.post("/v1/responses", json!({"model": "gem", "input": "hi [error]", "stream": true, "store": false})).await;
         let failed = events(&reply.text());
         assert_eq!(failed.last().unwrap().0.as_deref(), Some("response.failed"), "{failed:?}");
+    }
+}
+
+both_modes! {
+    /// A Gemini stream gives its output count only in its last chunk: a stream cut before it is
+    /// charged the prompt estimate and one output token per content part sent (README,
+    /// "Settlement"), never nothing. `gem-priced` costs 1 µ$ per input and 2 µ$ per output
+    /// token; the stand-in sends one text part before the cut.
+    async fn a_gemini_stream_cut_before_its_usage_is_charged_the_prompt_and_the_content_sent(mode: Mode) {
+        let rig = start(mode);
+        let metrics = rig.gateway.metrics_addr.unwrap();
+        let chat = json!({"model": "gem-priced", "stream": true, "messages": [{"role": "user", "content": "hi [cut]"}]});
+        let reply = rig.chat(chat.clone()).await;
+        assert!(!reply.text().contains("[DONE]"), "{}", reply.text());
+        let prompt = chat.to_string().len().div_ceil(4) as u64;
+        let spent = prom::spent_micros(metrics, "client", "gem-priced", 0).await;
+        assert_eq!(spent, prompt + 2, "prompt estimate {prompt} and one output token");
     }
 }

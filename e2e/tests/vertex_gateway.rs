@@ -6,7 +6,10 @@
 //! Gemini and Anthropic models for OpenAI chat and Anthropic Messages clients, unary and
 //! streamed, with tools; errors in each envelope; failover in a group mixing `vertex` and
 //! `openai`; a token renewed before it expires while requests go on; and a failed renewal that
-//! serves the old token until it expires, then answers 502 and counts the failure.
+//! serves the old token until it expires, then answers 502 and counts the failure. Embeddings
+//! go to a text-embedding model's `:predict` (the body checked against google-genai's own
+//! Vertex converter), count_tokens to each publisher's counter, and images and JSON mode reach
+//! both publishers from both clients in Vertex's forms.
 
 use std::time::Duration;
 
@@ -25,6 +28,11 @@ const LOCATION: &str = "us-east5";
 const GEMINI_PATH: &str =
     "/v1/projects/mock-project/locations/us-east5/publishers/google/models/gemini-2.5-flash";
 const CLAUDE_PATH: &str = "/v1/projects/mock-project/locations/us-east5/publishers/anthropic/models/claude-sonnet-4@20250514";
+const EMBED_PATH: &str =
+    "/v1/projects/mock-project/locations/us-east5/publishers/google/models/text-embedding-005";
+const CLAUDE_COUNT_PATH: &str = "/v1/projects/mock-project/locations/us-east5/publishers/anthropic/models/count-tokens:rawPredict";
+const PNG: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+const PNG_DATA: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 struct Rig {
     vertex: VertexMock,
@@ -51,6 +59,7 @@ provider_keys:
 models:
   - {{display_name: vgem, provider: vertex, model_name: gemini-2.5-flash, provider_key: vtx}}
   - {{display_name: vclaude, provider: vertex, model_name: "claude-sonnet-4@20250514", provider_key: vtx}}
+  - {{display_name: vembed, provider: vertex, model_name: text-embedding-005, provider_key: vtx}}
   - {{display_name: gpt, provider: openai, model_name: gpt-upstream, provider_key: oai}}
   - display_name: gem-first
     routing: {{targets: [{{model: vgem, priority: 1}}, {{model: gpt}}]}}
@@ -420,5 +429,141 @@ both_modes! {
         let reply = ask("vgem").await;
         assert_eq!(reply.status, 200, "{}", reply.text());
         assert_eq!(rig.sent()["token"], "ya29.mock-token-2");
+    }
+}
+
+both_modes! {
+    async fn embeddings_on_vertex_go_to_predict_and_count_the_tokens_vertex_reports(mode: Mode) {
+        let rig = start(mode, TokenSettings::default());
+        let reply = rig.post("/v1/embeddings", json!({"model": "vembed",
+            "input": ["first text here", "second"], "dimensions": 3})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let body = reply.json();
+        assert_eq!(body["object"], "list");
+        assert_eq!(body["model"], "text-embedding-005");
+        // The stand-in's vectors: (words + j) / 8; its token counts: words.
+        assert_eq!(body["data"][0]["embedding"], json!([0.375, 0.5, 0.625]));
+        assert_eq!(body["data"][1]["index"], 1);
+        assert_eq!(body["data"][1]["embedding"], json!([0.125, 0.25, 0.375]));
+        assert_eq!(body["usage"], json!({"prompt_tokens": 4, "total_tokens": 4}));
+        let seen = rig.sent();
+        assert_eq!(seen["path"], format!("{EMBED_PATH}:predict"));
+        assert_eq!(seen["status"], 200);
+        assert_eq!(seen["body"], json!({"instances": [{"content": "first text here"}, {"content": "second"}],
+            "parameters": {"outputDimensionality": 3}}));
+        assert_eq!(seen["token"], "ya29.mock-token-1");
+
+        let reply = rig.post("/v1/embeddings", json!({"model": "vembed", "input": "one",
+            "encoding_format": "base64"})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        // Four little-endian f32s: 0.125, 0.25, 0.375, 0.5.
+        assert_eq!(reply.json()["data"][0]["embedding"], "AAAAPgAAgD4AAMA+AAAAPw==");
+        assert_eq!(rig.sent()["body"], json!({"instances": [{"content": "one"}]}));
+
+        let calls = rig.vertex.events("vertex").len();
+        let reply = rig.post("/v1/embeddings", json!({"model": "vembed", "input": [[1, 2, 3]]})).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        let message = reply.json()["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.starts_with("input: must be a string or an array of strings"), "{message}");
+        let reply = rig.post("/v1/embeddings", json!({"model": "vclaude", "input": "hi"})).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(reply.json()["error"]["message"].as_str().unwrap().contains("has no /embeddings endpoint"), "{}", reply.text());
+        assert_eq!(rig.vertex.events("vertex").len(), calls, "a refused request reached Vertex");
+    }
+}
+
+both_modes! {
+    async fn count_tokens_on_vertex_reaches_each_publisher_s_counter(mode: Mode) {
+        let rig = start(mode, TokenSettings::default());
+        let tools = json!([{"name": "weather", "input_schema": {"type": "object",
+            "properties": {"city": {"type": "string"}}}}]);
+        let reply = rig.post("/v1/messages/count_tokens", json!({"model": "vgem", "system": "Be brief.",
+            "tools": tools, "messages": [{"role": "user", "content": "How many tokens here?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json(), json!({"input_tokens": 6}));
+        let seen = rig.sent();
+        assert_eq!(seen["path"], format!("{GEMINI_PATH}:countTokens"));
+        assert_eq!(seen["body"]["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+        assert_eq!(seen["body"]["tools"][0]["functionDeclarations"][0]["name"], "weather");
+        assert!(seen["body"].get("generateContentRequest").is_none(), "{seen}");
+
+        let reply = rig.post("/v1/messages/count_tokens", json!({"model": "vclaude", "system": "Be brief.",
+            "messages": [{"role": "user", "content": "How many tokens here?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json(), json!({"input_tokens": 6}));
+        let seen = rig.sent();
+        assert_eq!(seen["path"], CLAUDE_COUNT_PATH);
+        assert_eq!(seen["body"]["model"], "claude-sonnet-4@20250514");
+        assert_eq!(seen["body"]["anthropic_version"], "vertex-2023-10-16");
+        assert_eq!(seen["token"], "ya29.mock-token-1");
+    }
+}
+
+both_modes! {
+    async fn images_and_json_mode_reach_both_vertex_publishers_from_both_clients(mode: Mode) {
+        let rig = start(mode, TokenSettings::default());
+        let picture = json!([{"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": PNG}}]);
+        let reply = rig.chat(json!({"model": "vgem", "messages": [{"role": "user", "content": picture}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["choices"][0]["message"]["content"], "I see image/png.");
+        rig.sent();
+        assert_eq!(rig.vertex.last("request")["body"]["contents"][0]["parts"][1],
+            json!({"inlineData": {"mimeType": "image/png", "data": PNG_DATA}}));
+        let reply = rig.chat(json!({"model": "vclaude", "messages": [{"role": "user", "content": picture}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["choices"][0]["message"]["content"], "I see image/png.");
+        assert_eq!(rig.sent()["body"]["messages"][0]["content"][1],
+            json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_DATA}}));
+
+        let block = json!([{"type": "text", "text": "What is this?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_DATA}}]);
+        for model in ["vgem", "vclaude"] {
+            let reply = rig.messages(json!({"model": model, "max_tokens": 50,
+                "messages": [{"role": "user", "content": block}]})).await;
+            assert_eq!(reply.status, 200, "{model}: {}", reply.text());
+            assert_eq!(reply.json()["content"][0]["text"], "I see image/png.", "{model}");
+            rig.sent();
+        }
+        assert_eq!(rig.vertex.last("vertex")["body"]["messages"][0]["content"][1], block[1]);
+
+        let schema = json!({"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"]});
+        let format = json!({"type": "json_schema", "json_schema": {"name": "person", "schema": schema}});
+        let reply = rig.chat(json!({"model": "vgem", "response_format": format,
+            "messages": [{"role": "user", "content": "Who?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let said: Value = serde_json::from_str(reply.json()["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(said, json!({"name": "Ada", "age": 36}));
+        rig.sent();
+        let config = &rig.vertex.last("request")["body"]["generationConfig"];
+        assert_eq!(config["responseMimeType"], "application/json");
+        assert_eq!(config["responseJsonSchema"], schema);
+        let reply = rig.chat(json!({"model": "vclaude", "response_format": format,
+            "messages": [{"role": "user", "content": "Who?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let said: Value = serde_json::from_str(reply.json()["choices"][0]["message"]["content"].as_str().unwrap()).unwrap();
+        assert_eq!(said, json!({"name": "Ada", "age": 36}));
+        let seen = rig.sent();
+        assert_eq!(seen["body"]["tool_choice"], json!({"type": "tool", "name": "json_output"}));
+        assert_eq!(seen["body"]["tools"][0]["input_schema"], schema);
+
+        // An Anthropic client asks for JSON with a forced tool.
+        let tools = json!([{"name": "record_person", "input_schema": schema}]);
+        for model in ["vgem", "vclaude"] {
+            let reply = rig.messages(json!({"model": model, "max_tokens": 50, "tools": tools,
+                "tool_choice": {"type": "tool", "name": "record_person"},
+                "messages": [{"role": "user", "content": "Who?"}]})).await;
+            assert_eq!(reply.status, 200, "{model}: {}", reply.text());
+            let body = reply.json();
+            assert_eq!(body["stop_reason"], "tool_use", "{model}: {body}");
+            assert_eq!(body["content"][0]["name"], "record_person", "{model}: {body}");
+            rig.sent();
+        }
+        assert_eq!(rig.vertex.last("vertex")["body"]["tool_choice"], json!({"type": "tool", "name": "record_person"}));
+        assert_eq!(rig.vertex.last("vertex")["body"]["tools"], tools);
+        let calling = &rig.vertex.last("request")["body"]["toolConfig"]["functionCallingConfig"];
+        assert_eq!(calling["mode"], "ANY", "{calling}");
+        assert_eq!(calling["allowedFunctionNames"], json!(["record_person"]));
     }
 }

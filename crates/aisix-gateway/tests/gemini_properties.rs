@@ -1,11 +1,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Properties of the Gemini translators: no input makes one panic; a stream gives the same
 //! output however its bytes are split; and a stream's text, thoughts, calls and usage are the
-//! whole answer's (the same events gathered into one `generateContent` answer).
+//! whole answer's (the same events gathered into one `generateContent` answer); Vertex's
+//! `:predict` answer gives each vector in order and the sum of its token counts.
 
 use aisix_gateway::wire::anthropic::stream::Step;
 use aisix_gateway::wire::gemini::stream::ToChat;
-use aisix_gateway::wire::gemini::{error, request, response};
+use aisix_gateway::wire::gemini::{error, request, response, vertex};
 use aisix_gateway::wire::sse;
 use bytes::BytesMut;
 use proptest::prelude::*;
@@ -140,6 +141,32 @@ fn gathered(out: &[u8]) -> (String, String, Vec<(String, String)>, Option<String
 }
 
 proptest! {
+    #![proptest_config(config(128))]
+
+    #[test]
+    fn a_predict_answer_gives_each_vector_in_order_and_the_sum_of_its_token_counts(
+        predictions in prop::collection::vec(
+            (prop::collection::vec(-1.0e3f32..1.0e3, 1..8), 0u32..10_000), 1..6),
+    ) {
+        let texts: Vec<String> = (0..predictions.len()).map(|i| format!("t{i}")).collect();
+        let sent = vertex::embeddings(json!({"input": texts}).to_string().as_bytes()).unwrap();
+        let answer = json!({"predictions": predictions.iter().map(|(values, count)| json!({
+            "embeddings": {"values": values, "statistics": {"token_count": count, "truncated": false}}
+        })).collect::<Vec<_>>()});
+        let out = vertex::embeddings_to_openai(answer.to_string().as_bytes(), "m", &sent).unwrap();
+        let list: Value = serde_json::from_slice(&out.body).unwrap();
+        let total: u64 = predictions.iter().map(|(_, count)| u64::from(*count)).sum();
+        prop_assert_eq!(out.usage.prompt_tokens, total);
+        prop_assert_eq!(&list["usage"]["prompt_tokens"], &json!(total));
+        for (i, (values, _)) in predictions.iter().enumerate() {
+            let got: Vec<f32> = serde_json::from_value(list["data"][i]["embedding"].clone()).unwrap();
+            prop_assert_eq!(&got, values);
+            prop_assert_eq!(&list["data"][i]["index"], &json!(i));
+        }
+    }
+}
+
+proptest! {
     #![proptest_config(config(256))]
 
     #[test]
@@ -149,6 +176,12 @@ proptest! {
         let _ = response::to_chat(&bytes, 1, "");
         let _ = response::embeddings_to_openai(&bytes, "m", true);
         let _ = error::upstream_to_openai(429, &bytes, Some("secret-key"));
+        let _ = vertex::count_tokens(&bytes);
+        if let Ok(sent) = vertex::embeddings(&bytes) {
+            let _ = vertex::embeddings_to_openai(&bytes, "m", &sent);
+        }
+        let sent = vertex::embeddings(br#"{"input":["a","b"]}"#).unwrap();
+        let _ = vertex::embeddings_to_openai(&bytes, "m", &sent);
         let mut framed = b"data: ".to_vec();
         framed.extend_from_slice(&bytes);
         framed.extend_from_slice(b"\n\n");

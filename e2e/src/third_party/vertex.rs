@@ -2,8 +2,9 @@
 //! token endpoint, which verifies the gateway's RS256 service-account assertion with PyJWT
 //! against a key pair the app generates at start (and writes as a service-account key file),
 //! and the Gemini (validated by the `google-genai` SDK's types, through the Gemini mock) and
-//! Anthropic (`rawPredict`, validated by the `anthropic` SDK's types) publisher endpoints. The
-//! app records each token request and each publisher call.
+//! Anthropic (`rawPredict`, validated by the `anthropic` SDK's types) publisher endpoints, with
+//! a text-embedding model's `:predict` (checked against google-genai's own Vertex converter) and
+//! both publishers' token counters. The app records each token request and each publisher call.
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;

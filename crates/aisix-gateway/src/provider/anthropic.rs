@@ -48,7 +48,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     };
     // Vertex AI serves Anthropic's models at its own URL, with its own body and headers.
     let vertex = provider.kind == ProviderKind::Vertex;
-    // (`vertex::call` sends only chat and Messages here.)
+    // (`vertex::call` sends only chat, Messages and count_tokens here.)
     let uri = if vertex {
         super::vertex::raw_predict_uri(call)?
     } else {
@@ -73,7 +73,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         structured = translated.structured;
         translated.body
     };
-    let body = if vertex {
+    let body = if vertex && endpoint == Endpoint::CountTokens {
+        super::vertex::count_tokens_body(&body, &route.upstream_model)?
+    } else if vertex {
         super::vertex::raw_predict_body(&body)?
     } else {
         body
@@ -85,11 +87,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         );
     }
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if !relayed && !inbound.stream {
-        Some(call.reserve().await?)
-    } else {
-        None
-    };
+    let reserved = call.reserve_if(!relayed && !inbound.stream).await?;
     let errors: super::exchange::ErrorBody = if vertex {
         super::vertex::error_body
     } else {

@@ -53,20 +53,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         request::from_chat(&inbound.body, &route.upstream_model, DEFAULT_MAX_TOKENS)
     }
     .map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let extra = signed(call, uri, &converse.body, inbound.stream).await?;
     let head = call.send(uri, converse.body, &extra, error_body).await?;
     let id = message_id(call);
@@ -242,6 +231,14 @@ impl BedrockStream {
                 return step;
             }
         }
+        // Only `metadata` reports usage (the `message_start` made for the client says zero):
+        // until then a cut stream counts its content events.
+        if self.usage.is_none()
+            && let Some(usage) = self.to_anthropic.usage()
+        {
+            self.usage = Some(usage.to_usage());
+            step.usage = self.usage;
+        }
         let events = self.out.split().freeze();
         let sent = self.relay(&events, &mut step);
         step.edit = if sent.is_empty() {
@@ -263,10 +260,6 @@ impl BedrockStream {
                 Edit::Keep => sent.extend_from_slice(event),
                 Edit::Replace(bytes) => sent.extend_from_slice(&bytes),
                 Edit::Drop => {}
-            }
-            if mapped.usage.is_some() {
-                self.usage = mapped.usage;
-                step.usage = mapped.usage;
             }
             step.done |= mapped.done;
             if mapped.failure.is_some() {
@@ -307,7 +300,7 @@ impl BedrockStream {
     pub(super) fn carried(&self) -> Carried {
         Carried {
             usage: self.usage,
-            pieces: 0,
+            pieces: self.client.pieces(),
         }
     }
 

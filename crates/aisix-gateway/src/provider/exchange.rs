@@ -165,6 +165,20 @@ impl Call<'_> {
             .ok_or_else(|| no_uri(self.provider()))
     }
 
+    /// The URI this call goes to when its provider names streams by URI (Gemini's
+    /// `streamGenerateContent`, Bedrock's `converse-stream`, Vertex's `streamRawPredict`): the
+    /// route's stream URI for a stream, else `unary`'s.
+    pub(crate) fn uri_or_stream(&self, unary: Endpoint) -> Result<&Uri, GatewayError> {
+        if self.inbound.stream {
+            self.route
+                .uris
+                .stream()
+                .ok_or_else(|| no_uri(self.provider()))
+        } else {
+            self.uri(unary)
+        }
+    }
+
     /// Sends `body` (with `extra` headers) to `uri` and waits for a successful response head
     /// by the first-byte deadline. An error status is an error that carries, for the 4xx a
     /// client may see, the provider's own error object as `error_body` renders it.
@@ -234,6 +248,16 @@ impl Call<'_> {
             .reserve(body, self.max_response_bytes, expected, self.room_by)
             .await?;
         Ok(Reserved { held, bound })
+    }
+
+    /// [`Call::reserve`] when the call will hold a whole answer to translate (`whole`); nothing
+    /// for an answer relayed or streamed.
+    pub(crate) async fn reserve_if(&self, whole: bool) -> Result<Option<Reserved>, GatewayError> {
+        Ok(if whole {
+            Some(self.reserve().await?)
+        } else {
+            None
+        })
     }
 
     /// Holds the whole answer of `head` (up to `upstream.max_response_bytes`) in the room

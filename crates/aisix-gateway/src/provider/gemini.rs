@@ -9,6 +9,8 @@
 use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
+use aisix_config::ProviderKind;
+
 use super::translated::TranslatedStream;
 use super::{Answer, Call, Carried, Edit, Mapped, StreamMap, exchange};
 use crate::endpoint::{Endpoint, Proxied};
@@ -54,20 +56,9 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         inbound.body.clone()
     };
     let translated = request::from_chat(&chat).map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let head = call
         .send(uri, translated.body, &HeaderMap::new(), error_body)
         .await?;
@@ -101,8 +92,13 @@ async fn count_tokens(call: &Call<'_>) -> Result<Answer, GatewayError> {
         OutputTokensField::MaxCompletionTokens,
     )
     .map_err(super::anthropic::request_error)?;
-    let body = request::count_tokens(&chat, &resource_name(&route.upstream_model))
-        .map_err(super::anthropic::request_error)?;
+    // Vertex AI takes the request's fields at the top level; AI Studio a whole request.
+    let body = if call.provider().kind == ProviderKind::Vertex {
+        crate::wire::gemini::vertex::count_tokens(&chat)
+    } else {
+        request::count_tokens(&chat, &resource_name(&route.upstream_model))
+    }
+    .map_err(super::anthropic::request_error)?;
     let uri = call.uri(Endpoint::CountTokens)?;
     let reserved = call.reserve().await?;
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
@@ -200,7 +196,13 @@ impl GeminiStream {
                 return step;
             }
         }
-        let usage = self.to_chat.usage().map(|u| u.to_usage());
+        // Gemini reports usage as it goes, the output's only at the end: a stream cut
+        // before then counts its content parts.
+        let pieces = self.to_chat.pieces();
+        let usage = self
+            .to_chat
+            .usage()
+            .map(|u| u.to_usage().with_output_at_least(pieces));
         if usage.is_some() && usage != self.usage {
             self.usage = usage;
             step.usage = usage;
@@ -245,7 +247,7 @@ impl GeminiStream {
     pub(super) fn carried(&self) -> Carried {
         Carried {
             usage: self.usage,
-            pieces: 0,
+            pieces: self.to_chat.pieces(),
         }
     }
 

@@ -57,11 +57,7 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
         ),
     };
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if translated && !inbound.stream {
-        Some(call.reserve().await?)
-    } else {
-        None
-    };
+    let reserved = call.reserve_if(translated && !inbound.stream).await?;
     let head = call.send(uri, body, &HeaderMap::new(), error_body).await?;
     if head.is_stream(inbound.stream) {
         let map = if translated {

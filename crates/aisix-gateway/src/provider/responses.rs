@@ -148,21 +148,12 @@ async fn translated(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let Prepared { chat, echo, keep } = prepare(call, include_usage).await?;
     let uri = call.uri(Endpoint::ChatCompletions)?;
     // A whole answer translated is held: its room is found before the provider bills it.
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let head = call
         .send(uri, chat, &HeaderMap::new(), super::openai::error_body)
         .await?;
     if head.is_stream(inbound.stream) {
-        let map = Translating::new(echo, Arc::clone(&call.route.provider), keep, None);
-        return Ok(
-            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
-                map,
-            )))),
-        );
+        return Ok(translated_stream(call, head, echo, keep, None));
     }
     answered(call, head, reserved, echo, keep, |body| {
         Ok(Cow::Borrowed(body))
@@ -196,25 +187,11 @@ pub(crate) async fn via_anthropic(call: &Call<'_>) -> Result<Answer, GatewayErro
                 super::anthropic::error_body,
             )
         };
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let head = call.send(uri, body, &extra, errors).await?;
     if head.is_stream(inbound.stream) {
-        let to_chat = ToOpenAi::new(true, exchange::unix_now());
-        let map = Translating::new(
-            echo,
-            Arc::clone(&call.route.provider),
-            keep,
-            Some(Box::new(ToChatChunks::Anthropic(to_chat))),
-        );
-        return Ok(
-            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
-                map,
-            )))),
-        );
+        let to_chat = ToChatChunks::Anthropic(ToOpenAi::new(true, exchange::unix_now()));
+        return Ok(translated_stream(call, head, echo, keep, Some(to_chat)));
     }
     answered(call, head, reserved, echo, keep, |body| {
         let chat = anthropic_response::to_openai(body, exchange::unix_now())?;
@@ -232,19 +209,8 @@ pub(crate) async fn via_bedrock(call: &Call<'_>) -> Result<Answer, GatewayError>
     let converse =
         crate::wire::bedrock::request::from_chat(&chat, &route.upstream_model, DEFAULT_MAX_TOKENS)
             .map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let extra = super::bedrock::signed(call, uri, &converse.body, inbound.stream).await?;
     let head = call
         .send(uri, converse.body, &extra, super::bedrock::error_body)
@@ -252,17 +218,8 @@ pub(crate) async fn via_bedrock(call: &Call<'_>) -> Result<Answer, GatewayError>
     let id = super::bedrock::message_id(call);
     if inbound.stream && super::bedrock::is_event_stream(&head) {
         let to_chat = BedrockToChat::new(&id, &route.upstream_model, exchange::unix_now());
-        let map = Translating::new(
-            echo,
-            Arc::clone(&call.route.provider),
-            keep,
-            Some(Box::new(ToChatChunks::Bedrock(to_chat))),
-        );
-        return Ok(
-            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
-                map,
-            )))),
-        );
+        let to_chat = ToChatChunks::Bedrock(to_chat);
+        return Ok(translated_stream(call, head, echo, keep, Some(to_chat)));
     }
     let structured = converse.structured;
     answered(call, head, reserved, echo, keep, |body| {
@@ -277,23 +234,12 @@ pub(crate) async fn via_bedrock(call: &Call<'_>) -> Result<Answer, GatewayError>
 /// The client's Responses request for a `gemini` target: translated to chat completions, then
 /// to a `generateContent` body; Gemini's answer or stream comes back through chat to Responses.
 pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> {
-    let (route, inbound) = (call.route, call.inbound);
+    let inbound = call.inbound;
     let Prepared { chat, echo, keep } = prepare(call, inbound.stream).await?;
     let generate =
         crate::wire::gemini::request::from_chat(&chat).map_err(super::anthropic::request_error)?;
-    let uri = if inbound.stream {
-        route
-            .uris
-            .stream()
-            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))?
-    } else {
-        call.uri(Endpoint::ChatCompletions)?
-    };
-    let reserved = if inbound.stream {
-        None
-    } else {
-        Some(call.reserve().await?)
-    };
+    let uri = call.uri_or_stream(Endpoint::ChatCompletions)?;
+    let reserved = call.reserve_if(!inbound.stream).await?;
     let head = call
         .send(
             uri,
@@ -303,24 +249,30 @@ pub(crate) async fn via_gemini(call: &Call<'_>) -> Result<Answer, GatewayError> 
         )
         .await?;
     if head.is_stream(inbound.stream) {
-        let to_chat = GeminiToChat::new(true, exchange::unix_now(), None);
-        let map = Translating::new(
-            echo,
-            Arc::clone(&call.route.provider),
-            keep,
-            Some(Box::new(ToChatChunks::Gemini(to_chat))),
-        );
-        return Ok(
-            head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
-                map,
-            )))),
-        );
+        let to_chat = ToChatChunks::Gemini(GeminiToChat::new(true, exchange::unix_now(), None));
+        return Ok(translated_stream(call, head, echo, keep, Some(to_chat)));
     }
     answered(call, head, reserved, echo, keep, |body| {
         let chat = gemini_response::to_chat(body, exchange::unix_now(), "")?;
         Ok(Cow::Owned(chat.body.to_vec()))
     })
     .await
+}
+
+/// A translated stream's map: the upstream's events (through `to_chat` to chat chunks when
+/// they are not chat's own) to Responses events, the answer kept as `keep` says.
+fn translated_stream(
+    call: &Call<'_>,
+    head: exchange::UpstreamHead,
+    echo: Echo,
+    keep: Option<(Keeper, Bytes)>,
+    to_chat: Option<ToChatChunks>,
+) -> Answer {
+    let provider = Arc::clone(&call.route.provider);
+    let map = Translating::new(echo, provider, keep, to_chat.map(Box::new));
+    head.stream(StreamMap::Responses(Box::new(ResponsesStream::Translated(
+        map,
+    ))))
 }
 
 /// The client's Responses request for the built-in `mock` provider: its chat answer (whole, or

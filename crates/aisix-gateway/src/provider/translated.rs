@@ -290,6 +290,11 @@ impl TranslatedStream {
         self.tool_call
     }
 
+    /// Content events read so far.
+    pub(super) fn pieces(&self) -> u64 {
+        self.pieces
+    }
+
     /// Where an Anthropic client's stream stands.
     pub(super) fn blocks(&self) -> Blocks {
         self.splice.as_ref().map_or(self.blocks, Splice::blocks)
@@ -299,15 +304,9 @@ impl TranslatedStream {
     /// stream reports its output only at its end, so a cut one is charged its content events
     /// when they are more.
     pub(super) fn carried(&self) -> Carried {
-        let own = self.token_usage().map(|u| {
-            let mut usage = u.to_usage();
-            if !matches!(self.way, Way::ToAnthropic(_)) && usage.completion_tokens < self.pieces {
-                usage.total_tokens = usage
-                    .total_tokens
-                    .saturating_add(self.pieces - usage.completion_tokens);
-                usage.completion_tokens = self.pieces;
-            }
-            usage
+        let own = self.token_usage().map(|u| match self.way {
+            Way::ToAnthropic(_) => u.to_usage(),
+            _ => u.to_usage().with_output_at_least(self.pieces),
         });
         let total = match (own, self.before) {
             (Some(own), Some(before)) => Some(before.plus(own)),

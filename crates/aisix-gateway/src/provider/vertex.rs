@@ -2,7 +2,8 @@
 //! (refreshed off the request path, [`crate::snapshot::credential`]; added by
 //! [`super::exchange`]), models under `projects/{project}/locations/{location}/publishers/…`.
 //! A Gemini model (`publishers/google`) is called exactly as the `gemini` adapter calls one,
-//! its translators unchanged; an Anthropic model (`publishers/anthropic`, a `model_name`
+//! its translators unchanged, but for embeddings (`:predict`) and the `countTokens` body
+//! ([`crate::wire::gemini::vertex`]); an Anthropic model (`publishers/anthropic`, a `model_name`
 //! starting `claude`) as the `anthropic` adapter calls one, at `:rawPredict` /
 //! `:streamRawPredict` with the body made Vertex's ([`raw_predict_body`]). Errors are Google's
 //! envelope or, from an Anthropic model, Anthropic's ([`error_body`]).
@@ -10,7 +11,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use http::Uri;
+use http::{HeaderMap, Uri};
 use serde_json::value::RawValue;
 
 use super::{Answer, Call};
@@ -18,6 +19,7 @@ use crate::endpoint::{Endpoint, Proxied};
 use crate::error::{ErrorKind, GatewayError};
 use crate::snapshot::Publisher;
 use crate::wire::Dialect;
+use crate::wire::gemini::vertex;
 
 /// The `anthropic_version` Vertex AI's Anthropic models take in the body.
 pub(crate) const ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
@@ -29,11 +31,16 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     match (Publisher::of(&call.route.upstream_model), endpoint) {
         (
             Publisher::Google,
-            Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::Responses,
+            Endpoint::ChatCompletions
+            | Endpoint::Messages
+            | Endpoint::Responses
+            | Endpoint::CountTokens,
         ) => super::gemini::call(call).await,
-        (Publisher::Anthropic, Endpoint::ChatCompletions | Endpoint::Messages) => {
-            super::anthropic::call(call).await
-        }
+        (Publisher::Google, Endpoint::Embeddings) => embeddings(call).await,
+        (
+            Publisher::Anthropic,
+            Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens,
+        ) => super::anthropic::call(call).await,
         (Publisher::Anthropic, Endpoint::Responses) => super::responses::via_anthropic(call).await,
         (_, other) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
@@ -46,10 +53,28 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     }
 }
 
-/// The URI of an Anthropic model's Messages call: `:streamRawPredict` for a stream, else
-/// `:rawPredict`.
+/// `/v1/embeddings` on a text-embedding model as `:predict`, the answer back as OpenAI's list
+/// with the token counts Vertex reports as its usage.
+async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
+    let sent = vertex::embeddings(&call.inbound.body).map_err(super::anthropic::request_error)?;
+    let uri = call.uri(Endpoint::Embeddings)?;
+    let reserved = call.reserve().await?;
+    let head = call
+        .send(uri, sent.body.clone(), &HeaderMap::new(), error_body)
+        .await?;
+    call.translate(head, Some(reserved), |body| {
+        let answer = vertex::embeddings_to_openai(body, &call.route.upstream_model, &sent)?;
+        Ok((answer.body, Some(answer.usage)))
+    })
+    .await
+}
+
+/// The URI of an Anthropic model's call: the token counter's for count_tokens,
+/// `:streamRawPredict` for a stream, else `:rawPredict`.
 pub(super) fn raw_predict_uri<'a>(call: &'a Call<'_>) -> Result<&'a Uri, GatewayError> {
-    if call.inbound.stream {
+    if call.inbound.endpoint == Endpoint::CountTokens {
+        call.uri(Endpoint::CountTokens)
+    } else if call.inbound.stream {
         call.route
             .uris
             .stream()
@@ -62,6 +87,8 @@ pub(super) fn raw_predict_uri<'a>(call: &'a Call<'_>) -> Result<&'a Uri, Gateway
 #[derive(serde::Serialize)]
 struct RawPredict<'a> {
     anthropic_version: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<&'a str>,
     #[serde(flatten)]
     rest: BTreeMap<String, &'a RawValue>,
 }
@@ -70,6 +97,16 @@ struct RawPredict<'a> {
 /// `model` goes, and `anthropic_version` is Vertex's. The other fields pass as they are
 /// (copied, not re-serialized).
 pub(super) fn raw_predict_body(body: &[u8]) -> Result<Bytes, GatewayError> {
+    vertex_body(body, None)
+}
+
+/// An Anthropic count_tokens body as Vertex's token counter takes it: its URL names no model,
+/// so `model` is the body's (the upstream model), beside Vertex's `anthropic_version`.
+pub(super) fn count_tokens_body(body: &[u8], model: &str) -> Result<Bytes, GatewayError> {
+    vertex_body(body, Some(model))
+}
+
+fn vertex_body(body: &[u8], count_model: Option<&str>) -> Result<Bytes, GatewayError> {
     let mut rest: BTreeMap<String, &RawValue> = serde_json::from_slice(body).map_err(|e| {
         GatewayError::new(
             ErrorKind::InvalidJson,
@@ -80,6 +117,7 @@ pub(super) fn raw_predict_body(body: &[u8]) -> Result<Bytes, GatewayError> {
     rest.remove("anthropic_version");
     let body = RawPredict {
         anthropic_version: ANTHROPIC_VERSION,
+        model: count_model,
         rest,
     };
     serde_json::to_vec(&body).map(Bytes::from).map_err(|e| {
@@ -131,6 +169,22 @@ mod tests {
                 "max_tokens": 5,
                 "stream": true,
                 "messages": [{"role": "user", "content": "hi é"}],
+            })
+        );
+    }
+
+    #[test]
+    fn a_count_tokens_body_names_the_upstream_model_with_vertex_s_anthropic_version() {
+        let body = br#"{"model":"vclaude","messages":[{"role":"user","content":"hi"}]}"#;
+        let sent: serde_json::Value =
+            serde_json::from_slice(&count_tokens_body(body, "claude-sonnet-4@20250514").unwrap())
+                .unwrap();
+        assert_eq!(
+            sent,
+            serde_json::json!({
+                "anthropic_version": "vertex-2023-10-16",
+                "model": "claude-sonnet-4@20250514",
+                "messages": [{"role": "user", "content": "hi"}],
             })
         );
     }

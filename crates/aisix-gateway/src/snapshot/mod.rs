@@ -393,6 +393,53 @@ api_keys:
     }
 
     #[test]
+    fn vertex_models_get_their_publisher_s_paths_for_chat_embeddings_and_count_tokens() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("sa.json");
+        std::fs::write(
+            &file,
+            serde_json::json!({"type": "service_account", "client_email": "a@b.c",
+                "private_key": "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
+                "token_uri": "http://127.0.0.1:1/token"})
+            .to_string(),
+        )
+        .unwrap();
+        let yaml = format!(
+            r#"_format_version: "1"
+provider_keys:
+  - {{display_name: v, provider: vertex, project: p1, location: us-east5, api_base: "http://127.0.0.1:9", credentials_file: {}}}
+models:
+  - {{display_name: embed, provider: vertex, model_name: text-embedding-005, provider_key: v}}
+  - {{display_name: claude, provider: vertex, model_name: "claude-sonnet-4@20250514", provider_key: v}}
+"#,
+            file.display()
+        );
+        let snapshot = Snapshot::from_resources(&parse(&yaml));
+        let base = "http://127.0.0.1:9/v1/projects/p1/locations/us-east5/publishers";
+        let embed = direct(&snapshot, "embed");
+        let uri = |endpoint| embed.uris.get(endpoint).unwrap().to_string();
+        assert_eq!(
+            uri(Endpoint::Embeddings),
+            format!("{base}/google/models/text-embedding-005:predict")
+        );
+        assert_eq!(
+            uri(Endpoint::CountTokens),
+            format!("{base}/google/models/text-embedding-005:countTokens")
+        );
+        assert!(embed.uris.get(Endpoint::Messages).is_none());
+        let claude = direct(&snapshot, "claude");
+        assert_eq!(
+            claude.uris.get(Endpoint::Messages).unwrap().to_string(),
+            format!("{base}/anthropic/models/claude-sonnet-4%4020250514:rawPredict")
+        );
+        assert_eq!(
+            claude.uris.get(Endpoint::CountTokens).unwrap().to_string(),
+            format!("{base}/anthropic/models/count-tokens:rawPredict")
+        );
+        assert!(claude.uris.get(Endpoint::Embeddings).is_none());
+    }
+
+    #[test]
     fn bedrock_models_get_converse_paths_a_signer_and_no_credential_header() {
         let yaml = r#"_format_version: "1"
 provider_keys:

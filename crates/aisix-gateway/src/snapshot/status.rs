@@ -26,6 +26,7 @@ pub(crate) fn of(loaded: &Loaded) -> Vec<ModelStatus> {
                 cooldown_remaining_ms: remaining,
                 in_flight: state.in_flight(),
                 latency_estimate_ms: state.latency_us() / 1000,
+                disabled: model.disabled,
             })
         })
         .collect()

@@ -83,8 +83,10 @@ impl EndpointUris {
     /// A Vertex AI model's URIs, under
     /// `{api_base}/v1/projects/{project}/locations/{location}/publishers/{publisher}/models/{model}`
     /// (each spliced value percent-encoded): a Gemini model's chat at `:generateContent` and,
-    /// streamed, `:streamGenerateContent?alt=sse`; an Anthropic model's Messages at
-    /// `:rawPredict` and, streamed, `:streamRawPredict` ([`Publisher::of`] tells which).
+    /// streamed, `:streamGenerateContent?alt=sse`, embeddings at `:predict`, count_tokens at
+    /// `:countTokens`; an Anthropic model's Messages at `:rawPredict` and, streamed,
+    /// `:streamRawPredict`, count_tokens at `…/publishers/anthropic/models/count-tokens:rawPredict`
+    /// ([`Publisher::of`] tells which).
     pub(super) fn vertex(key: &aisix_config::ProviderKey, model: &str) -> Self {
         let Some(vertex) = &key.vertex else {
             return Self::default();
@@ -94,30 +96,34 @@ impl EndpointUris {
             None => (key.api_base.as_str(), None),
         };
         let publisher = Publisher::of(model);
-        let model = format!(
-            "{base}/v1/projects/{}/locations/{}/publishers/{}/models/{}",
+        let models = format!(
+            "{base}/v1/projects/{}/locations/{}/publishers/{}/models",
             percent_encoded(&vertex.project),
             percent_encoded(&vertex.location),
             publisher.as_str(),
-            percent_encoded(model),
         );
-        let uri = |method: &str, extra: Option<&str>| {
+        let model = percent_encoded(model);
+        let uri = |model: &str, method: &str, extra: Option<&str>| {
             let query = match (query, extra) {
                 (Some(a), Some(b)) => format!("?{a}&{b}"),
                 (Some(q), None) | (None, Some(q)) => format!("?{q}"),
                 (None, None) => String::new(),
             };
-            format!("{model}:{method}{query}").parse().ok()
+            format!("{models}/{model}:{method}{query}").parse().ok()
         };
         match publisher {
             Publisher::Google => Self {
-                chat_completions: uri("generateContent", None),
-                stream: uri("streamGenerateContent", Some("alt=sse")),
+                chat_completions: uri(&model, "generateContent", None),
+                stream: uri(&model, "streamGenerateContent", Some("alt=sse")),
+                embeddings: uri(&model, "predict", None),
+                count_tokens: uri(&model, "countTokens", None),
                 ..Self::default()
             },
             Publisher::Anthropic => Self {
-                messages: uri("rawPredict", None),
-                stream: uri("streamRawPredict", None),
+                messages: uri(&model, "rawPredict", None),
+                stream: uri(&model, "streamRawPredict", None),
+                // Anthropic's token counter is one model of its own; the body names the model.
+                count_tokens: uri("count-tokens", "rawPredict", None),
                 ..Self::default()
             },
         }

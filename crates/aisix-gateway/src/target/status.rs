@@ -36,4 +36,6 @@ pub struct ModelStatus {
     /// The moving average of its time to first token (with failure penalties), in ms; a prior
     /// of one second before the first sample.
     pub latency_estimate_ms: u64,
+    /// Disabled: loaded, but answered as an unknown model and skipped by groups.
+    pub disabled: bool,
 }

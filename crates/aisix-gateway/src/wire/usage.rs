@@ -32,6 +32,18 @@ impl Usage {
             total_tokens: self.total_tokens.saturating_add(other.total_tokens),
         }
     }
+
+    /// This usage with at least `pieces` completion tokens: a stream's content chunks (a model
+    /// streams at least a token in each) count when its usage so far says less.
+    pub fn with_output_at_least(mut self, pieces: u64) -> Usage {
+        if self.completion_tokens < pieces {
+            self.total_tokens = self
+                .total_tokens
+                .saturating_add(pieces.saturating_sub(self.completion_tokens));
+            self.completion_tokens = pieces;
+        }
+        self
+    }
 }
 
 #[derive(Deserialize)]
@@ -223,6 +235,23 @@ pub fn with_usage(json: &[u8], usage: Usage) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn content_pieces_raise_the_output_only_when_the_usage_says_less() {
+        let usage = Usage {
+            prompt_tokens: 9,
+            completion_tokens: 0,
+            total_tokens: 9,
+        };
+        let raised = usage.with_output_at_least(2);
+        assert_eq!((raised.completion_tokens, raised.total_tokens), (2, 11));
+        let reported = Usage {
+            completion_tokens: 5,
+            total_tokens: 14,
+            ..usage
+        };
+        assert_eq!(reported.with_output_at_least(2), reported);
+    }
 
     #[test]
     fn usages_from_upstreams_add_up_saturating_instead_of_overflowing() {

@@ -240,6 +240,7 @@ async fn model_status(
                 cooldown_remaining_ms: s.cooldown_remaining_ms,
                 in_flight: s.in_flight,
                 latency_estimate_ms: s.latency_estimate_ms,
+                disabled: s.disabled,
             })
             .collect(),
     ))

@@ -55,6 +55,8 @@ pub(crate) struct ModelStatusView {
     pub in_flight: u32,
     /// Moving average of time to first token with failure penalties; 1000 before any call.
     pub latency_estimate_ms: u64,
+    /// Disabled (`POST /admin/v1/models/{id}/disable`): answered as an unknown model.
+    pub disabled: bool,
 }
 
 /// An API key's fields, as a resources file takes them, but never its secret: the gateway

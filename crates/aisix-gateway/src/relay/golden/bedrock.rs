@@ -22,19 +22,24 @@ use crate::wire::bedrock::{error, frames, request, response};
 /// The model every request and answer case names.
 const MODEL: &str = "anthropic.claude-3-5-sonnet-20240620-v1:0";
 
+/// A model Bedrock serves with prompt caching.
+const CACHING_MODEL: &str = "us.anthropic.claude-sonnet-4-20250514-v1:0";
+
 /// The `created` time the translations to OpenAI report.
 const CREATED: u64 = 1_700_000_000;
 
 /// A ConverseStream (its body arriving as `chunks`) relayed to a client of `dialect`: the
-/// client's bytes, and whether it completed with the usage it read.
+/// client's bytes, and whether it completed, with the usage it read and the output it counted.
 fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
     let anthropic = dialect == Dialect::Anthropic;
     let map = BedrockStream::new("msg_req-1", MODEL, anthropic, true, false, CREATED);
     let relayed = testing::relay(StreamMap::Bedrock(Box::new(map)), dialect, chunks);
-    let usage = relayed.events.map().carried().usage;
+    // What settles the request: the usage reported, else the output the relay counted.
+    let usage = relayed.events.usage();
+    let produced = relayed.events.map().produced();
     (
         relayed.out,
-        json!({"complete": relayed.complete, "usage": usage}),
+        json!({"complete": relayed.complete, "usage": usage, "produced": produced}),
     )
 }
 
@@ -71,7 +76,8 @@ fn bedrock_streams_relay_to_both_clients_as_the_golden_files_say() {
 fn messages_requests_translate_to_converse_as_the_golden_files_say() {
     let mut diffs = Diffs::default();
     for (_, path, input) in cases("bedrock/request", "json") {
-        let translated = request::from_messages(&input, MODEL).unwrap();
+        // A model with prompt caching, so that `cache_control` becomes `cachePoint`.
+        let translated = request::from_messages(&input, CACHING_MODEL).unwrap();
         diffs.expect(&path, "out.json", translated.body.to_vec(), true);
     }
     diffs.check();

@@ -1,6 +1,6 @@
 //! Golden files for every translation to and from Google's Gemini API: chat requests (and
 //! Anthropic Messages requests through chat), whole answers, streams, embeddings and error
-//! bodies. Inputs are `tests/golden/gemini/<kind>/<case>.in.*`; the expected outputs sit
+//! bodies, and Vertex AI's own forms (`:predict` embeddings, the `countTokens` body). Inputs are `tests/golden/gemini/<kind>/<case>.in.*`; the expected outputs sit
 //! beside each (`<case>.out.*` for an OpenAI client, `<case>.anthropic.*` for an Anthropic
 //! one; JSON compared as values, SSE byte for byte). Streams go through the relay's own path
 //! with the adapter's [`GeminiStream`], so an error event in an expected file is the one
@@ -17,7 +17,7 @@ use crate::testing;
 use crate::wire::Dialect;
 use crate::wire::anthropic::request::{self as anthropic_request, OutputTokensField};
 use crate::wire::anthropic::response as anthropic_response;
-use crate::wire::gemini::{error, request, response};
+use crate::wire::gemini::{error, request, response, vertex};
 
 /// The `created` time the translations to OpenAI report.
 const CREATED: u64 = 1_700_000_000;
@@ -75,8 +75,10 @@ fn relayed(dialect: Dialect, chunks: &[&[u8]]) -> (Vec<u8>, serde_json::Value) {
     let anthropic = dialect == Dialect::Anthropic;
     let map = GeminiStream::new(true, CREATED, None, anthropic);
     let relayed = testing::relay(StreamMap::Gemini(Box::new(map)), dialect, chunks);
-    let usage = relayed.events.map().carried().usage;
-    let report = json!({"complete": relayed.complete, "usage": usage});
+    // What settles the request: the usage reported, else the output the relay counted.
+    let usage = relayed.events.usage();
+    let produced = relayed.events.map().produced();
+    let report = json!({"complete": relayed.complete, "usage": usage, "produced": produced});
     (relayed.out, report)
 }
 
@@ -110,6 +112,36 @@ fn embeddings_translate_both_ways_as_the_golden_files_say() {
         let list = response::embeddings_to_openai(&answer, "text-embedding-004", translated.base64)
             .unwrap_or_else(|e| panic!("{name}: {e:?}"));
         diffs.expect(&path, "list.json", list.body.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn vertex_predict_embeddings_translate_both_ways_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("vertex_embeddings", "json") {
+        let sent = vertex::embeddings(&input).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "out.json", sent.body.to_vec(), true);
+        let answer = std::fs::read(path.with_file_name(format!("{name}.answer.json"))).unwrap();
+        let list = vertex::embeddings_to_openai(&answer, "text-embedding-005", &sent)
+            .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "list.json", list.body.to_vec(), true);
+    }
+    diffs.check();
+}
+
+#[test]
+fn anthropic_count_tokens_requests_become_vertex_count_tokens_bodies_as_the_golden_files_say() {
+    let mut diffs = Diffs::default();
+    for (name, path, input) in cases("vertex_count_tokens", "json") {
+        let chat = anthropic_request::count_tokens_to_openai(
+            &input,
+            "gemini-2.5-flash",
+            OutputTokensField::MaxCompletionTokens,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        let body = vertex::count_tokens(&chat).unwrap_or_else(|e| panic!("{name}: {e:?}"));
+        diffs.expect(&path, "out.json", body.to_vec(), true);
     }
     diffs.check();
 }

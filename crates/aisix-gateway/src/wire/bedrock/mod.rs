@@ -4,8 +4,10 @@
 //! chat request gets there through the chat-to-Messages translator ([`request`]); answers
 //! come back as Anthropic messages ([`response`]) and streams as Anthropic events
 //! ([`stream`], read from AWS's event-stream framing by [`frames`]), which the Anthropic
-//! translators carry on to an OpenAI client. Error bodies: [`error`].
+//! translators carry on to an OpenAI client. Error bodies: [`error`]; prompt-cache breakpoints:
+//! [`cache`].
 
+pub mod cache;
 pub mod error;
 pub mod frames;
 pub mod request;

@@ -8,6 +8,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::cache::{self, CachePoints};
 use crate::wire::anthropic::request::{RequestError, chat_to_messages, tool_call_ids};
 use crate::wire::anthropic::tool_ids::ToolIds;
 use crate::wire::anthropic::types::{
@@ -42,7 +43,7 @@ pub fn from_messages(body: &[u8], model: &str) -> Result<Converse, RequestError>
     }
     let stream = request.stream == Some(true);
     Ok(Converse {
-        body: to_bytes(&converse(request, model)?)?,
+        body: to_bytes(&converse(request, model, &CachePoints::of(body, model))?)?,
         stream,
         structured: false,
         include_usage: stream,
@@ -66,7 +67,7 @@ pub fn from_chat(body: &[u8], model: &str, max_tokens: u64) -> Result<Converse, 
     let tool_ids = ToolIds::new(tool_call_ids(&request));
     let messages = chat_to_messages(request, max_tokens, &tool_ids)?;
     Ok(Converse {
-        body: to_bytes(&converse(messages, model)?)?,
+        body: to_bytes(&converse(messages, model, &CachePoints::default())?)?,
         stream,
         structured,
         include_usage,
@@ -112,16 +113,25 @@ pub fn is_anthropic(model: &str) -> bool {
     model.contains("anthropic.")
 }
 
-/// The typed half of [`from_messages`].
-pub fn converse(request: MessagesRequest, model: &str) -> Result<ConverseRequest, RequestError> {
-    let mut system: Vec<Value> = match request.system {
-        None => Vec::new(),
-        Some(TextOr::Text(text)) => vec![json!({ "text": text })],
-        Some(TextOr::Parts(blocks)) => blocks
-            .into_iter()
-            .map(|b| json!({ "text": b.text }))
-            .collect(),
-    };
+/// The typed half of [`from_messages`], with the body's prompt-cache breakpoints `points`.
+pub fn converse(
+    request: MessagesRequest,
+    model: &str,
+    points: &CachePoints,
+) -> Result<ConverseRequest, RequestError> {
+    let mut system: Vec<Value> = Vec::new();
+    match request.system {
+        None => {}
+        Some(TextOr::Text(text)) => system.push(json!({ "text": text })),
+        Some(TextOr::Parts(blocks)) => {
+            for (k, block) in blocks.into_iter().enumerate() {
+                system.push(json!({ "text": block.text }));
+                if points.after_system(k) {
+                    system.push(cache::point());
+                }
+            }
+        }
+    }
     let mut tool_history = false;
     let mut messages: Vec<ConverseMessage> = Vec::with_capacity(request.messages.len());
     for (i, Message { role, content }) in request.messages.into_iter().enumerate() {
@@ -144,13 +154,16 @@ pub fn converse(request: MessagesRequest, model: &str) -> Result<ConverseRequest
                         content_block(block)
                             .map_err(|why| invalid(format!("messages[{i}].content[{j}]: {why}")))?,
                     );
+                    if points.after_block(i, j) {
+                        out.push(cache::point());
+                    }
                 }
                 out
             }
         };
         messages.push(ConverseMessage { role, content });
     }
-    let tool_config = tool_config(request.tools, request.tool_choice, tool_history)?;
+    let tool_config = tool_config(request.tools, request.tool_choice, tool_history, points)?;
     let inference = InferenceConfig {
         max_tokens: request.max_tokens,
         temperature: request.temperature,
@@ -297,6 +310,7 @@ fn tool_config(
     tools: Option<Vec<crate::wire::anthropic::types::Tool>>,
     choice: Option<ToolChoice>,
     tool_history: bool,
+    points: &CachePoints,
 ) -> Result<Option<Value>, RequestError> {
     let Some(tools) = tools.filter(|t| !t.is_empty()) else {
         return Ok(None);
@@ -321,6 +335,9 @@ fn tool_config(
         }
         spec.insert("inputSchema".to_owned(), json!({ "json": schema }));
         specs.push(json!({ "toolSpec": spec }));
+        if points.after_tool(i) {
+            specs.push(cache::point());
+        }
     }
     let mut config = Map::new();
     config.insert("tools".to_owned(), Value::Array(specs));

@@ -3,12 +3,14 @@
 //! ([`request`]), whole answers and embeddings back ([`response`]), streams event by event
 //! ([`stream`]) and error bodies ([`error`]). An Anthropic client reaches Gemini through chat
 //! completions (the Anthropic translators on either side), so only this one pair is written.
+//! Vertex AI's own forms (embeddings by `:predict`, its `countTokens` body) are [`vertex`]'s.
 
 pub mod error;
 pub mod request;
 pub mod response;
 pub mod stream;
 pub mod types;
+pub mod vertex;
 
 /// OpenAI's `finish_reason` for Gemini's `finishReason`; `called` when the candidate made a
 /// function call (Gemini says `STOP` then).

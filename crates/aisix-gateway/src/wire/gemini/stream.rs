@@ -28,6 +28,9 @@ pub struct ToChat {
     content: bool,
     /// Function calls sent: the next one's index.
     calls: usize,
+    /// Content parts sent (text, thought or call): the output of a stream cut before its
+    /// usage said how much it produced.
+    pieces: u64,
     usage: Option<UsageMetadata>,
     /// The last event has passed (a finish reason, or an error).
     over: bool,
@@ -71,6 +74,7 @@ impl ToChat {
             id: None,
             content: false,
             calls: 0,
+            pieces: 0,
             usage: None,
             over: false,
         }
@@ -84,6 +88,11 @@ impl ToChat {
     /// Content (the first token) has been sent.
     pub fn content_seen(&self) -> bool {
         self.content
+    }
+
+    /// Content parts sent so far (a model streams at least a token in each).
+    pub fn pieces(&self) -> u64 {
+        self.pieces
     }
 
     /// Translates one complete event (its bytes up to and including the blank line).
@@ -168,6 +177,7 @@ impl ToChat {
                     continue;
                 };
                 self.content = true;
+                self.pieces = self.pieces.saturating_add(1);
                 self.write(out, delta, None, None);
             }
             if let Some(reason) = &candidate.finish_reason {
