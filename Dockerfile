@@ -18,6 +18,8 @@ COPY crates crates
 COPY testkit testkit
 COPY e2e e2e
 COPY benches benches
+# The patched hyper (Cargo.toml, `[patch.crates-io]`).
+COPY vendor vendor
 RUN cargo fetch --locked
 RUN cargo build --release --locked --package aisix-server --bin aisix \
     && install -D -m 0755 target/release/aisix /out/aisix

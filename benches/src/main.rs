@@ -64,6 +64,9 @@ enum Command {
     /// Serve the floor proxy: the gateway's stack (serving core, upstream pool) with no gateway
     /// logic (the grid starts its own).
     Floor(floor::FloorArgs),
+    /// Serve the stand-in OTLP/HTTP collector (the grid's OpenTelemetry legs start their own):
+    /// for benches/otel-instr.sh.
+    OtlpSink(otlp_sink::SinkArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -75,5 +78,6 @@ fn main() -> anyhow::Result<()> {
         Command::Compare(args) => compare::run(*args),
         Command::Instr(args) => instr::run(*args),
         Command::Floor(args) => floor::serve(args),
+        Command::OtlpSink(args) => otlp_sink::serve(args),
     }
 }

@@ -7,6 +7,24 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 
 use anyhow::Result;
 
+/// `aisix-bench otlp-sink`: the sink as a process of its own.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SinkArgs {
+    /// Accept connections and never answer (a stalled collector).
+    #[arg(long)]
+    pub stalled: bool,
+}
+
+/// Starts a sink, prints `otlp-sink endpoint=<base URL>` and serves until killed.
+pub fn serve(args: SinkArgs) -> Result<()> {
+    let sink = Sink::start(args.stalled)?;
+    println!("otlp-sink endpoint={}", sink.endpoint());
+    std::io::stdout().flush()?;
+    loop {
+        std::thread::park();
+    }
+}
+
 /// A running sink; its threads end with the harness.
 #[derive(Debug)]
 pub struct Sink {

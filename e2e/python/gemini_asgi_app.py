@@ -30,6 +30,13 @@ What the model "says" is decided by the request, deterministically:
 with a thought part first when `thinkingConfig.includeThoughts` is set, and usage counted in
 words (prompt, candidates, thoughts; `cachedContentTokenCount` 2 when the prompt has "[cached]").
 
+Gemini 3 models (`gemini-3…`) sign their function calls as Google documents: the first
+functionCall part of an answer carries an opaque `thoughtSignature` (standard base64), and a
+request whose current turn (the contents after the last user text) gives a model step's first
+functionCall back without the signature issued for it is refused with 400 INVALID_ARGUMENT
+("Function call `<name>` in the `<n>.` content block is missing a `thought_signature`"), one
+with a signature never issued with "Corrupted thought signature".
+
 Settings come from the environment:
 
     GEMINI_API_KEY   the only key accepted
@@ -40,6 +47,7 @@ Settings come from the environment:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -103,6 +111,52 @@ def validate_generate(body: Any) -> Tuple[Optional[str], Optional[types.Generati
     except Exception as error:  # pydantic's ValidationError, reported as the API would
         return f"Invalid JSON payload received. {error}", None, [], []
     return None, config, contents, tools
+
+
+SIGNED: set = set()
+
+
+def sign(answer: Dict[str, Any]) -> Dict[str, Any]:
+    """Puts a fresh signature on the answer's first functionCall part, if it has one."""
+    for candidate in answer.get("candidates", []):
+        for part in (candidate.get("content") or {}).get("parts", []):
+            if "functionCall" in part:
+                raw = os.urandom(24)
+                SIGNED.add(raw)
+                part["thoughtSignature"] = base64.b64encode(raw).decode()
+                return answer
+    return answer
+
+
+def decoded(signature: str) -> Optional[bytes]:
+    padded = signature + "=" * (-len(signature) % 4)
+    for decode in (base64.b64decode, base64.urlsafe_b64decode):
+        try:
+            return decode(padded)
+        except (ValueError, TypeError):
+            continue
+    return None
+
+
+def unsigned_call(contents: List[Dict[str, Any]]) -> Optional[str]:
+    """Gemini 3's check of the current turn's function calls: the refusal, or None."""
+    start = 0
+    for i, content in enumerate(contents):
+        if content.get("role") == "user" and any("text" in p for p in content.get("parts", [])):
+            start = i
+    for i in range(start, len(contents)):
+        content = contents[i]
+        calls = [p for p in content.get("parts", []) if "functionCall" in p]
+        if content.get("role") != "model" or not calls:
+            continue
+        first = calls[0]
+        if "thoughtSignature" not in first:
+            name = first["functionCall"].get("name", "")
+            return (f"Function call `{name}` in the `{i + 1}.` content block is missing a "
+                    "`thought_signature`. Learn more: https://ai.google.dev/gemini-api/docs/thought-signatures")
+        if decoded(first["thoughtSignature"]) not in SIGNED:
+            return "Corrupted thought signature."
+    return None
 
 
 def texts(content: types.Content) -> str:
@@ -292,6 +346,12 @@ async def app(scope, receive, send) -> None:
     if invalid:
         entry["invalid"] = invalid
         return await finish(*google_error(400, "INVALID_ARGUMENT", invalid))
+    signing = model.startswith("gemini-3")
+    if signing:
+        refusal = unsigned_call(body["contents"])
+        if refusal:
+            entry["invalid"] = refusal
+            return await finish(*google_error(400, "INVALID_ARGUMENT", refusal))
     last_text = texts(contents[-1])
     if "[429]" in last_text:
         return await finish(*google_error(429, "RESOURCE_EXHAUSTED",
@@ -307,7 +367,8 @@ async def app(scope, receive, send) -> None:
     if not stream:
         entry["status"] = 200
         record(entry)
-        return await send_json(send, 200, response(thought + parts, reason, meta))
+        answer = response(thought + parts, reason, meta)
+        return await send_json(send, 200, sign(answer) if signing else answer)
     entry["status"] = 200
     record(entry)
     pieces = thought + parts
@@ -318,4 +379,10 @@ async def app(scope, receive, send) -> None:
                                         google_error(503, "UNAVAILABLE", "The model is overloaded.")[1]])
     events = [response([p], None, None) for p in pieces[:-1]]
     events.append(response(pieces[-1:], reason, meta))
+    if signing:
+        for event in events:
+            if any("functionCall" in p for c in event.get("candidates", [])
+                   for p in (c.get("content") or {}).get("parts", [])):
+                sign(event)
+                break
     await send_events(send, events)

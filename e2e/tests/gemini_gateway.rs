@@ -39,6 +39,7 @@ provider_keys:
     api_base: {openai}
 models:
   - {{display_name: gem, provider: gemini, model_name: gemini-2.5-flash, provider_key: goog}}
+  - {{display_name: gem3, provider: gemini, model_name: gemini-3-pro-preview, provider_key: goog}}
   - {{display_name: gem-priced, provider: gemini, model_name: gemini-2.5-flash, provider_key: goog, cost: {{input_per_1k: 0.001, output_per_1k: 0.002}}}}
   - {{display_name: embed, provider: gemini, model_name: text-embedding-004, provider_key: goog}}
   - {{display_name: gpt, provider: openai, model_name: gpt-upstream, provider_key: oai}}
@@ -403,5 +404,55 @@ both_modes! {
         let prompt = chat.to_string().len().div_ceil(4) as u64;
         let spent = prom::spent_micros(metrics, "client", "gem-priced", 0).await;
         assert_eq!(spent, prompt + 2, "prompt estimate {prompt} and one output token");
+    }
+}
+
+both_modes! {
+    /// Gemini 3 signs each function call and refuses a later request whose history gives the
+    /// call back without its `thoughtSignature` (400). Neither client has a place for it, so it
+    /// rides in the call's id: an OpenAI client's tool loop (unary, then streamed) and an
+    /// Anthropic client's go on through a second turn; the same history with the id stripped
+    /// of its signature is Gemini's 400 in the client's envelope.
+    async fn gemini_3_tool_loops_keep_their_thought_signatures_through_both_clients(mode: Mode) {
+        let rig = start(mode);
+        let tools = json!([{"type": "function", "function": {"name": "weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]);
+        let question = json!({"role": "user", "content": "Weather in Paris?"});
+        let reply = rig.chat(json!({"model": "gem3", "tools": tools, "messages": [question]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let call = reply.json()["choices"][0]["message"]["tool_calls"][0].clone();
+        let id = call["id"].as_str().unwrap().to_owned();
+        assert!(id.contains("__thought__"), "{call}");
+        let second = |id: &str| {
+            let mut call = call.clone();
+            call["id"] = json!(id);
+            json!({"model": "gem3", "tools": tools, "stream": true, "messages": [question,
+                {"role": "assistant", "content": null, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": id, "content": "{\"celsius\": 21}"}]})
+        };
+        let reply = rig.chat(second(&id)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(text_of_chunks(&events(&reply.text())), "The tool said: {\"celsius\": 21}");
+        let sent = &rig.sent()["body"]["contents"][1]["parts"][0];
+        assert!(sent["thoughtSignature"].is_string(), "{sent}");
+
+        let plain = id.split("__thought__").next().unwrap().to_owned();
+        let reply = rig.chat(second(&plain)).await;
+        assert_eq!(reply.status, 400, "{}", reply.text());
+        assert!(reply.json()["error"]["message"].as_str().unwrap().contains("thought_signature"), "{}", reply.text());
+
+        // An Anthropic client: the tool_use id carries it the same way.
+        let anthropic_tools = json!([{"name": "weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]);
+        let reply = rig.messages(json!({"model": "gem3", "max_tokens": 100, "tools": anthropic_tools,
+            "messages": [{"role": "user", "content": "Weather in Paris?"}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let content = reply.json()["content"].clone();
+        let tool_use = content.as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap().clone();
+        let reply = rig.messages(json!({"model": "gem3", "max_tokens": 100, "tools": anthropic_tools, "messages": [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": content},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use["id"], "content": "{\"celsius\": 21}"}]}]})).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        assert_eq!(reply.json()["content"][0]["text"], "The tool said: {\"celsius\": 21}", "{}", reply.text());
     }
 }

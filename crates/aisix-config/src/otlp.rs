@@ -13,7 +13,8 @@ pub enum Signal {
     Logs,
 }
 
-/// How an export body is compressed.
+/// How an export body is compressed: none by default, as OTLP's own exporters default
+/// (`OTEL_EXPORTER_OTLP_COMPRESSION`); gzip (its fast level) for a collector across a slow link.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
     Gzip,
@@ -64,7 +65,7 @@ impl Default for OtlpConfig {
             logs_url: Some(format!("{}/v1/logs", Self::DEFAULT_ENDPOINT)),
             headers: Vec::new(),
             timeout: Duration::from_secs(10),
-            compression: Compression::Gzip,
+            compression: Compression::None,
             sample_ppm: 1_000_000,
             queue_size: 16384,
             interval: Duration::from_secs(1),

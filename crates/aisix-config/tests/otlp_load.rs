@@ -29,6 +29,8 @@ fn messages(errors: &ConfigErrors) -> Vec<String> {
 fn otlp_is_off_by_default_even_with_otel_variables_set() {
     let config = load("", &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318")]).unwrap();
     assert!(!config.observability.otlp.enabled);
+    // Uncompressed unless asked, as OTLP's own exporters (`OTEL_EXPORTER_OTLP_COMPRESSION`).
+    assert_eq!(config.observability.otlp.compression, Compression::None);
 }
 
 #[test]
@@ -36,7 +38,7 @@ fn otlp_keys_are_read_from_the_file() {
     let config = load(
         "observability:\n  otlp:\n    enabled: true\n    endpoint: http://collector:4318/\n\
          \x20   protocol: http/protobuf\n    headers:\n      x-honeycomb-team: abc\n\
-         \x20   timeout: 2s\n    compression: none\n    sample_ratio: 0.25\n\
+         \x20   timeout: 2s\n    compression: gzip\n    sample_ratio: 0.25\n\
          \x20   signals: [traces]\n    queue_size: 64\n    interval: 200ms\n\
          \x20   service_name: edge\n    resource_attributes:\n      deployment.environment: prod\n\
          \x20   capture_content: true\n",
@@ -54,7 +56,7 @@ fn otlp_keys_are_read_from_the_file() {
     assert_eq!(otlp.headers[0].0, "x-honeycomb-team");
     assert_eq!(otlp.headers[0].1.expose(), "abc");
     assert_eq!(otlp.timeout, Duration::from_secs(2));
-    assert_eq!(otlp.compression, Compression::None);
+    assert_eq!(otlp.compression, Compression::Gzip);
     assert_eq!(otlp.sample_ppm, 250_000);
     assert_eq!(otlp.queue_size, 64);
     assert_eq!(otlp.interval, Duration::from_millis(200));

@@ -187,7 +187,7 @@ impl Record {
     pub(crate) fn trace_attempt(
         &mut self,
         sent_at: Instant,
-        target: &crate::snapshot::DirectRoute,
+        target: &Arc<crate::snapshot::DirectRoute>,
         inbound: &crate::request::inbound::Inbound,
     ) -> Option<crate::otel::Outgoing> {
         self.trace
@@ -208,22 +208,23 @@ impl Record {
         }
     }
 
-    /// What the request's trace reads of it when it ends.
-    fn facts(&self) -> crate::otel::Facts<'_> {
+    /// What the request's trace reads of it when it ends, moved out of it: called once, as it
+    /// drops, after its metrics and access-log line.
+    fn take_facts(&mut self) -> crate::otel::Facts {
         crate::otel::Facts {
-            request_id: &self.request_id,
+            request_id: std::mem::replace(&mut self.request_id, HeaderValue::from_static("")),
             endpoint: self.endpoint,
-            method: &self.method,
-            path: self.uri.path(),
-            key_name: self.key_name.as_ref(),
-            model: self.model.as_ref(),
-            group: self.group.as_ref(),
-            provider: self.provider.as_ref(),
+            method: std::mem::take(&mut self.method),
+            uri: std::mem::take(&mut self.uri),
+            key_name: self.key_name.take(),
+            model: self.model.take(),
+            group: self.group.take(),
+            provider: self.provider.take(),
             stream: self.stream,
             status: self.status,
             ttft: self.ttft,
             usage: self.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
-            attempts: &self.attempts,
+            attempts: std::mem::take(&mut self.attempts),
             outcome: self.outcome,
             error: self.error,
         }
@@ -591,7 +592,8 @@ impl Drop for Record {
             self.write_access_log(latency);
         }
         if let Some(trace) = self.trace.take() {
-            crate::otel::finish(trace, &self.facts(), self.received + latency, spend);
+            let ended = self.received + latency;
+            crate::otel::finish(trace, self.take_facts(), ended, spend);
         }
     }
 }

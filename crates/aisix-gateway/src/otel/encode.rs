@@ -3,10 +3,12 @@
 //! `common/v1/common.proto`, `resource/v1/resource.proto`). Runs on the exporter only.
 //! The e2e receiver decodes what this writes with OpenTelemetry's own generated classes.
 
+use bytes::{BufMut, BytesMut};
+
 /// A protobuf message being written.
 #[derive(Debug, Default)]
 pub(crate) struct Message {
-    buf: Vec<u8>,
+    buf: BytesMut,
 }
 
 const VARINT: u64 = 0;
@@ -14,21 +16,52 @@ const FIXED64: u64 = 1;
 const LEN: u64 = 2;
 const FIXED32: u64 = 5;
 
+/// `n` as a varint in `out`; how many bytes it took.
+fn varint_into(out: &mut [u8; 10], mut n: u64) -> usize {
+    let mut i = 0;
+    while n >= 0x80 {
+        out[i] = (n as u8) | 0x80;
+        n >>= 7;
+        i += 1;
+    }
+    out[i] = n as u8;
+    i + 1
+}
+
 impl Message {
+    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub(crate) fn into_bytes(self) -> Vec<u8> {
+    /// A message written into what is left of `buf`: one buffer kept for every export, whose
+    /// space comes back once the export that took it is sent.
+    pub(crate) fn reusing(buf: BytesMut) -> Self {
+        Self { buf }
+    }
+
+    /// What was written (the buffer keeps its spare room for the next message).
+    pub(crate) fn split(&mut self) -> BytesMut {
+        self.buf.split()
+    }
+
+    pub(crate) fn into_buffer(self) -> BytesMut {
         self.buf
     }
 
-    fn varint(&mut self, mut n: u64) {
-        while n >= 0x80 {
-            self.buf.push((n as u8) | 0x80);
-            n >>= 7;
+    #[cfg(test)]
+    pub(crate) fn into_bytes(self) -> Vec<u8> {
+        self.buf.to_vec()
+    }
+
+    fn varint(&mut self, n: u64) {
+        if n < 0x80 {
+            self.buf.put_u8(n as u8);
+        } else {
+            let mut out = [0u8; 10];
+            let len = varint_into(&mut out, n);
+            self.buf.extend_from_slice(&out[..len]);
         }
-        self.buf.push(n as u8);
     }
 
     fn tag(&mut self, field: u64, wire: u64) {
@@ -43,6 +76,15 @@ impl Message {
 
     pub(crate) fn string(&mut self, field: u64, text: &str) {
         self.bytes(field, text.as_bytes());
+    }
+
+    /// A string field made of `parts`, joined with no buffer of its own.
+    pub(crate) fn strings(&mut self, field: u64, parts: &[&str]) {
+        self.tag(field, LEN);
+        self.varint(parts.iter().map(|p| p.len() as u64).sum());
+        for part in parts {
+            self.buf.extend_from_slice(part.as_bytes());
+        }
     }
 
     pub(crate) fn uint(&mut self, field: u64, n: u64) {
@@ -65,23 +107,24 @@ impl Message {
     }
 
     /// A nested message, written by `write` in place: one byte is kept for its length, and
-    /// the rare message of 128 bytes or more is moved up to make room for a longer one (no
-    /// buffer of its own per nested message).
+    /// the message of 128 bytes or more (a span, a batch) is moved up to make room for a
+    /// longer one (no buffer of its own per nested message).
     pub(crate) fn message(&mut self, field: u64, write: impl FnOnce(&mut Message)) {
         self.tag(field, LEN);
         let at = self.buf.len();
-        self.buf.push(0);
+        self.buf.put_u8(0);
         write(self);
-        let mut len = (self.buf.len() - at - 1) as u64;
-        let mut head = [0u8; 10];
-        let mut n = 0;
-        while len >= 0x80 {
-            head[n] = (len as u8) | 0x80;
-            len >>= 7;
-            n += 1;
+        let end = self.buf.len();
+        let len = (end - at - 1) as u64;
+        if len < 0x80 {
+            self.buf[at] = len as u8;
+            return;
         }
-        head[n] = len as u8;
-        self.buf.splice(at..=at, head[..=n].iter().copied());
+        let mut head = [0u8; 10];
+        let n = varint_into(&mut head, len);
+        self.buf.resize(end + n - 1, 0);
+        self.buf.copy_within(at + 1..end, at + n);
+        self.buf[at..at + n].copy_from_slice(&head[..n]);
     }
 }
 
@@ -94,12 +137,51 @@ pub(crate) enum Value<'a> {
     Bool(bool),
 }
 
-/// A `KeyValue` at `field` of `message`.
+/// A `KeyValue` at `field` of `message`. The usual one (field, key and value short enough
+/// that every length is one byte) is written in four copies, with no nested message to size.
 pub(crate) fn attribute(message: &mut Message, field: u64, key: &str, value: &Value<'_>) {
-    message.message(field, |kv| {
-        kv.string(1, key);
-        kv.message(2, |any| any_value(any, value));
-    });
+    let mut scratch = [0u8; 10];
+    // `AnyValue`'s field: its tag, and its bytes (a string's with their length first).
+    let (tag, payload): (u8, &[u8]) = match value {
+        Value::Str(s) => (0x0a, s.as_bytes()),
+        Value::Bool(b) => {
+            scratch[0] = u8::from(*b);
+            (0x10, &scratch[..1])
+        }
+        Value::Int(n) => {
+            let len = varint_into(&mut scratch, *n as u64);
+            (0x18, &scratch[..len])
+        }
+        Value::Double(f) => {
+            scratch[..8].copy_from_slice(&f.to_bits().to_le_bytes());
+            (0x21, &scratch[..8])
+        }
+    };
+    let is_str = matches!(value, Value::Str(_));
+    let any_len = 1 + usize::from(is_str) + payload.len();
+    let kv_len = 2 + key.len() + 2 + any_len;
+    if field >= 16 || kv_len >= 0x80 {
+        message.message(field, |kv| {
+            kv.string(1, key);
+            kv.message(2, |any| any_value(any, value));
+        });
+        return;
+    }
+    let buf = &mut message.buf;
+    buf.reserve(2 + kv_len);
+    buf.extend_from_slice(&[
+        (field << 3 | LEN) as u8,
+        kv_len as u8,
+        0x0a,
+        key.len() as u8,
+    ]);
+    buf.extend_from_slice(key.as_bytes());
+    if is_str {
+        buf.extend_from_slice(&[0x12, any_len as u8, tag, payload.len() as u8]);
+    } else {
+        buf.extend_from_slice(&[0x12, any_len as u8, tag]);
+    }
+    buf.extend_from_slice(payload);
 }
 
 /// The fields of an `AnyValue`.
@@ -146,6 +228,42 @@ mod tests {
             expected.uint(4, 6);
             assert_eq!(nested.into_bytes(), expected.into_bytes(), "size {size}");
         }
+    }
+
+    #[test]
+    fn an_attribute_is_written_as_a_nested_key_value_of_every_value_kind_and_size() {
+        let long = "v".repeat(200);
+        for value in [
+            Value::Str("gpt-4o"),
+            Value::Str(""),
+            Value::Str(&long),
+            Value::Int(0),
+            Value::Int(300),
+            Value::Int(-1),
+            Value::Double(0.25),
+            Value::Bool(true),
+            Value::Bool(false),
+        ] {
+            for key in ["gen_ai.request.model", &"k".repeat(130)] {
+                let mut fast = Message::new();
+                attribute(&mut fast, 9, key, &value);
+                let mut nested = Message::new();
+                nested.message(9, |kv| {
+                    kv.string(1, key);
+                    kv.message(2, |any| any_value(any, &value));
+                });
+                assert_eq!(fast.into_bytes(), nested.into_bytes(), "{key} {value:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_string_of_parts_is_written_as_the_joined_string() {
+        let mut parts = Message::new();
+        parts.strings(5, &["chat", " ", "gpt-4o"]);
+        let mut joined = Message::new();
+        joined.string(5, "chat gpt-4o");
+        assert_eq!(parts.into_bytes(), joined.into_bytes());
     }
 
     #[test]

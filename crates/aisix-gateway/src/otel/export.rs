@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use aisix_config::{Compression, OtlpConfig};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
@@ -28,9 +28,10 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use aisix_obs::metrics::emit;
 
+use super::encode::Message;
 use super::queue::{self, Hub, Queue};
-use super::record::Finished;
 use super::spans::{self, Resource};
+use super::{Trace, Wall};
 
 /// Tries per export request: the first and two more.
 const TRIES: u32 = 3;
@@ -232,7 +233,10 @@ impl Exporter {
         let delivery = Arc::new(delivery);
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut pending: Vec<Finished> = Vec::new();
+        let mut pending: Vec<Box<Trace>> = Vec::new();
+        // Every export request is written here: one buffer, whose space comes back once the
+        // export that took it is sent.
+        let mut buf = BytesMut::new();
         let mut in_flight = JoinSet::new();
         // The interval passed: a batch that is not full goes too.
         let mut due = false;
@@ -259,9 +263,10 @@ impl Exporter {
                     }
                     due = false;
                 }
-                let batch = std::mem::take(&mut pending);
+                let bodies = delivery.encode(&pending, &mut buf);
+                pending.clear();
                 let delivery = delivery.clone();
-                in_flight.spawn(async move { delivery.export(batch).await });
+                in_flight.spawn(async move { delivery.export(bodies).await });
             }
             if stopping && in_flight.is_empty() && pending.is_empty() {
                 return;
@@ -278,7 +283,9 @@ fn wake_every(max_batch: usize, queue_size: usize) -> usize {
 
 /// Moves records into `batch` until it holds `max_batch`, taken from every queue in turn; a
 /// queue whose worker has gone is forgotten once empty.
-fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Finished>, max_batch: usize) {
+// The boxes the workers filled are kept as they are: no trace is copied out of its box.
+#[allow(clippy::vec_box)]
+fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Box<Trace>>, max_batch: usize) {
     let mut open = vec![true; queues.len()];
     'fill: while batch.len() < max_batch {
         let mut any = false;
@@ -287,9 +294,9 @@ fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Finished>, max_batch: usize) {
                 continue;
             }
             match queue.try_recv() {
-                Ok(finished) => {
+                Ok(trace) => {
                     any = true;
-                    batch.push(*finished);
+                    batch.push(trace);
                     if batch.len() >= max_batch {
                         break 'fill;
                     }
@@ -304,40 +311,82 @@ fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Finished>, max_batch: usize) {
     queues.retain(|queue| !queue.is_closed() || !queue.is_empty());
 }
 
+/// One signal's export request, written and compressed, and how many records it holds.
+struct Body {
+    signal: Signal,
+    bytes: Bytes,
+    records: u64,
+}
+
 impl Delivery {
-    /// Writes `batch` as each signal's export request and sends it.
-    async fn export(&self, batch: Vec<Finished>) {
-        if let Some(uri) = &self.traces {
-            let spans: u64 = batch.iter().map(spans::span_count).sum();
-            if spans > 0 {
-                let body = spans::traces(&batch, &self.resource);
-                let sampled = batch.iter().filter(|f| f.sampled).count() as u64;
-                self.deliver(uri, body, Signal::Traces, sampled).await;
+    /// Writes `batch` as each signal's export request, through `buf` (kept for the next
+    /// batch), and compresses it when configured; the batch's times are put on the wall clock
+    /// with one reading.
+    fn encode(&self, batch: &[Box<Trace>], buf: &mut BytesMut) -> [Option<Body>; 2] {
+        let wall = Wall::now();
+        let mut write = |signal: Signal, records: u64, encode: &dyn Fn(&mut Message)| {
+            let mut message = Message::reusing(std::mem::take(buf));
+            encode(&mut message);
+            let written = message.split();
+            *buf = message.into_buffer();
+            let bytes = match self.gzip {
+                true => gzip(&written).map(Bytes::from),
+                false => None,
             }
-        }
-        if let Some(uri) = &self.logs {
-            let events = batch.iter().filter(|f| f.logs).count() as u64;
-            if events > 0 {
-                let body = spans::logs(&batch, &self.resource);
-                self.deliver(uri, body, Signal::Logs, events).await;
+            .unwrap_or_else(|| written.freeze());
+            Body {
+                signal,
+                bytes,
+                records,
+            }
+        };
+        let traces = self.traces.as_ref().and_then(|_| {
+            let spans: u64 = batch.iter().map(|t| spans::span_count(t)).sum();
+            let sampled = batch.iter().filter(|t| spans::span_count(t) > 0).count() as u64;
+            (spans > 0).then(|| {
+                write(Signal::Traces, sampled, &|m| {
+                    spans::traces(m, batch, &self.resource, &wall)
+                })
+            })
+        });
+        let logs = self.logs.as_ref().and_then(|_| {
+            let events = batch.iter().filter(|t| spans::logged(t)).count() as u64;
+            (events > 0).then(|| {
+                write(Signal::Logs, events, &|m| {
+                    spans::logs(m, batch, &self.resource, &wall)
+                })
+            })
+        });
+        [traces, logs]
+    }
+
+    /// Sends each written export request.
+    async fn export(&self, bodies: [Option<Body>; 2]) {
+        for body in bodies.into_iter().flatten() {
+            let uri = match body.signal {
+                Signal::Traces => self.traces.as_ref(),
+                Signal::Logs => self.logs.as_ref(),
+            };
+            if let Some(uri) = uri {
+                self.deliver(uri, body).await;
             }
         }
     }
 
-    /// Sends `body` (holding `records` requests' worth of `signal`) to `uri`, trying again
-    /// while the failure is one a retry may cure; counts what was delivered or lost.
-    async fn deliver(&self, uri: &Uri, body: Vec<u8>, signal: Signal, records: u64) {
-        let body = match self.gzip {
-            true => gzip(&body).unwrap_or(body),
-            false => body,
-        };
-        let body = Bytes::from(body);
+    /// Sends `body` to `uri`, trying again while the failure is one a retry may cure; counts
+    /// what was delivered or lost.
+    async fn deliver(&self, uri: &Uri, body: Body) {
+        let Body {
+            signal,
+            bytes,
+            records,
+        } = body;
         let mut failure = String::new();
         for attempt in 0..TRIES {
             if attempt > 0 {
                 tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
             }
-            match self.send(uri, body.clone()).await {
+            match self.send(uri, bytes.clone()).await {
                 Ok(()) => {
                     emit::otel_exported(signal.label(), records);
                     if self.failing.swap(false, Ordering::Relaxed) {

@@ -5,8 +5,10 @@
 //! sending, retries) is the exporter's ([`export`]).
 //!
 //! Cost: with `observability.otlp` off, a request carries `None` and pays one branch where it
-//! starts, one per attempt and one where it ends. On, it reads the wall clock once, draws ids
-//! from a per-thread generator, and allocates its finished record (one box and its strings).
+//! starts, one per attempt and one where it ends. On, it boxes its [`Trace`] once, draws ids
+//! from a per-thread generator, clones its routes' `Arc`s, and moves the box (with what its
+//! record held, moved out as it drops) into its queue: no clock read, no formatting, no copy
+//! of a name.
 
 mod context;
 mod encode;
@@ -15,13 +17,15 @@ mod queue;
 mod record;
 mod spans;
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aisix_config::OtlpConfig;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
+use crate::endpoint::Endpoint;
 use crate::request::inbound::Inbound;
 use crate::snapshot::DirectRoute;
 
@@ -58,18 +62,19 @@ pub(crate) struct Outgoing {
     pub tracestate: Option<HeaderValue>,
 }
 
-/// One upstream attempt's span, as far as the attempt itself knows it.
+/// One upstream attempt's span, as far as the attempt itself knows it: the rest (its upstream
+/// model, provider kind and address) is read from its route on the exporter.
 #[derive(Debug)]
 struct AttemptStart {
     span_id: SpanId,
     sent_at: Instant,
-    provider_kind: &'static str,
-    upstream_model: String,
-    /// The host and port the attempt was sent to.
-    server: Option<(String, u16)>,
+    route: Arc<DirectRoute>,
 }
 
-/// A request's trace as it goes: its ids, where it started, and its attempts.
+/// A request's trace: its ids, where it started, its attempts and, once it ended, what its
+/// record told of it. Boxed once when the request starts and moved whole into the worker's
+/// queue when it ends: a plain struct, no formatting and no clock read of its own (its times
+/// are the request's `Instant`s, put on the wall clock by the exporter).
 #[derive(Debug)]
 pub(crate) struct Trace {
     tracing: Tracing,
@@ -79,16 +84,24 @@ pub(crate) struct Trace {
     parent: Option<SpanId>,
     sampled: bool,
     trace_state: Option<HeaderValue>,
-    /// The request's start on the wall clock (Unix ns), and on the monotonic one.
-    start_ns: u64,
+    /// When the request was received.
     received: Instant,
+    /// The endpoint its attempts were sent to.
+    endpoint: Endpoint,
+    /// The name the client sent, when no direct model of that name answered (a group's).
     requested_model: Option<String>,
     max_tokens: Option<u64>,
     prompt: Option<Bytes>,
     attempts: Vec<AttemptStart>,
     /// The model the answer named, as the upstream sent it.
     response_model: Option<String>,
+    /// What the request's record told when it ended.
+    ended: Option<record::Ended>,
 }
+
+/// The W3C trace-context headers, named once (no parse of the name per request).
+pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 impl Trace {
     /// A request received at `received` with `headers` starts its trace: the client's, when
@@ -96,25 +109,20 @@ impl Trace {
     /// configured ratio.
     pub(crate) fn begin(tracing: Tracing, headers: &HeaderMap, received: Instant) -> Box<Self> {
         let parent = headers
-            .get("traceparent")
+            .get(TRACEPARENT)
             .and_then(|v| context::parse(v.as_bytes()));
         let (trace_id, parent, sampled, trace_state) = match parent {
             Some(p) => (
                 p.trace_id,
                 Some(p.span_id),
                 p.sampled,
-                headers.get("tracestate").cloned(),
+                headers.get(TRACESTATE).cloned(),
             ),
             None => {
                 let id = context::trace_id();
                 (id, None, context::sampled(&id, tracing.sample_ppm), None)
             }
         };
-        let since = Instant::now().saturating_duration_since(received);
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .saturating_sub(since);
         Box::new(Self {
             tracing,
             trace_id,
@@ -122,13 +130,14 @@ impl Trace {
             parent,
             sampled: sampled && tracing.traces,
             trace_state,
-            start_ns: u64::try_from(now.as_nanos()).unwrap_or(u64::MAX),
             received,
+            endpoint: Endpoint::Other,
             requested_model: None,
             max_tokens: None,
             prompt: None,
             attempts: Vec::new(),
             response_model: None,
+            ended: None,
         })
     }
 
@@ -137,27 +146,26 @@ impl Trace {
     pub(crate) fn attempt(
         &mut self,
         sent_at: Instant,
-        target: &DirectRoute,
+        target: &Arc<DirectRoute>,
         inbound: &Inbound,
     ) -> Outgoing {
-        if self.requested_model.is_none() {
-            self.requested_model = Some(inbound.inspected.model.clone());
+        if self.attempts.is_empty() {
+            self.endpoint = inbound.endpoint;
+            // The name the client sent is the direct model's whenever one answers to it; only
+            // another (a group's) is kept.
+            if inbound.inspected.model != *target.name {
+                self.requested_model = Some(inbound.inspected.model.clone());
+            }
             self.max_tokens = inbound.inspected.max_output_tokens;
             if self.tracing.capture_content {
                 self.prompt = Some(inbound.body.clone());
             }
         }
         let span_id = context::span_id();
-        let server = target
-            .uris
-            .get(inbound.endpoint)
-            .and_then(|uri| Some((uri.host()?.to_owned(), port_of(uri))));
         self.attempts.push(AttemptStart {
             span_id,
             sent_at,
-            provider_kind: provider_name(target.provider.kind),
-            upstream_model: target.upstream_model.clone(),
-            server,
+            route: target.clone(),
         });
         Outgoing {
             traceparent: context::traceparent(&self.trace_id, &span_id, self.sampled),
@@ -169,11 +177,32 @@ impl Trace {
     pub(crate) fn answered_by(&mut self, model: Option<String>) {
         self.response_model = model;
     }
+}
 
-    /// `at` on the wall clock, in Unix ns.
-    fn ns_at(&self, at: Instant) -> u64 {
-        self.start_ns
-            .saturating_add(duration_ns(at.saturating_duration_since(self.received)))
+/// Puts a batch's `Instant`s on the wall clock: read once per batch on the exporter, never on a
+/// worker.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Wall {
+    now: Instant,
+    now_ns: u64,
+}
+
+impl Wall {
+    pub(super) fn now() -> Self {
+        let now = Instant::now();
+        let since_epoch = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Self {
+            now,
+            now_ns: duration_ns(since_epoch),
+        }
+    }
+
+    /// `at` (no later than this reading) in Unix ns.
+    pub(super) fn ns(&self, at: Instant) -> u64 {
+        self.now_ns
+            .saturating_sub(duration_ns(self.now.saturating_duration_since(at)))
     }
 }
 

@@ -12,9 +12,9 @@ use aisix_obs::metrics::emit;
 use tokio::sync::Notify;
 use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender, error::TrySendError};
 
-use super::record::Finished;
+use super::Trace;
 
-pub(crate) type Queue = Receiver<Box<Finished>>;
+pub(crate) type Queue = Receiver<Box<Trace>>;
 
 /// Where new queues are announced, how large they are, and how the exporter is woken.
 #[derive(Debug)]
@@ -32,7 +32,7 @@ static HUB: OnceLock<Hub> = OnceLock::new();
 
 /// This thread's queue, and the records put since it last woke the exporter.
 struct Local {
-    sender: Sender<Box<Finished>>,
+    sender: Sender<Box<Trace>>,
     since_wake: usize,
     wake_every: usize,
     wake: Arc<Notify>,
@@ -47,9 +47,9 @@ pub(super) fn install(hub: Hub) -> bool {
     HUB.set(hub).is_ok()
 }
 
-/// Puts `finished` in this thread's queue, or drops and counts it when the queue is full;
+/// Puts `trace` in this thread's queue, or drops and counts it when the queue is full;
 /// every `wake_every` records, wakes the exporter.
-pub(super) fn push(finished: Box<Finished>) {
+pub(super) fn push(trace: Box<Trace>) {
     let _ = QUEUE.try_with(|queue| {
         let Ok(mut queue) = queue.try_borrow_mut() else {
             return;
@@ -60,8 +60,8 @@ pub(super) fn push(finished: Box<Finished>) {
         let Some(local) = queue.as_mut() else {
             return;
         };
-        if let Err(TrySendError::Full(finished)) = local.sender.try_send(finished) {
-            dropped(&finished, 1);
+        if let Err(TrySendError::Full(trace)) = local.sender.try_send(trace) {
+            dropped(&trace, 1);
         }
         local.since_wake += 1;
         if local.since_wake >= local.wake_every {
@@ -86,12 +86,12 @@ fn open() -> Option<Local> {
     })
 }
 
-/// Counts `n` records like `finished` as lost, for each signal they would have carried.
-pub(super) fn dropped(finished: &Finished, n: u64) {
-    if finished.sampled {
+/// Counts `n` records like `trace` as lost, for each signal they would have carried.
+pub(super) fn dropped(trace: &Trace, n: u64) {
+    if trace.sampled {
         emit::otel_dropped("traces", n);
     }
-    if finished.logs {
+    if trace.tracing.logs {
         emit::otel_dropped("logs", n);
     }
 }

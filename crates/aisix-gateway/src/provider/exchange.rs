@@ -61,9 +61,9 @@ fn request(
         })?;
     let headers = request.headers_mut();
     if let Some(context) = context {
-        headers.insert("traceparent", context.traceparent.clone());
+        headers.insert(crate::otel::TRACEPARENT, context.traceparent.clone());
         if let Some(state) = &context.tracestate {
-            headers.insert("tracestate", state.clone());
+            headers.insert(crate::otel::TRACESTATE, state.clone());
         }
     }
     for (name, value) in extra {

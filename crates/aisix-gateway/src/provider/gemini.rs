@@ -132,14 +132,6 @@ async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
     .await
 }
 
-pub(super) fn no_uri(provider: &str) -> GatewayError {
-    tracing::error!(provider, "api_base is not a usable URI");
-    GatewayError::new(
-        ErrorKind::Internal,
-        "The gateway could not build the upstream request.",
-    )
-}
-
 /// Gemini's error object (its key masked) in the client's envelope.
 pub(super) fn error_body(
     status: u16,

@@ -74,13 +74,8 @@ async fn embeddings(call: &Call<'_>) -> Result<Answer, GatewayError> {
 pub(super) fn raw_predict_uri<'a>(call: &'a Call<'_>) -> Result<&'a Uri, GatewayError> {
     if call.inbound.endpoint == Endpoint::CountTokens {
         call.uri(Endpoint::CountTokens)
-    } else if call.inbound.stream {
-        call.route
-            .uris
-            .stream()
-            .ok_or_else(|| super::gemini::no_uri(&call.provider().name))
     } else {
-        call.uri(Endpoint::Messages)
+        call.uri_or_stream(Endpoint::Messages)
     }
 }
 

@@ -5,6 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use memchr::memmem;
 use serde::Deserialize;
@@ -103,7 +104,11 @@ pub fn is_error(data: &[u8]) -> bool {
 /// `model` comes before the choices), quotes included. A `"model"` inside a string is escaped
 /// (`\"model\"`) and never matches.
 pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
-    let at = memmem::find(json, MODEL_KEY)?;
+    // shared: a searcher built once for the process, read-only (building one costs more than
+    // a short search).
+    static FINDER: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(MODEL_KEY));
+    let at = FINDER.find(json)?;
     match string_value_after_key(json, at.saturating_add(MODEL_KEY.len())) {
         Value::String(start, end) => Some((start, end)),
         Value::Other | Value::Incomplete => None,
@@ -114,7 +119,12 @@ pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
 /// one), unescaped: the model the upstream says answered.
 pub fn model(json: &[u8]) -> Option<String> {
     let (start, end) = model_span(json)?;
-    serde_json::from_slice(json.get(start..end)?).ok()
+    let quoted = json.get(start..end)?;
+    match quoted.get(1..quoted.len().saturating_sub(1)) {
+        // No escape: the bytes between the quotes are the name.
+        Some(inner) if !inner.contains(&b'\\') => String::from_utf8(inner.to_vec()).ok(),
+        _ => serde_json::from_slice(quoted).ok(),
+    }
 }
 
 /// The key [`model_span`] looks for, quotes included.

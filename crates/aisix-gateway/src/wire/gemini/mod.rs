@@ -3,11 +3,13 @@
 //! ([`request`]), whole answers and embeddings back ([`response`]), streams event by event
 //! ([`stream`]) and error bodies ([`error`]). An Anthropic client reaches Gemini through chat
 //! completions (the Anthropic translators on either side), so only this one pair is written.
-//! Vertex AI's own forms (embeddings by `:predict`, its `countTokens` body) are [`vertex`]'s.
+//! Vertex AI's own forms (embeddings by `:predict`, its `countTokens` body) are [`vertex`]'s;
+//! thought signatures ride in tool call ids ([`signature`]).
 
 pub mod error;
 pub mod request;
 pub mod response;
+pub mod signature;
 pub mod stream;
 pub mod types;
 pub mod vertex;

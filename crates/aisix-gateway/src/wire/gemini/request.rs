@@ -10,6 +10,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::Value;
 
+use super::signature;
 use super::types::{
     Blob, Content, FileData, FunctionCall, FunctionCallingConfig, FunctionDeclaration,
     FunctionResponse, GenerateContentRequest, GenerationConfig, Part, ThinkingConfig, Tool,
@@ -112,6 +113,7 @@ pub fn chat_to_gemini(request: ChatRequest) -> Result<GenerateContentRequest, Re
                                 ))
                             })?),
                         }),
+                        thought_signature: signature::of(&call.id),
                         ..Part::default()
                     });
                 }

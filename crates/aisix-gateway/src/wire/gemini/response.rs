@@ -6,7 +6,8 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::finish_reason;
-use super::types::{BatchEmbedResponse, Candidate, GenerateContentResponse, UsageMetadata};
+use super::signature;
+use super::types::{BatchEmbedResponse, Candidate, GenerateContentResponse, Part, UsageMetadata};
 use crate::wire::anthropic::response::Malformed;
 use crate::wire::json;
 use crate::wire::usage::Usage;
@@ -112,12 +113,14 @@ pub(crate) struct FunctionOut {
     pub arguments: String,
 }
 
-/// The id a function call is given when Gemini gave it none: unique within the answer.
-pub(crate) fn call_id(given: Option<&str>, answer: &str, n: usize) -> String {
-    match given {
+/// The id a client gets for the function call of `part`: Gemini's, or when it gave none one
+/// unique within the answer, with the part's thought signature carried in it.
+pub(crate) fn call_id(part: &Part, given: Option<&str>, answer: &str, n: usize) -> String {
+    let id = match given {
         Some(id) if !id.is_empty() => id.to_owned(),
         _ => format!("call_{answer}_{n}"),
-    }
+    };
+    signature::with_signature(id, part.thought_signature.as_deref())
 }
 
 /// A Gemini answer as an OpenAI chat completion; `created` is the Unix time to report,
@@ -183,7 +186,7 @@ fn choice(candidate: &Candidate, id: &str) -> ChoiceOut {
         if let Some(call) = &part.function_call {
             calls.push(ToolCallOut {
                 index: None,
-                id: call_id(call.id.as_deref(), id, calls.len()),
+                id: call_id(part, call.id.as_deref(), id, calls.len()),
                 kind: "function",
                 function: FunctionOut {
                     name: call.name.clone(),

@@ -146,7 +146,7 @@ impl ToChat {
                     DeltaOut {
                         tool_calls: Some(vec![ToolCallOut {
                             index: Some(u32::try_from(index).unwrap_or(u32::MAX)),
-                            id: call_id(call.id.as_deref(), answer_id, index),
+                            id: call_id(part, call.id.as_deref(), answer_id, index),
                             kind: "function",
                             function: FunctionOut {
                                 name: call.name.clone(),

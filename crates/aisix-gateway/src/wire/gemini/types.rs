@@ -41,6 +41,8 @@ pub struct Part {
     pub file_data: Option<FileData>,
     pub function_call: Option<FunctionCall>,
     pub function_response: Option<FunctionResponse>,
+    /// The model's reasoning state at this part (base64), to be given back with it.
+    pub thought_signature: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
