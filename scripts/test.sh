@@ -12,6 +12,7 @@
 #     protoc (`protobuf-compiler`) builds the etcd client's protobuf definitions.
 #   - npm (Debian package `npm`): installs Claude Code, pinned, under target/e2e-node.
 #   - wrk and strace: the benchmark harness's second load generator and system-call counts.
+#   - valgrind: the harness's instructions per request (`aisix-bench instr`).
 #   - the same npm installs the Codex CLI, pinned, under target/codex (scripts/setup-codex.sh),
 #     for the Responses client tests.
 # Needs root (or sudo) only when a Debian package is missing.
@@ -31,6 +32,7 @@ command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 command -v npm >/dev/null 2>&1 || missing+=(npm)
 # Operations tests: systemd-analyze (the unit file); unshare, mount and chroot (the container's
 # conditions).
@@ -71,4 +73,15 @@ if [ -n "$base" ]; then
     || echo "bench compare against $base did not finish within 300 s: no report (it asserts nothing)"
 else
   echo "bench compare skipped: no merge base with main"
+fi
+# Instructions per request under valgrind, in smoke form (aisix, nginx as one process, the
+# static-SSE origin): every answer must be good; no figure is asserted. Bounded: valgrind on a
+# debug build is slow to start.
+rc=0
+timeout 300 cargo run --locked -q -p aisix-bench -- instr --smoke --aisix-bin target/debug/aisix \
+  --subjects aisix,nginx --workloads unary,stream-nginx --no-strace --out target/bench-instr || rc=$?
+if [ "$rc" = 124 ]; then
+  echo "bench instr smoke did not finish within 300 s: no report (it asserts no figure)"
+elif [ "$rc" != 0 ]; then
+  exit "$rc"
 fi

@@ -27,7 +27,7 @@ pub const UNARY_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","con
 /// The streaming request (usage asked for, as SDKs commonly do).
 pub(crate) const STREAM_BODY: &str = r#"{"model":"bench","messages":[{"role":"user","content":"hello"}],"stream":true,"stream_options":{"include_usage":true}}"#;
 /// What the rig floor sends to the mock directly: the model name the gateway would send.
-const DIRECT_UNARY_BODY: &str =
+pub(crate) const DIRECT_UNARY_BODY: &str =
     r#"{"model":"mock-model","messages":[{"role":"user","content":"hello"}]}"#;
 /// The OpenAI chat endpoint, on the gateway and on the mock.
 const CHAT: &str = "/v1/chat/completions";
@@ -1003,7 +1003,7 @@ fn machine() -> String {
 }
 
 /// `YYYYmmddTHHMMSSZ` for now, UTC: RFC 3339 without its separators, for a folder name.
-fn utc_stamp() -> String {
+pub(crate) fn utc_stamp() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now())
         .to_string()
         .replace(['-', ':'], "")

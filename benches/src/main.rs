@@ -8,6 +8,7 @@ mod gateway;
 mod grid;
 mod hostile;
 mod http1;
+mod instr;
 mod loadgen;
 mod logfile;
 mod measure;
@@ -18,6 +19,7 @@ mod otlp_sink;
 mod process;
 mod procstat;
 mod report;
+mod sse_origin;
 mod strace;
 mod variants;
 mod wrk;
@@ -54,6 +56,9 @@ enum Command {
     /// Compare this tree's gateway with another revision's, interleaved in one run (unary and
     /// streaming), and print the ratios.
     Compare(Box<compare::CompareArgs>),
+    /// User-space instructions per request under valgrind (aisix, the floor, nginx, a
+    /// baseline binary), with system calls per request: figures that do not drift.
+    Instr(Box<instr::InstrArgs>),
     /// Serve the fast mock provider (the grid starts its own).
     Mock(mock::MockArgs),
     /// Serve the floor proxy: the gateway's stack (serving core, upstream pool) with no gateway
@@ -71,6 +76,7 @@ fn main() -> anyhow::Result<()> {
         Command::Grid(args) => grid::run(*args),
         Command::Mock(args) => mock::serve(args),
         Command::Compare(args) => compare::run(*args),
+        Command::Instr(args) => instr::run(*args),
         Command::Floor(args) => floor::serve(args),
         Command::OtlpSink(args) => otlp_sink::serve(args),
     }

@@ -193,6 +193,21 @@ fn is_executable(path: &Path) -> bool {
         .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
+/// `command` run under `wrap` (a tool and its options, e.g. `valgrind --tool=cachegrind`): the
+/// wrapper's program with its arguments, then the command's program and arguments. Environment
+/// and working folder are to be set on the result. An empty `wrap` returns `command` as it is.
+pub fn wrapped(command: Command, wrap: &[std::ffi::OsString]) -> Command {
+    let Some((tool, options)) = wrap.split_first() else {
+        return command;
+    };
+    let mut outer = Command::new(tool);
+    outer
+        .args(options)
+        .arg(command.get_program())
+        .args(command.get_args());
+    outer
+}
+
 /// A child process the harness owns: stopped (SIGTERM, then SIGKILL) when dropped.
 pub struct Child {
     name: String,

@@ -23,6 +23,19 @@ use super::server::Worker;
 /// The marker every streamed content frame carries; a load generator counts frames by it.
 pub const CONTENT_MARKER: &[u8] = b"aisixbenchtok";
 
+/// A whole chat-completion stream with `frames` content frames, the finish chunk, the usage
+/// chunk and `[DONE]`: what the burst mock sends in one write, for an origin the harness does
+/// not run itself (nginx serving it as a static body).
+pub fn burst_stream(frames: usize) -> Bytes {
+    let pacing = Pacing {
+        ttft: Duration::ZERO,
+        frames,
+        gap: Duration::ZERO,
+        burst: true,
+    };
+    Answers::new(&pacing, None).whole_with_usage
+}
+
 /// How a streamed answer is paced.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Pacing {
@@ -352,6 +365,16 @@ fn json_flag_is_true(body: &[u8], quoted_key: &[u8]) -> bool {
 mod tests {
     use super::*;
     use crate::mock::hostile::HOSTILE_MODEL;
+
+    #[test]
+    fn the_burst_stream_carries_every_content_frame_usage_and_done() {
+        let stream = burst_stream(3);
+        let text = std::str::from_utf8(&stream).unwrap();
+        let marker = std::str::from_utf8(CONTENT_MARKER).unwrap();
+        assert_eq!(text.matches(marker).count(), 3);
+        assert!(text.contains("\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":3"));
+        assert!(text.ends_with("data: [DONE]\n\n"));
+    }
 
     #[test]
     fn stream_flag_is_found_with_or_without_spaces_and_never_in_stream_options() {

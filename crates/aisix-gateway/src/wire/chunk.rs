@@ -75,7 +75,10 @@ pub fn read(data: &[u8]) -> Option<ChunkFacts> {
 /// chunk worth parsing for the choices it finishes.
 pub fn may_finish(data: &[u8]) -> bool {
     const KEY: &[u8] = b"\"finish_reason\"";
-    memmem::find_iter(data, KEY).any(|at| {
+    // Built once: `memmem::find_iter` would build a searcher for every chunk of every stream.
+    static FINDER: std::sync::LazyLock<memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memmem::Finder::new(KEY));
+    FINDER.find_iter(data).any(|at| {
         data.get(at.saturating_add(KEY.len())..)
             .map(<[u8]>::trim_ascii_start)
             .and_then(|rest| rest.strip_prefix(b":"))

@@ -78,7 +78,10 @@ pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
 /// The byte range of the last `"usage"` object value in `json`.
 fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
     const KEY: &[u8] = b"\"usage\"";
-    let at = memchr::memmem::rfind(json, KEY)?.saturating_add(KEY.len());
+    // Built once: `memmem::rfind` would build a searcher for every answer.
+    static FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::FinderRev::new(KEY));
+    let at = FINDER.rfind(json)?.saturating_add(KEY.len());
     let rest = json.get(at..)?.trim_ascii_start().strip_prefix(b":")?;
     let value = rest.trim_ascii_start();
     if value.first() != Some(&b'{') {
