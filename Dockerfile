@@ -7,8 +7,9 @@
 
 # The toolchain named by rust-toolchain.toml.
 FROM rust:1.95-bookworm AS build
-# protoc: the etcd client's build script compiles etcd's protobuf definitions.
-RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+# protoc and the well-known types: the etcd client's build script compiles etcd's protobuf
+# definitions, which import google/protobuf/descriptor.proto.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # Dependencies first, from Cargo.lock only, so a source change reuses their layer.

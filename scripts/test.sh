@@ -9,7 +9,8 @@
 #   - tinyproxy: a real forward proxy for the HTTP(S)_PROXY egress tests.
 #   - redis-server (Debian package `redis-server`): the shared rate-limit store.
 #   - etcd and etcdctl (Debian packages `etcd-server`, `etcd-client`): the shared resources store;
-#     protoc (`protobuf-compiler`) builds the etcd client's protobuf definitions.
+#     protoc (`protobuf-compiler`, with `libprotobuf-dev`'s well-known types) builds the etcd
+#     client's protobuf definitions.
 #   - npm (Debian package `npm`): installs Claude Code, pinned, under target/e2e-node.
 #   - wrk and strace: the benchmark harness's second load generator and system-call counts.
 #   - valgrind: the harness's instructions per request (`aisix-bench instr`).
@@ -29,6 +30,7 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 # protoc: the etcd client's build script compiles etcd's protobuf definitions.
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+[ -f /usr/include/google/protobuf/descriptor.proto ] || missing+=(libprotobuf-dev)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
 command -v strace >/dev/null 2>&1 || missing+=(strace)
