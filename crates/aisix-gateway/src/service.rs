@@ -92,8 +92,10 @@ impl hyper::service::Service<Request<Incoming>> for Gateway {
     type Future = Pin<Box<dyn Future<Output = Result<Response<GatewayBody>, Infallible>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
-        let inner = self.inner.clone();
-        Box::pin(async move { Ok(inner.handle(request).await) })
+        // `handle` is the future itself (no `async` block around it): its ~3.7 KiB state is
+        // written once where it is built and moved once, into its box. An `async move` wrapper
+        // built the inner future on its first poll and moved it in again, a second copy.
+        Box::pin(Inner::handle(self.inner.clone(), request))
     }
 }
 
@@ -143,13 +145,19 @@ impl Head {
 }
 
 impl Inner {
-    async fn handle(&self, request: Request<Incoming>) -> Response<GatewayBody> {
+    async fn handle(
+        self: Arc<Self>,
+        request: Request<Incoming>,
+    ) -> Result<Response<GatewayBody>, Infallible> {
         let received = Instant::now();
         let request_id = self.ids.for_request(request.headers().get(&X_REQUEST_ID));
         let version = request.version();
         #[cfg(feature = "test-hooks")]
         if request.uri().path() == crate::test_hooks::ADVANCE_CLOCK_PATH {
-            return crate::test_hooks::advance_clock(&self.common.clock, &request);
+            return Ok(crate::test_hooks::advance_clock(
+                &self.common.clock,
+                &request,
+            ));
         }
         let resolved = endpoint::resolve(request.method(), request.uri().path());
         let mut record = match resolved {
@@ -170,7 +178,7 @@ impl Inner {
                     dropped_tools: None,
                 }
                 .apply(&mut response);
-                return response;
+                return Ok(response);
             }
             _ => Record::new(
                 request_id.clone(),
@@ -228,7 +236,7 @@ impl Inner {
                         dropped_tools: None,
                     }
                     .apply(&mut response);
-                    return response;
+                    return Ok(response);
                 }
             }
         }
@@ -238,7 +246,7 @@ impl Inner {
         head.close = response.status() == StatusCode::REQUEST_TIMEOUT && version < Version::HTTP_2;
         head.request_id = request_id;
         head.apply(&mut response);
-        response
+        Ok(response)
     }
 
     /// `GET /v1/models` and `GET /v1/models/{id}`.
