@@ -43,23 +43,23 @@ fn request(
     request_id: &HeaderValue,
     context: Option<&crate::otel::Outgoing>,
     extra: &HeaderMap,
-) -> Result<Request<Full<Bytes>>, GatewayError> {
-    let mut request = Request::builder()
-        .method(Method::POST)
-        .uri(uri.clone())
-        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-        .header(
-            ACCEPT,
-            HeaderValue::from_static(if stream { "text/event-stream" } else { "application/json" }),
-        )
-        .header(USER_AGENT, GATEWAY_AGENT.clone())
-        .header(&aisix_obs::request_id::HEADER, request_id.clone())
-        .body(Full::new(body))
-        .map_err(|e| {
-            tracing::error!(provider = %provider.name, error = %e, "cannot build the upstream request");
-            GatewayError::new(ErrorKind::Internal, "The gateway could not build the upstream request.")
-        })?;
-    let headers = request.headers_mut();
+) -> Request<Full<Bytes>> {
+    // Sized once for every header it will carry, so it never grows on the way: the four below,
+    // the trace context's, `extra`, the provider's, and `Host` and `Content-Length`, which are
+    // added where it is sent.
+    let traced = context.map_or(0, |c| 1 + usize::from(c.tracestate.is_some()));
+    let mut headers = HeaderMap::with_capacity(6 + traced + extra.len() + provider.headers.len());
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static(if stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
+    headers.insert(USER_AGENT, GATEWAY_AGENT.clone());
+    headers.insert(&aisix_obs::request_id::HEADER, request_id.clone());
     if let Some(context) = context {
         headers.insert(crate::otel::TRACEPARENT, context.traceparent.clone());
         if let Some(state) = &context.tracestate {
@@ -72,7 +72,11 @@ fn request(
     for (name, value) in &provider.headers {
         headers.insert(name, value.clone());
     }
-    Ok(request)
+    let mut request = Request::new(Full::new(body));
+    *request.method_mut() = Method::POST;
+    *request.uri_mut() = uri.clone();
+    *request.headers_mut() = headers;
+    request
 }
 
 /// The error for a provider whose `api_base` gave no URI for an endpoint.
@@ -199,7 +203,7 @@ impl Call<'_> {
             self.request_id,
             self.context,
             extra,
-        )?;
+        );
         if let Some(credential) = &provider.credential {
             let value = credential.get(self.pool).await?;
             request
@@ -402,7 +406,7 @@ pub(crate) async fn fetch(
         request_id,
         None,
         &HeaderMap::new(),
-    )?;
+    );
     *request.method_mut() = method;
     request.headers_mut().remove(CONTENT_TYPE);
     let head = send(pool, provider, request, deadlines).await?;
