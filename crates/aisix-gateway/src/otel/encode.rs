@@ -29,9 +29,13 @@ fn varint_into(out: &mut [u8; 10], mut n: u64) -> usize {
 }
 
 impl Message {
-    #[cfg(test)]
     pub(crate) fn new() -> Self {
         Self::default()
+    }
+
+    /// Bytes already written as fields of this message (attributes written once, copied).
+    pub(crate) fn raw(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
     }
 
     /// A message written into what is left of `buf`: one buffer kept for every export, whose
@@ -54,6 +58,7 @@ impl Message {
         self.buf.to_vec()
     }
 
+    #[inline]
     fn varint(&mut self, n: u64) {
         if n < 0x80 {
             self.buf.put_u8(n as u8);
@@ -64,16 +69,19 @@ impl Message {
         }
     }
 
+    #[inline]
     fn tag(&mut self, field: u64, wire: u64) {
         self.varint(field << 3 | wire);
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, field: u64, bytes: &[u8]) {
         self.tag(field, LEN);
         self.varint(bytes.len() as u64);
         self.buf.extend_from_slice(bytes);
     }
 
+    #[inline]
     pub(crate) fn string(&mut self, field: u64, text: &str) {
         self.bytes(field, text.as_bytes());
     }
@@ -87,16 +95,19 @@ impl Message {
         }
     }
 
+    #[inline]
     pub(crate) fn uint(&mut self, field: u64, n: u64) {
         self.tag(field, VARINT);
         self.varint(n);
     }
 
+    #[inline]
     pub(crate) fn fixed64(&mut self, field: u64, n: u64) {
         self.tag(field, FIXED64);
         self.buf.extend_from_slice(&n.to_le_bytes());
     }
 
+    #[inline]
     pub(crate) fn fixed32(&mut self, field: u64, n: u32) {
         self.tag(field, FIXED32);
         self.buf.extend_from_slice(&n.to_le_bytes());
@@ -107,23 +118,41 @@ impl Message {
     }
 
     /// A nested message, written by `write` in place: one byte is kept for its length, and
-    /// the message of 128 bytes or more (a span, a batch) is moved up to make room for a
-    /// longer one (no buffer of its own per nested message).
+    /// a message of 128 bytes or more is moved up to make room for a longer one (no buffer of
+    /// its own per nested message).
     pub(crate) fn message(&mut self, field: u64, write: impl FnOnce(&mut Message)) {
+        self.message_sized(field, 1, write);
+    }
+
+    /// [`Message::message`] for one expected to need `reserved` bytes for its length (a span:
+    /// 2, up to 16 KiB; a batch: 3, up to 2 MiB): that many are kept, and the message is moved
+    /// only when its length needs another count (a move per span, and two of the whole batch
+    /// per export request, otherwise).
+    pub(crate) fn message_sized(
+        &mut self,
+        field: u64,
+        reserved: usize,
+        write: impl FnOnce(&mut Message),
+    ) {
         self.tag(field, LEN);
         let at = self.buf.len();
-        self.buf.put_u8(0);
+        self.buf.put_bytes(0, reserved);
         write(self);
         let end = self.buf.len();
-        let len = (end - at - 1) as u64;
-        if len < 0x80 {
+        let len = (end - at - reserved) as u64;
+        if reserved == 1 && len < 0x80 {
             self.buf[at] = len as u8;
             return;
         }
         let mut head = [0u8; 10];
         let n = varint_into(&mut head, len);
-        self.buf.resize(end + n - 1, 0);
-        self.buf.copy_within(at + 1..end, at + n);
+        if n > reserved {
+            self.buf.resize(end + n - reserved, 0);
+            self.buf.copy_within(at + reserved..end, at + n);
+        } else if n < reserved {
+            self.buf.copy_within(at + reserved..end, at + n);
+            self.buf.truncate(end - (reserved - n));
+        }
         self.buf[at..at + n].copy_from_slice(&head[..n]);
     }
 }
@@ -137,9 +166,55 @@ pub(crate) enum Value<'a> {
     Bool(bool),
 }
 
+/// An attribute's key as it is written: `KeyValue.key` (its tag, its length, its bytes) and
+/// the tag of `KeyValue.value` that follows it, built at compile time ([`keys!`]), so writing
+/// the key is one copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Key(pub(super) &'static [u8]);
+
+impl Key {
+    /// The key's name.
+    pub(crate) fn name(self) -> &'static str {
+        std::str::from_utf8(&self.0[2..self.0.len() - 1]).unwrap_or_default()
+    }
+}
+
+/// `key`'s [`Key`] bytes; `N` is its length plus 3. A key of 128 bytes or more does not build.
+pub(crate) const fn key_bytes<const N: usize>(key: &str) -> [u8; N] {
+    let name = key.as_bytes();
+    assert!(name.len() < 0x80 && N == name.len() + 3);
+    let mut out = [0u8; N];
+    out[0] = 0x0a;
+    out[1] = name.len() as u8;
+    let mut i = 0;
+    while i < name.len() {
+        out[2 + i] = name[i];
+        i += 1;
+    }
+    out[N - 1] = 0x12;
+    out
+}
+
+/// Attribute keys as [`Key`] constants: `keys! { NAME = "attribute.name", ... }`.
+macro_rules! keys {
+    ($($(#[$doc:meta])* $name:ident = $key:literal,)*) => {
+        $(
+            $(#[$doc])*
+            pub(crate) const $name: $crate::otel::encode::Key = $crate::otel::encode::Key(
+                &$crate::otel::encode::key_bytes::<{ $key.len() + 3 }>($key),
+            );
+        )*
+    };
+}
+pub(crate) use keys;
+
 /// A `KeyValue` at `field` of `message`. The usual one (field, key and value short enough
-/// that every length is one byte) is written in four copies, with no nested message to size.
-pub(crate) fn attribute(message: &mut Message, field: u64, key: &str, value: &Value<'_>) {
+/// that every length is one byte) is written in one reserve and four copies (two of them of a
+/// few fixed bytes), with no nested message to size.
+// Inlined where it is called: there the key's length and the value's kind are constants, so
+// the key is copied without a call and the value's `match` folds away.
+#[inline(always)]
+pub(crate) fn attribute(message: &mut Message, field: u64, key: Key, value: &Value<'_>) {
     let mut scratch = [0u8; 10];
     // `AnyValue`'s field: its tag, and its bytes (a string's with their length first).
     let (tag, payload): (u8, &[u8]) = match value {
@@ -159,29 +234,37 @@ pub(crate) fn attribute(message: &mut Message, field: u64, key: &str, value: &Va
     };
     let is_str = matches!(value, Value::Str(_));
     let any_len = 1 + usize::from(is_str) + payload.len();
-    let kv_len = 2 + key.len() + 2 + any_len;
+    // The key's bytes, then `value`'s length.
+    let kv_len = key.0.len() + 1 + any_len;
     if field >= 16 || kv_len >= 0x80 {
-        message.message(field, |kv| {
-            kv.string(1, key);
-            kv.message(2, |any| any_value(any, value));
-        });
-        return;
+        return cold_attribute(message, field, key, value);
     }
     let buf = &mut message.buf;
     buf.reserve(2 + kv_len);
-    buf.extend_from_slice(&[
-        (field << 3 | LEN) as u8,
-        kv_len as u8,
-        0x0a,
-        key.len() as u8,
-    ]);
-    buf.extend_from_slice(key.as_bytes());
+    buf.extend_from_slice(&[(field << 3 | LEN) as u8, kv_len as u8]);
+    buf.extend_from_slice(key.0);
     if is_str {
-        buf.extend_from_slice(&[0x12, any_len as u8, tag, payload.len() as u8]);
+        buf.extend_from_slice(&[any_len as u8, tag, payload.len() as u8]);
     } else {
-        buf.extend_from_slice(&[0x12, any_len as u8, tag]);
+        buf.extend_from_slice(&[any_len as u8, tag]);
     }
     buf.extend_from_slice(payload);
+}
+
+/// The rare attribute [`attribute`] does not write itself (a long value), out of its line.
+#[cold]
+#[inline(never)]
+fn cold_attribute(message: &mut Message, field: u64, key: Key, value: &Value<'_>) {
+    named_attribute(message, field, key.name(), value);
+}
+
+/// A `KeyValue` at `field` of `message` whose key is known only at run time (a resource's,
+/// written once per export request).
+pub(crate) fn named_attribute(message: &mut Message, field: u64, key: &str, value: &Value<'_>) {
+    message.message(field, |kv| {
+        kv.string(1, key);
+        kv.message(2, |any| any_value(any, value));
+    });
 }
 
 /// The fields of an `AnyValue`.
@@ -213,12 +296,15 @@ mod tests {
     }
 
     #[test]
-    fn a_nested_message_written_in_place_has_its_minimal_length_at_every_size() {
-        for size in [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000] {
+    fn a_nested_message_written_in_place_has_its_minimal_length_at_every_size_and_reserve() {
+        for (size, reserved) in [0usize, 1, 127, 128, 300, 16_383, 16_384, 70_000, 2_097_152]
+            .into_iter()
+            .flat_map(|size| [(size, 1), (size, 2), (size, 3)])
+        {
             let text = "x".repeat(size);
             let mut nested = Message::new();
             nested.uint(1, 5);
-            nested.message(2, |inner| inner.string(3, &text));
+            nested.message_sized(2, reserved, |inner| inner.string(3, &text));
             nested.uint(4, 6);
             let mut expected = Message::new();
             expected.uint(1, 5);
@@ -226,8 +312,24 @@ mod tests {
             inner.string(3, &text);
             expected.bytes(2, &inner.into_bytes());
             expected.uint(4, 6);
-            assert_eq!(nested.into_bytes(), expected.into_bytes(), "size {size}");
+            assert_eq!(
+                nested.into_bytes(),
+                expected.into_bytes(),
+                "size {size}, {reserved} reserved"
+            );
         }
+    }
+
+    keys! {
+        MODEL = "gen_ai.request.model",
+        SERVER = "server.address",
+        K = "k",
+    }
+
+    #[test]
+    fn a_key_knows_its_name() {
+        assert_eq!(MODEL.name(), "gen_ai.request.model");
+        assert_eq!(K.name(), "k");
     }
 
     #[test]
@@ -244,15 +346,15 @@ mod tests {
             Value::Bool(true),
             Value::Bool(false),
         ] {
-            for key in ["gen_ai.request.model", &"k".repeat(130)] {
+            for key in [MODEL, SERVER, K] {
                 let mut fast = Message::new();
                 attribute(&mut fast, 9, key, &value);
                 let mut nested = Message::new();
                 nested.message(9, |kv| {
-                    kv.string(1, key);
+                    kv.string(1, key.name());
                     kv.message(2, |any| any_value(any, &value));
                 });
-                assert_eq!(fast.into_bytes(), nested.into_bytes(), "{key} {value:?}");
+                assert_eq!(fast.into_bytes(), nested.into_bytes(), "{key:?} {value:?}");
             }
         }
     }
@@ -269,7 +371,7 @@ mod tests {
     #[test]
     fn a_negative_int_is_ten_bytes_as_protobuf_int64_is() {
         let mut m = Message::new();
-        attribute(&mut m, 9, "k", &Value::Int(-1));
+        attribute(&mut m, 9, K, &Value::Int(-1));
         let bytes = m.into_bytes();
         // KeyValue{key "k", value AnyValue{int_value = -1 as 10 varint bytes}}
         assert_eq!(bytes.len(), 2 + 3 + 2 + 11);

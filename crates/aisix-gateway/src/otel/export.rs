@@ -30,7 +30,7 @@ use aisix_obs::metrics::emit;
 
 use super::encode::Message;
 use super::queue::{self, Hub, Queue};
-use super::spans::{self, Resource};
+use super::spans::{self, Resource, RouteAttributes};
 use super::{Trace, Wall};
 
 /// Tries per export request: the first and two more.
@@ -237,6 +237,7 @@ impl Exporter {
         // Every export request is written here: one buffer, whose space comes back once the
         // export that took it is sent.
         let mut buf = BytesMut::new();
+        let mut routes = RouteAttributes::default();
         let mut in_flight = JoinSet::new();
         // The interval passed: a batch that is not full goes too.
         let mut due = false;
@@ -263,7 +264,7 @@ impl Exporter {
                     }
                     due = false;
                 }
-                let bodies = delivery.encode(&pending, &mut buf);
+                let bodies = delivery.encode(&pending, &mut buf, &mut routes);
                 pending.clear();
                 let delivery = delivery.clone();
                 in_flight.spawn(async move { delivery.export(bodies).await });
@@ -322,9 +323,14 @@ impl Delivery {
     /// Writes `batch` as each signal's export request, through `buf` (kept for the next
     /// batch), and compresses it when configured; the batch's times are put on the wall clock
     /// with one reading.
-    fn encode(&self, batch: &[Box<Trace>], buf: &mut BytesMut) -> [Option<Body>; 2] {
+    fn encode(
+        &self,
+        batch: &[Box<Trace>],
+        buf: &mut BytesMut,
+        routes: &mut RouteAttributes,
+    ) -> [Option<Body>; 2] {
         let wall = Wall::now();
-        let mut write = |signal: Signal, records: u64, encode: &dyn Fn(&mut Message)| {
+        let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
             let mut message = Message::reusing(std::mem::take(buf));
             encode(&mut message);
             let written = message.split();
@@ -344,15 +350,15 @@ impl Delivery {
             let spans: u64 = batch.iter().map(|t| spans::span_count(t)).sum();
             let sampled = batch.iter().filter(|t| spans::span_count(t) > 0).count() as u64;
             (spans > 0).then(|| {
-                write(Signal::Traces, sampled, &|m| {
-                    spans::traces(m, batch, &self.resource, &wall)
+                write(Signal::Traces, sampled, &mut |m| {
+                    spans::traces(m, batch, (&self.resource, &mut *routes), &wall)
                 })
             })
         });
         let logs = self.logs.as_ref().and_then(|_| {
             let events = batch.iter().filter(|t| spans::logged(t)).count() as u64;
             (events > 0).then(|| {
-                write(Signal::Logs, events, &|m| {
+                write(Signal::Logs, events, &mut |m| {
                     spans::logs(m, batch, &self.resource, &wall)
                 })
             })
