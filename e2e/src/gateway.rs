@@ -135,6 +135,13 @@ impl GatewayConfig {
         self
     }
 
+    /// [`resources::openai`](crate::resources::openai)'s file for `models` at `upstream`, its
+    /// API key `k` being `key` (through the variable `E2E_OPENAI_KEY`).
+    pub fn openai(self, upstream: &str, models: &[(&str, &str)], key: &str) -> Self {
+        self.resources(crate::resources::openai(upstream, models, "E2E_OPENAI_KEY"))
+            .env("E2E_OPENAI_KEY", key)
+    }
+
     pub fn metrics(mut self) -> Self {
         self.metrics = true;
         self

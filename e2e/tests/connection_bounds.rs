@@ -12,7 +12,6 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, closed_by_peer, read_response};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{MockProvider, Reply};
-use aisix_e2e::resources;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -22,12 +21,7 @@ const KEY: &str = "sk-bounds-test-1";
 fn gateway(mode: Mode, mock: &MockProvider, downstream: &str) -> Gateway {
     Gateway::start(
         &GatewayConfig::new(mode)
-            .resources(resources::openai(
-                &mock.base_url(),
-                &[("m", "up-m")],
-                "BOUNDS_KEY",
-            ))
-            .env("BOUNDS_KEY", KEY)
+            .openai(&mock.base_url(), &[("m", "up-m")], KEY)
             .extra(&format!(
                 "downstream:\n  sse_keepalive_interval_secs: 0\n{downstream}"
             )),

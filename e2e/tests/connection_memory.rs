@@ -11,7 +11,6 @@ use aisix_e2e::both_modes;
 use aisix_e2e::client::{self, Connection};
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode, rss_bytes};
 use aisix_e2e::mock::{MockProvider, Reply as Mock};
-use aisix_e2e::resources;
 
 const KEY: &str = "sk-conn-memory-1";
 
@@ -28,12 +27,7 @@ const PER_PAIR: u64 = 32 * 1024;
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
         .workers(Some(1))
-        .resources(resources::openai(
-            &mock.base_url(),
-            &[("gpt-x", "up-x")],
-            "CONN_MEMORY_KEY",
-        ))
-        .env("CONN_MEMORY_KEY", KEY)
+        .openai(&mock.base_url(), &[("gpt-x", "up-x")], KEY)
 }
 
 /// Waits (up to 30 s) for the RSS of `pid` to fall to `bound` or below, as jemalloc's background
@@ -44,6 +38,30 @@ async fn settled_rss(pid: u32, bound: u64) -> u64 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     rss_bytes(pid)
+}
+
+/// A one-worker gateway in front of `mock` that has answered one request, and its RSS then: the
+/// first request's one-time costs (tables, the first connection, thread caches) go into the
+/// baseline.
+async fn warmed(mode: Mode, mock: &MockProvider) -> (Gateway, u64) {
+    let gateway = Gateway::start(&config(mode, mock));
+    let first = client::send(gateway.addr(), chat("warm")).await;
+    assert_eq!(first.status, 200, "{}", first.text());
+    let baseline = rss_bytes(gateway.pid());
+    (gateway, baseline)
+}
+
+/// Asserts that the RSS of `pid` settles at `baseline` plus `count × per` or below, for `count`
+/// idle connections (`what`) each allowed `per` bytes.
+async fn assert_rss_settles(pid: u32, baseline: u64, (count, per): (usize, u64), what: &str) {
+    let bound = baseline + count as u64 * per;
+    let held = settled_rss(pid, bound).await;
+    let each = held.saturating_sub(baseline) / count as u64;
+    eprintln!("{each} bytes per connection: {what}");
+    assert!(
+        held <= bound,
+        "{what} took RSS from {baseline} to {held} bytes, {each} each (bound {per})"
+    );
 }
 
 fn chat(id: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
@@ -57,14 +75,8 @@ fn chat(id: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
 both_modes! {
     async fn idle_keep_alive_connections_and_their_upstream_connections_hold_under_32_kib_a_pair(mode: Mode) {
         let mock = MockProvider::start();
-        let gateway = Gateway::start(&config(mode, &mock));
-        let addr = gateway.addr();
-        let pid = gateway.pid();
-        // The first request's one-time costs (tables, the first connection, thread caches) go
-        // into the baseline.
-        let first = client::send(addr, chat("warm")).await;
-        assert_eq!(first.status, 200, "{}", first.text());
-        let baseline = rss_bytes(pid);
+        let (gateway, baseline) = warmed(mode, &mock).await;
+        let (addr, pid) = (gateway.addr(), gateway.pid());
 
         // Every answer waits, so each request holds an upstream connection of its own.
         mock.set_default(Mock::openai().delay_head(Duration::from_secs(2)));
@@ -96,18 +108,8 @@ both_modes! {
 
         // Freed per-request memory goes back to the system; what stays is what the idle
         // connections hold.
-        let bound = baseline + CONNECTIONS as u64 * PER_PAIR;
-        let held = settled_rss(pid, bound).await;
-        eprintln!(
-            "{} bytes per idle pair",
-            held.saturating_sub(baseline) / CONNECTIONS as u64
-        );
-        assert!(
-            held <= bound,
-            "{CONNECTIONS} idle client connections and {upstream} upstream connections took RSS \
-             from {baseline} to {held} bytes, {} per pair (bound {PER_PAIR})",
-            (held.saturating_sub(baseline)) / CONNECTIONS as u64
-        );
+        let what = format!("{CONNECTIONS} idle client connections and {upstream} upstream connections");
+        assert_rss_settles(pid, baseline, (CONNECTIONS, PER_PAIR), &what).await;
 
         // The idle connections still serve.
         mock.clear_default();
@@ -129,12 +131,8 @@ const PER_IDLE_UPLOADER: u64 = 64 * 1024;
 both_modes! {
     async fn keep_alive_connections_that_carried_a_1_mib_body_hold_under_64_kib_each_once_idle(mode: Mode) {
         let mock = MockProvider::start();
-        let gateway = Gateway::start(&config(mode, &mock));
-        let addr = gateway.addr();
-        let pid = gateway.pid();
-        let first = client::send(addr, chat("warm")).await;
-        assert_eq!(first.status, 200, "{}", first.text());
-        let baseline = rss_bytes(pid);
+        let (gateway, baseline) = warmed(mode, &mock).await;
+        let (addr, pid) = (gateway.addr(), gateway.pid());
 
         let body = format!(
             r#"{{"model":"gpt-x","messages":[{{"role":"user","content":"{}"}}]}}"#,
@@ -150,18 +148,8 @@ both_modes! {
             idle.push(connection);
         }
 
-        let bound = baseline + UPLOADS as u64 * PER_IDLE_UPLOADER;
-        let held = settled_rss(pid, bound).await;
-        eprintln!(
-            "{} bytes per idle uploader",
-            held.saturating_sub(baseline) / UPLOADS as u64
-        );
-        assert!(
-            held <= bound,
-            "{UPLOADS} idle connections that each carried a 1 MiB body took RSS from {baseline} \
-             to {held} bytes, {} each (bound {PER_IDLE_UPLOADER})",
-            held.saturating_sub(baseline) / UPLOADS as u64
-        );
+        let what = format!("{UPLOADS} idle connections that each carried a 1 MiB body");
+        assert_rss_settles(pid, baseline, (UPLOADS, PER_IDLE_UPLOADER), &what).await;
 
         // A small request on one of them still goes through.
         let reply = idle[0].send(chat("small-after-large")).await;

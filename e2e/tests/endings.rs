@@ -9,7 +9,6 @@ use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::{Frame, MockProvider, Reply as Mock};
 use aisix_e2e::prom::sample;
-use aisix_e2e::resources;
 use http_body_util::BodyExt;
 use serde_json::Value;
 
@@ -17,12 +16,7 @@ const KEY: &str = "sk-endings-test-1";
 
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
-        .resources(resources::openai(
-            &mock.base_url(),
-            &[("gpt-x", "up-x")],
-            "ENDINGS_KEY",
-        ))
-        .env("ENDINGS_KEY", KEY)
+        .openai(&mock.base_url(), &[("gpt-x", "up-x")], KEY)
         .metrics()
         .extra("downstream:\n  sse_keepalive_interval_secs: 0\nupstream:\n  first_token_timeout_ms: 800\n")
 }

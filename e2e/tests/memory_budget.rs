@@ -24,12 +24,7 @@ const KEY: &str = "sk-budget-test-1";
 fn config(mode: Mode, mock: &MockProvider) -> GatewayConfig {
     GatewayConfig::new(mode)
         .workers(Some(1))
-        .resources(resources::openai(
-            &mock.base_url(),
-            &[("gpt-x", "up-x")],
-            "BUDGET_KEY",
-        ))
-        .env("BUDGET_KEY", KEY)
+        .openai(&mock.base_url(), &[("gpt-x", "up-x")], KEY)
         .proxy("  max_buffered_bytes_per_worker: 1048576\n  request_body_limit_bytes: 1048576\n")
         .extra("downstream:\n  request_body_timeout_secs: 1\n")
 }
@@ -83,8 +78,7 @@ both_modes! {
         // One worker with the default budget (256 MiB) and body limit (32 MiB).
         let gateway = Gateway::start(&GatewayConfig::new(mode)
             .workers(Some(1))
-            .resources(resources::openai(&mock.base_url(), &[("gpt-x", "up-x")], "BUDGET_KEY"))
-            .env("BUDGET_KEY", KEY));
+            .openai(&mock.base_url(), &[("gpt-x", "up-x")], KEY));
         let addr = gateway.addr();
 
         // Eight uploads declare 32 MiB each, 256 MiB in all, and send nothing more.

@@ -18,12 +18,7 @@ const KEY: &str = "sk-rollout-1";
 
 fn config(mode: Mode, mock: &MockProvider, shutdown: &str) -> GatewayConfig {
     GatewayConfig::new(mode)
-        .resources(aisix_e2e::resources::openai(
-            &mock.base_url(),
-            &[("gpt-x", "upstream-x")],
-            "ROLLOUT_KEY",
-        ))
-        .env("ROLLOUT_KEY", KEY)
+        .openai(&mock.base_url(), &[("gpt-x", "upstream-x")], KEY)
         .extra(shutdown)
 }
 

@@ -11,7 +11,6 @@ use aisix_e2e::client;
 use aisix_e2e::gateway::{Gateway, GatewayConfig, Mode};
 use aisix_e2e::mock::MockProvider;
 use aisix_e2e::prom::sample;
-use aisix_e2e::resources;
 
 const KEY: &str = "sk-placement-test-1";
 
@@ -93,12 +92,7 @@ fn handoff_gateway(mode: Mode, mock: &MockProvider) -> Gateway {
         &GatewayConfig::new(mode)
             .workers(Some(2))
             .proxy("  balance: handoff\n")
-            .resources(resources::openai(
-                &mock.base_url(),
-                &[("m", "up-m")],
-                "PLACEMENT_KEY",
-            ))
-            .env("PLACEMENT_KEY", KEY)
+            .openai(&mock.base_url(), &[("m", "up-m")], KEY)
             .metrics(),
     )
 }

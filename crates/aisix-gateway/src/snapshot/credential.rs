@@ -468,15 +468,7 @@ mod tests {
     #[test]
     fn a_reload_with_the_same_settings_keeps_the_live_cell_and_a_changed_one_gets_a_new_one() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("sa.json");
-        std::fs::write(
-            &file,
-            serde_json::json!({"type": "service_account", "client_email": "a@b.c",
-                "private_key": "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
-                "token_uri": "http://127.0.0.1:1/token"})
-            .to_string(),
-        )
-        .unwrap();
+        let file = crate::snapshot::tests::service_account_file(dir.path());
         let egress = Egress::direct();
         let first = Credentials::carry_over(None, &resources(&file, "global"), &egress);
         let same = Credentials::carry_over(Some(&first), &resources(&file, "global"), &egress);

@@ -320,6 +320,21 @@ mod tests {
         aisix_config::parse_resources(yaml, std::path::Path::new("r.yaml"), &|_| None).unwrap()
     }
 
+    /// A service-account key file in `dir` that parses (its key signs nothing: no test here
+    /// fetches a token with it).
+    pub(super) fn service_account_file(dir: &std::path::Path) -> std::path::PathBuf {
+        let file = dir.join("sa.json");
+        std::fs::write(
+            &file,
+            serde_json::json!({"type": "service_account", "client_email": "a@b.c",
+                "private_key": "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
+                "token_uri": "http://127.0.0.1:1/token"})
+            .to_string(),
+        )
+        .unwrap();
+        file
+    }
+
     /// The direct model `name` of `snapshot`.
     fn direct(snapshot: &Snapshot, name: &str) -> Arc<DirectRoute> {
         match snapshot.model(name) {
@@ -395,15 +410,7 @@ api_keys:
     #[test]
     fn vertex_models_get_their_publisher_s_paths_for_chat_embeddings_and_count_tokens() {
         let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("sa.json");
-        std::fs::write(
-            &file,
-            serde_json::json!({"type": "service_account", "client_email": "a@b.c",
-                "private_key": "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n",
-                "token_uri": "http://127.0.0.1:1/token"})
-            .to_string(),
-        )
-        .unwrap();
+        let file = service_account_file(dir.path());
         let yaml = format!(
             r#"_format_version: "1"
 provider_keys:
