@@ -27,7 +27,7 @@ static ANTHROPIC_VERSION: HeaderName = HeaderName::from_static("anthropic-versio
 /// Calls an Anthropic direct model with the client's request, relayed or translated.
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if call.inbound.endpoint == Endpoint::Responses {
-        return super::responses::via_anthropic(call).await;
+        return Box::pin(super::responses::via_anthropic(call)).await;
     }
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();

@@ -33,8 +33,8 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     match inbound.endpoint {
         Endpoint::ChatCompletions | Endpoint::Messages => {}
-        Endpoint::Embeddings => return embeddings(call).await,
-        Endpoint::Responses => return super::responses::via_bedrock(call).await,
+        Endpoint::Embeddings => return Box::pin(embeddings(call)).await,
+        Endpoint::Responses => return Box::pin(super::responses::via_bedrock(call)).await,
         other => {
             return Err(GatewayError::new(
                 ErrorKind::InvalidRequest,

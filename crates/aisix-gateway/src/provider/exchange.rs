@@ -214,7 +214,10 @@ impl Call<'_> {
         if !head.response.status().is_success() {
             // An error's body comes with its head: it is read by the first-byte deadline, so
             // a slow one cannot hold the request past the time a fallback still has.
-            let rejection = rejection(head, self.deadlines.first_byte, &provider.name).await;
+            // Boxed: reading an error's body is the cold path; inline, its future made every
+            // request's larger.
+            let rejection =
+                Box::pin(rejection(head, self.deadlines.first_byte, &provider.name)).await;
             let mut error = rejection.error();
             error.refusal = refusal::classify(rejection.status.as_u16(), &rejection.body);
             if let Some(refusal) = error.refusal.filter(|r| r.of_the_key()) {

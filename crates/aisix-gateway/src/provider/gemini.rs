@@ -28,8 +28,8 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     let (route, inbound) = (call.route, call.inbound);
     match inbound.endpoint {
         Endpoint::ChatCompletions | Endpoint::Messages => {}
-        Endpoint::Responses => return super::responses::via_gemini(call).await,
-        Endpoint::Embeddings => return embeddings(call).await,
+        Endpoint::Responses => return Box::pin(super::responses::via_gemini(call)).await,
+        Endpoint::Embeddings => return Box::pin(embeddings(call)).await,
         Endpoint::CountTokens => return count_tokens(call).await,
         other => {
             return Err(GatewayError::new(

@@ -23,7 +23,7 @@ use crate::wire::{Dialect, chunk};
 /// translated whole answer is held, up to `upstream.max_response_bytes`).
 pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
     if call.inbound.endpoint == Endpoint::Responses {
-        return super::responses::call(call).await;
+        return Box::pin(super::responses::call(call)).await;
     }
     let (route, inbound) = (call.route, call.inbound);
     let provider = call.provider();

@@ -36,12 +36,14 @@ pub(crate) async fn call(call: &Call<'_>) -> Result<Answer, GatewayError> {
             | Endpoint::Responses
             | Endpoint::CountTokens,
         ) => super::gemini::call(call).await,
-        (Publisher::Google, Endpoint::Embeddings) => embeddings(call).await,
+        (Publisher::Google, Endpoint::Embeddings) => Box::pin(embeddings(call)).await,
         (
             Publisher::Anthropic,
             Endpoint::ChatCompletions | Endpoint::Messages | Endpoint::CountTokens,
         ) => super::anthropic::call(call).await,
-        (Publisher::Anthropic, Endpoint::Responses) => super::responses::via_anthropic(call).await,
+        (Publisher::Anthropic, Endpoint::Responses) => {
+            Box::pin(super::responses::via_anthropic(call)).await
+        }
         (_, other) => Err(GatewayError::new(
             ErrorKind::InvalidRequest,
             format!(
