@@ -169,10 +169,11 @@ impl Passthrough {
     }
 
     pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
-        if sse::is_error_event(event) {
+        let (error, data) = sse::error_or_data(event);
+        if error {
             return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
         }
-        let Some(data) = sse::data_payload(event) else {
+        let Some(data) = data else {
             // Comments and events without data pass as they are.
             return Mapped::default();
         };
@@ -205,7 +206,7 @@ impl Passthrough {
             return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
         }
         if !self.started || self.text.is_some() || chunk::may_finish(data) {
-            let Some(facts) = chunk::read(data) else {
+            let Some(facts) = chunk::read(data, self.text.is_some()) else {
                 return failure(ErrorKind::UpstreamMalformed);
             };
             if self.before.is_some() && !self.started && !facts.content && step.usage.is_none() {

@@ -191,7 +191,8 @@ impl TranslatedStream {
                     self.pieces = self.pieces.saturating_add(u64::from(self.started()));
                     return;
                 }
-                let Some(facts) = sse::data_payload(event).and_then(chunk::read) else {
+                let Some(facts) = sse::data_payload(event).and_then(|data| chunk::read(data, true))
+                else {
                     return;
                 };
                 self.pieces = self.pieces.saturating_add(u64::from(facts.content));

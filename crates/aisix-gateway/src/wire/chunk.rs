@@ -4,7 +4,6 @@
 //! waits for the first token or keeps the text).
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use memchr::memmem;
@@ -33,15 +32,56 @@ struct Choice<'a> {
     #[serde(default)]
     index: u32,
     #[serde(borrow, default)]
-    delta: Option<BTreeMap<Cow<'a, str>, &'a RawValue>>,
+    delta: Option<Delta<'a>>,
     #[serde(borrow, default)]
     text: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     finish_reason: Option<&'a RawValue>,
 }
 
-/// Reads a chunk's `data` payload; `None` when it is not a chunk (not JSON, no choices).
-pub fn read(data: &[u8]) -> Option<ChunkFacts> {
+/// What a choice's `delta` says, read key by key with no map built: whether it carries anything
+/// but its role (a key whose value is neither `null` nor `""`), and its `content` when that is
+/// one of them.
+#[derive(Debug, Default)]
+struct Delta<'a> {
+    carries: bool,
+    content: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Keys<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Keys<'a> {
+            type Value = Delta<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a delta object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Delta<'a>, A::Error> {
+                let mut delta = Delta::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    let value: &'de RawValue = map.next_value()?;
+                    let raw = value.get();
+                    if key == "role" || raw == "null" || raw == "\"\"" {
+                        continue;
+                    }
+                    delta.carries = true;
+                    if key == "content" {
+                        delta.content = Some(value);
+                    }
+                }
+                Ok(delta)
+            }
+        }
+        deserializer.deserialize_map(Keys(std::marker::PhantomData))
+    }
+}
+
+/// Reads a chunk's `data` payload; `None` when it is not a chunk (not JSON, no choices). The
+/// text of choice 0 is copied out only when `text` asks for it.
+pub fn read(data: &[u8], text: bool) -> Option<ChunkFacts> {
     let chunk: Chunk<'_> = serde_json::from_slice(data).ok()?;
     let mut facts = ChunkFacts::default();
     for choice in chunk.choices {
@@ -49,23 +89,17 @@ pub fn read(data: &[u8]) -> Option<ChunkFacts> {
         if finished {
             facts.finished.push(choice.index);
         }
-        let mut text = choice.text.filter(|t| !t.is_empty());
-        let mut content = finished || text.is_some();
-        for (key, value) in choice.delta.iter().flatten() {
-            let value = value.get();
-            if key == "role" || value == "null" || value == "\"\"" {
-                continue;
-            }
-            content = true;
-            if key == "content" {
-                text = serde_json::from_str::<Cow<'_, str>>(value).ok();
-            }
-        }
-        facts.content |= content;
-        if choice.index == 0
-            && let Some(text) = text
+        let delta = choice.delta.unwrap_or_default();
+        let added = match delta.content {
+            Some(content) => serde_json::from_str::<Cow<'_, str>>(content.get()).ok(),
+            None => choice.text.filter(|t| !t.is_empty()),
+        };
+        facts.content |= finished || delta.carries || added.is_some();
+        if text
+            && choice.index == 0
+            && let Some(added) = added
         {
-            facts.text = Some(text.into_owned());
+            facts.text = Some(added.into_owned());
         }
     }
     Some(facts)
@@ -204,22 +238,38 @@ mod tests {
     #[test]
     fn a_role_only_chunk_is_not_content_and_a_delta_is() {
         let role = br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
-        assert_eq!(read(role), Some(ChunkFacts::default()));
+        assert_eq!(read(role, true), Some(ChunkFacts::default()));
         let delta = br#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
-        let facts = read(delta).unwrap();
+        let facts = read(delta, true).unwrap();
         assert!(facts.content && facts.finished.is_empty());
         assert_eq!(facts.text.as_deref(), Some("Hel"));
         let tool = br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
-        assert!(read(tool).unwrap().content);
+        assert!(read(tool, true).unwrap().content);
         let legacy = br#"{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}"#;
-        assert_eq!(read(legacy).unwrap().text.as_deref(), Some("Hi"));
+        assert_eq!(read(legacy, true).unwrap().text.as_deref(), Some("Hi"));
+    }
+
+    #[test]
+    fn a_delta_is_read_key_by_key_and_its_text_copied_only_when_asked() {
+        let delta = br#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
+        let unasked = read(delta, false).unwrap();
+        assert!(unasked.content && unasked.text.is_none());
+        let escaped = br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b"}}]}"#;
+        assert_eq!(read(escaped, true).unwrap().text.as_deref(), Some("a\"b"));
+        let null = br#"{"choices":[{"index":0,"delta":null}]}"#;
+        assert_eq!(read(null, true), Some(ChunkFacts::default()));
+        let refusal = br#"{"choices":[{"index":0,"delta":{"content":null,"refusal":"no"}}]}"#;
+        let facts = read(refusal, true).unwrap();
+        assert!(facts.content && facts.text.is_none());
+        // A delta that is not an object is not a chunk.
+        assert_eq!(read(br#"{"choices":[{"delta":"x"}]}"#, true), None);
     }
 
     #[test]
     fn finishes_are_found_per_choice() {
         let chunk = br#"{"choices":[{"index":1,"delta":{},"finish_reason":"stop"},{"index":0,"delta":{"content":"x"},"finish_reason":null}]}"#;
         assert!(may_finish(chunk));
-        let facts = read(chunk).unwrap();
+        let facts = read(chunk, true).unwrap();
         assert_eq!(facts.finished, [1]);
         assert!(facts.content);
         assert!(!may_finish(
@@ -235,7 +285,7 @@ mod tests {
         assert!(!is_object(b"hello"));
         assert!(is_error(br#"{ "error": {"message": "overloaded"}}"#));
         assert!(!is_error(br#"{"choices":[],"error_count":1}"#));
-        assert_eq!(read(b"{\"choices\":[{\"delta\":"), None);
+        assert_eq!(read(b"{\"choices\":[{\"delta\":", true), None);
     }
 
     #[test]

@@ -138,24 +138,27 @@ pub fn classify_data(data: &[u8]) -> Event {
 /// The payload of the event's `data:` line. OpenAI sends one data line per event; an event
 /// with several is not a chunk the gateway needs to read.
 pub fn data_payload(event: &[u8]) -> Option<&[u8]> {
-    let mut payload = None;
-    for line in lines(event) {
-        if let Some(rest) = line.strip_prefix(b"data:") {
-            if payload.is_some() {
-                return None;
-            }
-            payload = Some(rest.strip_prefix(b" ").unwrap_or(rest));
-        }
-    }
-    payload
+    error_or_data(event).1
 }
 
 /// Whether the event says `event: error`, as servers do to report a failure mid-stream.
 pub fn is_error_event(event: &[u8]) -> bool {
-    lines(event).any(|line| {
-        line.strip_prefix(b"event:")
-            .is_some_and(|name| name.trim_ascii() == b"error")
-    })
+    error_or_data(event).0
+}
+
+/// [`is_error_event`] and [`data_payload`] in one pass over the event's lines (a relayed
+/// stream asks both of every event).
+pub fn error_or_data(event: &[u8]) -> (bool, Option<&[u8]>) {
+    let (mut error, mut payload, mut several) = (false, None, false);
+    for line in lines(event) {
+        if let Some(rest) = line.strip_prefix(b"data:") {
+            several |= payload.is_some();
+            payload = Some(rest.strip_prefix(b" ").unwrap_or(rest));
+        } else if let Some(name) = line.strip_prefix(b"event:") {
+            error |= name.trim_ascii() == b"error";
+        }
+    }
+    (error, payload.filter(|_| !several))
 }
 
 /// What an upstream said of the error it reported mid-stream: OpenAI's `{"error": {...}}` chunk
@@ -463,6 +466,24 @@ mod tests {
         assert!(is_error_event(b"event: error\ndata: {}\n\n"));
         assert!(is_error_event(b"id: 1\r\nevent:error\r\n\r\n"));
         assert!(!is_error_event(b"data: {\"event\": \"error\"}\n\n"));
+    }
+
+    #[test]
+    fn one_pass_tells_an_error_event_and_the_one_data_line() {
+        assert_eq!(
+            error_or_data(b"event: error\ndata: {}\n\n"),
+            (true, Some(&b"{}"[..]))
+        );
+        assert_eq!(
+            error_or_data(b"data:{\"a\":1}\r\n\r\n"),
+            (false, Some(&b"{\"a\":1}"[..]))
+        );
+        // Several data lines: not a chunk, though the name is still read after them.
+        assert_eq!(
+            error_or_data(b"data: a\ndata: b\nevent: error\n\n"),
+            (true, None)
+        );
+        assert_eq!(error_or_data(b": keep-alive\n\n"), (false, None));
     }
 
     #[test]
