@@ -136,6 +136,11 @@ pub struct MetricsReading {
     /// `aisix_worker_longest_delay_seconds`, in ms: the longest a worker was held since the
     /// previous read (only a gateway built with the `poll-probe` feature has it).
     pub longest_delay_ms: Option<f64>,
+    /// `aisix_worker_longest_poll_seconds`, in ms: the longest single poll of a connection's
+    /// task since the previous read (the same builds).
+    pub longest_poll_ms: Option<f64>,
+    /// `aisix_worker_longest_poll_cpu_seconds`, in ms: the most CPU one such poll took.
+    pub longest_poll_cpu_ms: Option<f64>,
 }
 
 /// Reads the gateway's `/metrics` page.
@@ -156,12 +161,18 @@ pub fn read_metrics(metrics: SocketAddr) -> Result<MetricsReading> {
             (Some(calls), Some(bytes)) => Some((calls, bytes)),
             _ => None,
         },
-        longest_delay_ms: page
-            .lines()
-            .find_map(|line| line.strip_prefix("aisix_worker_longest_delay_seconds "))
-            .and_then(|value| value.trim().parse::<f64>().ok())
-            .map(|seconds| seconds * 1e3),
+        longest_delay_ms: gauge_ms(&page, "aisix_worker_longest_delay_seconds "),
+        longest_poll_ms: gauge_ms(&page, "aisix_worker_longest_poll_seconds "),
+        longest_poll_cpu_ms: gauge_ms(&page, "aisix_worker_longest_poll_cpu_seconds "),
     })
+}
+
+/// An unlabelled gauge in seconds (its name and a space given), in ms.
+fn gauge_ms(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|line| line.strip_prefix(name))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .map(|seconds| seconds * 1e3)
 }
 
 const DROPPED_LOG_LINES: &str = "aisix_access_log_dropped_total";

@@ -108,6 +108,9 @@ struct Delta {
     allocs: Option<(u64, u64)>,
     /// The longest a worker was held during the window (a `poll-probe` gateway only).
     longest_delay_ms: Option<f64>,
+    /// The longest single poll of a connection's task during the window (the same).
+    longest_poll_ms: Option<f64>,
+    longest_poll_cpu_ms: Option<f64>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
@@ -128,6 +131,8 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
             .map(|(b, a)| b.dropped_log_lines.saturating_sub(a.dropped_log_lines)),
         // Reset at each read, so the reading at the window's end covers the window.
         longest_delay_ms: after.and_then(|m| m.longest_delay_ms),
+        longest_poll_ms: after.and_then(|m| m.longest_poll_ms),
+        longest_poll_cpu_ms: after.and_then(|m| m.longest_poll_cpu_ms),
         allocs: after
             .and_then(|m| m.allocs)
             .zip(before.and_then(|m| m.allocs))
@@ -336,6 +341,8 @@ impl Rig<'_> {
             allocs_per_req: d.allocs.map(|(calls, _)| calls as f64 / d.attempts),
             alloc_bytes_per_req: d.allocs.map(|(_, bytes)| bytes as f64 / d.attempts),
             longest_delay_ms: d.longest_delay_ms,
+            longest_poll_ms: d.longest_poll_ms,
+            longest_poll_cpu_ms: d.longest_poll_cpu_ms,
             worker_requests: d.worker_requests,
             late: served.late,
             errors: served.errors,

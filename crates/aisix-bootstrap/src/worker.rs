@@ -76,13 +76,16 @@ pub(crate) async fn accept_loop<F: ServiceFactory>(
     let tracker = TaskTracker::new();
     let closing = CancellationToken::new();
     let serve = |stream: TcpStream, slot: Option<Slot>| {
-        tracker.spawn(connection::<F>(
+        let task = connection::<F>(
             stream,
             slot,
             service.clone(),
             setup.clone(),
             closing.clone(),
-        ));
+        );
+        #[cfg(feature = "poll-probe")]
+        let task = crate::poll_probe::timed(task);
+        tracker.spawn(task);
     };
     let take = |handed: Handed| match TcpStream::from_std(handed.stream) {
         Ok(stream) => serve(stream, Some(handed.slot)),

@@ -59,8 +59,12 @@ pub(crate) async fn serve(listener: std::net::TcpListener, path: String, metrics
             page.push_str(&aisix_obs::alloc_count::render());
             #[cfg(feature = "poll-probe")]
             page.push_str(&format!(
-                "# TYPE aisix_worker_longest_delay_seconds gauge\naisix_worker_longest_delay_seconds {}\n",
-                aisix_bootstrap::poll_probe::take_longest().as_secs_f64()
+                "# TYPE aisix_worker_longest_delay_seconds gauge\naisix_worker_longest_delay_seconds {}\n\
+                 # TYPE aisix_worker_longest_poll_seconds gauge\naisix_worker_longest_poll_seconds {}\n\
+                 # TYPE aisix_worker_longest_poll_cpu_seconds gauge\naisix_worker_longest_poll_cpu_seconds {}\n",
+                aisix_bootstrap::poll_probe::take_longest().as_secs_f64(),
+                aisix_bootstrap::poll_probe::take_longest_poll().as_secs_f64(),
+                aisix_bootstrap::poll_probe::take_longest_poll_cpu().as_secs_f64()
             ));
             (
                 [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
