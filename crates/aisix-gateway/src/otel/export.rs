@@ -30,7 +30,7 @@ use aisix_obs::metrics::emit;
 
 use super::encode::Message;
 use super::queue::{self, Hub, Queue};
-use super::spans::{self, Resource, RouteAttributes};
+use super::spans::{self, Memo, Resource};
 use super::{Trace, Wall};
 
 /// Tries per export request: the first and two more.
@@ -237,7 +237,7 @@ impl Exporter {
         // Every export request is written here: one buffer, whose space comes back once the
         // export that took it is sent.
         let mut buf = BytesMut::new();
-        let mut routes = RouteAttributes::default();
+        let mut memo = Memo::default();
         let mut in_flight = JoinSet::new();
         // The interval passed: a batch that is not full goes too.
         let mut due = false;
@@ -264,7 +264,7 @@ impl Exporter {
                     }
                     due = false;
                 }
-                let bodies = delivery.encode(&pending, &mut buf, &mut routes);
+                let bodies = delivery.encode(&pending, &mut buf, &mut memo);
                 pending.clear();
                 let delivery = delivery.clone();
                 in_flight.spawn(async move { delivery.export(bodies).await });
@@ -327,9 +327,10 @@ impl Delivery {
         &self,
         batch: &[Box<Trace>],
         buf: &mut BytesMut,
-        routes: &mut RouteAttributes,
+        memo: &mut Memo,
     ) -> [Option<Body>; 2] {
         let wall = Wall::now();
+        let shapes = memo.prepare(batch);
         let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
             let mut message = Message::reusing(std::mem::take(buf));
             encode(&mut message);
@@ -351,7 +352,7 @@ impl Delivery {
             let sampled = batch.iter().filter(|t| spans::span_count(t) > 0).count() as u64;
             (spans > 0).then(|| {
                 write(Signal::Traces, sampled, &mut |m| {
-                    spans::traces(m, batch, (&self.resource, &mut *routes), &wall)
+                    spans::traces(m, batch, (&self.resource, &mut *memo, &shapes), &wall)
                 })
             })
         });
@@ -359,7 +360,7 @@ impl Delivery {
             let events = batch.iter().filter(|t| spans::logged(t)).count() as u64;
             (events > 0).then(|| {
                 write(Signal::Logs, events, &mut |m| {
-                    spans::logs(m, batch, &self.resource, &wall)
+                    spans::logs(m, batch, (&self.resource, &mut *memo, &shapes), &wall)
                 })
             })
         });

@@ -81,13 +81,26 @@ fn scope(out: &mut Message) {
     });
 }
 
-/// The attributes a route decides, written once per route and endpoint and copied into every
-/// span that names them after: the exporter's own table (no worker reads it). An entry holds
-/// its route, so the address it is found by names no other while it is here; entries whose
-/// route a reload let go are forgotten once the table grows.
+/// What the exporter writes once and copies after (its own tables; no worker reads them):
+/// - a route's attributes, per route and endpoint ([`Written`]);
+/// - the fields that requests of one shape share (route, endpoint, path, key, model, status,
+///   ending: [`RequestShape`]), for their server span and their usage event;
+/// - the fields that attempts of one shape share ([`AttemptShape`]).
+///
+/// A request's own fields (ids, times, tokens, cost, request id) are written per request. A
+/// shape is found by a hash of what decides it and kept only if every field is equal, so
+/// a collision writes the new shape in the old one's place; an entry holds its route, so the
+/// address it is hashed by names no other while it is here; past [`SHAPES_KEPT`] shapes of a
+/// kind, the table starts again.
 #[derive(Debug, Default)]
-pub(crate) struct RouteAttributes {
-    written: HashMap<(usize, Endpoint), Written, foldhash::fast::RandomState>,
+pub(crate) struct Memo {
+    routes: HashMap<(usize, Endpoint), Written, foldhash::fast::RandomState>,
+    requests: HashMap<u64, RequestShape, foldhash::fast::RandomState>,
+    attempts: HashMap<u64, AttemptShape, foldhash::fast::RandomState>,
+    /// The batch [`Memo::prepare`] last saw (a shape made in it is never replaced in it).
+    batch: u64,
+    /// A shape's fields written for one request, when its hash was taken.
+    scratch: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -100,22 +113,252 @@ struct Written {
     model: Vec<u8>,
 }
 
-/// Past this many entries the table lets go of routes only it still holds.
+/// Past this many entries the route table lets go of routes only it still holds.
 const ROUTES_KEPT: usize = 256;
+/// Past this many shapes of a kind, the table of them starts again.
+const SHAPES_KEPT: usize = 1024;
 
-impl RouteAttributes {
-    fn get(&mut self, route: &Arc<DirectRoute>, endpoint: Endpoint) -> &Written {
+/// What decides a request's shape, as it is kept, and its fields written.
+#[derive(Debug)]
+struct RequestShape {
+    /// The batch it was made in.
+    batch: u64,
+    route: Option<Arc<DirectRoute>>,
+    endpoint: Endpoint,
+    ended_endpoint: Endpoint,
+    method: http::Method,
+    path: Box<str>,
+    status: u16,
+    key_name: Option<Arc<str>>,
+    model: Option<Arc<str>>,
+    group: Option<Arc<str>>,
+    provider: Option<Arc<str>>,
+    requested: Option<String>,
+    response_model: Option<String>,
+    stream: bool,
+    outcome: Outcome,
+    error: Option<&'static str>,
+    /// The server span's shared fields ([`server_shape`]).
+    span: Vec<u8>,
+    /// The usage event's ([`usage_shape`]).
+    log: Vec<u8>,
+}
+
+/// What decides an attempt's shape, as it is kept, and its fields written.
+#[derive(Debug)]
+struct AttemptShape {
+    route: Arc<DirectRoute>,
+    endpoint: Endpoint,
+    ended_endpoint: Option<Endpoint>,
+    index: usize,
+    done: Option<AttemptEnd>,
+    /// The span's shared fields ([`attempt_shape`]).
+    span: Vec<u8>,
+}
+
+/// How an attempt ended, as far as its span's shared fields tell.
+#[derive(Debug, PartialEq, Eq)]
+struct AttemptEnd {
+    status: Option<u16>,
+    target: Arc<str>,
+    provider: Arc<str>,
+    result: Outcome,
+    error: Option<&'static str>,
+}
+
+impl AttemptEnd {
+    fn of(done: &Attempt) -> Self {
+        Self {
+            status: done.status,
+            target: done.target.clone(),
+            provider: done.provider.clone(),
+            result: done.result,
+            error: done.error,
+        }
+    }
+
+    fn is(&self, done: &Attempt) -> bool {
+        self.status == done.status
+            && self.target == done.target
+            && self.provider == done.provider
+            && self.result == done.result
+            && self.error == done.error
+    }
+}
+
+/// A name's address, for a hash (its text decides equality).
+fn address(name: Option<&Arc<str>>) -> usize {
+    name.map_or(0, |n| Arc::as_ptr(n).cast::<u8>() as usize)
+}
+
+fn fixed_hasher() -> foldhash::fast::FoldHasher<'static> {
+    use std::hash::BuildHasher;
+    foldhash::fast::FixedState::with_seed(0x0061_6973_6978).build_hasher()
+}
+
+impl Memo {
+    fn route_in<'a>(
+        routes: &'a mut HashMap<(usize, Endpoint), Written, foldhash::fast::RandomState>,
+        route: &Arc<DirectRoute>,
+        endpoint: Endpoint,
+    ) -> &'a Written {
         let key = (Arc::as_ptr(route) as usize, endpoint);
-        if self.written.len() >= ROUTES_KEPT && !self.written.contains_key(&key) {
-            self.written
-                .retain(|_, written| Arc::strong_count(&written.route) > 1);
-            if self.written.len() >= ROUTES_KEPT * 4 {
-                self.written.clear();
+        if routes.len() >= ROUTES_KEPT && !routes.contains_key(&key) {
+            routes.retain(|_, written| Arc::strong_count(&written.route) > 1);
+            if routes.len() >= ROUTES_KEPT * 4 {
+                routes.clear();
             }
         }
-        self.written
+        routes
             .entry(key)
             .or_insert_with(|| Written::new(route, endpoint))
+    }
+
+    /// The shape of each request of `batch` that ended, found or written now, by its hash;
+    /// `None` for one that did not end, or whose hash another shape of the same batch holds
+    /// (its fields are then written in full, [`Memo::request`]).
+    pub(crate) fn prepare(&mut self, batch: &[Box<Trace>]) -> Vec<Option<u64>> {
+        if self.requests.len() + batch.len() > SHAPES_KEPT {
+            self.requests.clear();
+        }
+        self.batch = self.batch.wrapping_add(1);
+        batch
+            .iter()
+            .map(|t| {
+                let ended = t.ended.as_ref()?;
+                self.prepare_one(t, ended)
+            })
+            .collect()
+    }
+
+    fn prepare_one(&mut self, t: &Trace, ended: &Ended) -> Option<u64> {
+        use std::hash::{Hash, Hasher};
+        let f = &ended.facts;
+        let route = t.attempts.last().map(|a| &a.route);
+        let mut h = fixed_hasher();
+        h.write_usize(route.map_or(0, |r| Arc::as_ptr(r) as usize));
+        t.endpoint.hash(&mut h);
+        f.endpoint.hash(&mut h);
+        h.write(f.method.as_str().as_bytes());
+        h.write(f.uri.path().as_bytes());
+        h.write_u16(f.status);
+        for name in [&f.key_name, &f.model, &f.group, &f.provider] {
+            h.write_usize(address(name.as_ref()));
+        }
+        t.requested_model.hash(&mut h);
+        t.response_model.hash(&mut h);
+        h.write_u8(u8::from(f.stream));
+        f.outcome.hash(&mut h);
+        f.error.hash(&mut h);
+        let hash = h.finish();
+        match self.requests.get(&hash) {
+            Some(shape) if shape.is(t, f) => return Some(hash),
+            // Another shape of this batch has the hash: this one is written in full.
+            Some(shape) if shape.batch == self.batch => return None,
+            _ => {}
+        }
+        let written = route.map(|r| Self::route_in(&mut self.routes, r, t.endpoint));
+        let mut span = Message::new();
+        server_shape(&mut span, t, ended, written);
+        let mut log = Message::new();
+        usage_shape(&mut log, t, ended);
+        self.requests.insert(
+            hash,
+            RequestShape {
+                batch: self.batch,
+                route: route.cloned(),
+                endpoint: t.endpoint,
+                ended_endpoint: f.endpoint,
+                method: f.method.clone(),
+                path: f.uri.path().into(),
+                status: f.status,
+                key_name: f.key_name.clone(),
+                model: f.model.clone(),
+                group: f.group.clone(),
+                provider: f.provider.clone(),
+                requested: t.requested_model.clone(),
+                response_model: t.response_model.clone(),
+                stream: f.stream,
+                outcome: f.outcome,
+                error: f.error,
+                span: span.into_buffer().to_vec(),
+                log: log.into_buffer().to_vec(),
+            },
+        );
+        Some(hash)
+    }
+
+    /// The server span's (`log`: the usage event's) part of the shape [`Memo::prepare`] found
+    /// for `t` (ended as `ended`), or, with none, those fields written into the memo's
+    /// scratch buffer.
+    fn request(&mut self, shape: Option<u64>, t: &Trace, ended: &Ended, log: bool) -> &[u8] {
+        if let Some(shape) = shape.and_then(|hash| self.requests.get(&hash)) {
+            return if log { &shape.log } else { &shape.span };
+        }
+        let mut scratch = Message::new();
+        if log {
+            usage_shape(&mut scratch, t, ended);
+        } else {
+            let route = t
+                .attempts
+                .last()
+                .map(|a| Self::route_in(&mut self.routes, &a.route, t.endpoint));
+            server_shape(&mut scratch, t, ended, route);
+        }
+        self.scratch = scratch.into_buffer().to_vec();
+        &self.scratch
+    }
+
+    /// The shared fields of attempt `index` of `t`, which ended as `done`: found, or written
+    /// now.
+    fn attempt(&mut self, t: &Trace, index: usize, done: Option<&Attempt>) -> &[u8] {
+        use std::hash::{Hash, Hasher};
+        let route = &t.attempts[index].route;
+        let ended_endpoint = t.ended.as_ref().map(|e| e.facts.endpoint);
+        let mut h = fixed_hasher();
+        h.write_usize(Arc::as_ptr(route) as usize);
+        t.endpoint.hash(&mut h);
+        ended_endpoint.hash(&mut h);
+        h.write_usize(index);
+        if let Some(d) = done {
+            d.status.hash(&mut h);
+            h.write_usize(address(Some(&d.target)));
+            h.write_usize(address(Some(&d.provider)));
+            d.result.hash(&mut h);
+            d.error.hash(&mut h);
+        }
+        let hash = h.finish();
+        let kept = self.attempts.get(&hash).is_some_and(|shape| {
+            Arc::ptr_eq(&shape.route, route)
+                && shape.endpoint == t.endpoint
+                && shape.ended_endpoint == ended_endpoint
+                && shape.index == index
+                && match (&shape.done, done) {
+                    (Some(kept), Some(done)) => kept.is(done),
+                    (None, None) => true,
+                    _ => false,
+                }
+        });
+        if !kept {
+            if self.attempts.len() >= SHAPES_KEPT {
+                self.attempts.clear();
+            }
+            let written = Self::route_in(&mut self.routes, route, t.endpoint);
+            let mut span = Message::new();
+            attempt_shape(&mut span, t, index, (done, written));
+            self.attempts.insert(
+                hash,
+                AttemptShape {
+                    route: route.clone(),
+                    endpoint: t.endpoint,
+                    ended_endpoint,
+                    index,
+                    done: done.map(AttemptEnd::of),
+                    span: span.into_buffer().to_vec(),
+                },
+            );
+        }
+        &self.attempts[&hash].span
     }
 }
 
@@ -142,27 +385,56 @@ impl Written {
     }
 }
 
+impl RequestShape {
+    /// Whether the request `t` (its record's `f`) has this shape.
+    fn is(&self, t: &Trace, f: &Facts) -> bool {
+        let route = t.attempts.last().map(|a| &a.route);
+        let same_route = match (&self.route, route) {
+            (Some(kept), Some(route)) => Arc::ptr_eq(kept, route),
+            (None, None) => true,
+            _ => false,
+        };
+        same_route
+            && self.endpoint == t.endpoint
+            && self.ended_endpoint == f.endpoint
+            && self.method == f.method
+            && *self.path == *f.uri.path()
+            && self.status == f.status
+            && self.key_name == f.key_name
+            && self.model == f.model
+            && self.group == f.group
+            && self.provider == f.provider
+            && self.requested == t.requested_model
+            && self.response_model == t.response_model
+            && self.stream == f.stream
+            && self.outcome == f.outcome
+            && self.error == f.error
+    }
+}
+
 /// An `ExportTraceServiceRequest` holding the spans of `batch`'s sampled requests, written
 /// into `out`.
 pub(crate) fn traces(
     out: &mut Message,
     batch: &[Box<Trace>],
-    (res, routes): (&Resource, &mut RouteAttributes),
+    (res, memo, shapes): (&Resource, &mut Memo, &[Option<u64>]),
     wall: &Wall,
 ) {
     out.message_sized(1, BATCH, |rs| {
         resource(rs, 1, res);
         rs.message_sized(2, BATCH, |ss| {
             scope(ss);
-            for (t, ended) in batch.iter().filter(|t| t.sampled).filter_map(|t| ended(t)) {
+            for ((t, ended), shape) in batch
+                .iter()
+                .zip(shapes)
+                .filter(|(t, _)| t.sampled)
+                .filter_map(|(t, shape)| Some((ended(t)?, shape)))
+            {
                 let end_ns = wall.ns(ended.at);
                 let last = t.attempts.len().saturating_sub(1);
                 let times = (wall.ns(t.received), end_ns);
-                let server = t
-                    .attempts
-                    .last()
-                    .map(|a| routes.get(&a.route, t.endpoint).server.as_slice());
-                ss.message_sized(2, RECORD, |span| server_span(span, t, ended, server, times));
+                let shape = memo.request(*shape, t, ended, false);
+                ss.message_sized(2, RECORD, |span| server_span(span, t, ended, shape, times));
                 for (i, start) in t.attempts.iter().enumerate() {
                     let done = ended.facts.attempts.get(i);
                     let start_ns = wall.ns(start.sent_at);
@@ -176,10 +448,8 @@ pub(crate) fn traces(
                         _ => end_ns,
                     };
                     let times = (start_ns, end.max(start_ns));
-                    let written = routes.get(&start.route, t.endpoint);
-                    ss.message_sized(2, RECORD, |span| {
-                        attempt_span(span, t, i, (done, written), times)
-                    });
+                    let shape = memo.attempt(t, i, done);
+                    ss.message_sized(2, RECORD, |span| attempt_span(span, t, i, shape, times));
                 }
             }
         });
@@ -225,16 +495,15 @@ fn name(span: &mut Message, operation: &str, model: Option<&str>) {
     }
 }
 
+/// A request's server span: its own fields, and its shape's ([`server_shape`]), written.
 fn server_span(
     span: &mut Message,
     t: &Trace,
     ended: &Ended,
-    route: Option<&[u8]>,
+    shape: &[u8],
     (start_ns, end_ns): (u64, u64),
 ) {
     let f = &ended.facts;
-    let op = operation(f.endpoint);
-    let requested = requested_model(t, f);
     span.bytes(1, &t.trace_id);
     span.bytes(2, &t.span_id);
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
@@ -245,22 +514,10 @@ fn server_span(
         span.bytes(4, parent);
         flags |= FLAG_IS_REMOTE;
     }
-    name(span, op, requested);
-    span.uint(6, SPAN_KIND_SERVER);
     span.fixed64(7, start_ns);
     span.fixed64(8, end_ns);
-    attribute(span, 9, key::OPERATION, &Value::Str(op));
-    if let Some(model) = requested {
-        attribute(span, 9, key::REQUEST_MODEL, &Value::Str(model));
-    }
-    if let Some(route) = route {
-        // `gen_ai.provider.name`, `server.address`, `server.port` of the last attempt's route.
-        span.raw(route);
-    }
+    span.raw(shape);
     let mut attr = |key: Key, value: Value<'_>| attribute(span, 9, key, &value);
-    if let Some(model) = &t.response_model {
-        attr(key::RESPONSE_MODEL, Value::Str(model));
-    }
     if let Some(max) = t.max_tokens {
         attr(key::MAX_TOKENS, Value::Int(max as i64));
     }
@@ -268,12 +525,45 @@ fn server_span(
         attr(key::INPUT_TOKENS, Value::Int(input as i64));
         attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
     }
-    attr(key::METHOD, Value::Str(f.method.as_str()));
-    attr(key::PATH, Value::Str(f.uri.path()));
-    attr(key::STATUS, Value::Int(i64::from(f.status)));
     if let Ok(id) = f.request_id.to_str() {
         attr(key::REQUEST_ID, Value::Str(id));
     }
+    if let Some(ttft) = f.ttft {
+        attr(key::TTFT, Value::Double(ttft.as_secs_f64()));
+    }
+    if let Some(cost) = ended.spend {
+        attr(key::COST, Value::Double(cost.nanos() as f64 / 1e9));
+    }
+    if let Some(prompt) = t.prompt.as_ref().and_then(|p| std::str::from_utf8(p).ok()) {
+        attr(key::INPUT_MESSAGES, Value::Str(prompt));
+    }
+    span.fixed32(16, flags);
+}
+
+/// The fields of a server span that requests of one shape share: its name, kind and status,
+/// and the attributes its route, endpoint, key, model and ending decide. `route`: the last
+/// attempt's provider and server attributes, written.
+fn server_shape(span: &mut Message, t: &Trace, ended: &Ended, route: Option<&Written>) {
+    let f = &ended.facts;
+    let op = operation(f.endpoint);
+    let requested = requested_model(t, f);
+    name(span, op, requested);
+    span.uint(6, SPAN_KIND_SERVER);
+    attribute(span, 9, key::OPERATION, &Value::Str(op));
+    if let Some(model) = requested {
+        attribute(span, 9, key::REQUEST_MODEL, &Value::Str(model));
+    }
+    if let Some(route) = route {
+        // `gen_ai.provider.name`, `server.address`, `server.port` of the last attempt's route.
+        span.raw(&route.server);
+    }
+    let mut attr = |key: Key, value: Value<'_>| attribute(span, 9, key, &value);
+    if let Some(model) = &t.response_model {
+        attr(key::RESPONSE_MODEL, Value::Str(model));
+    }
+    attr(key::METHOD, Value::Str(f.method.as_str()));
+    attr(key::PATH, Value::Str(f.uri.path()));
+    attr(key::STATUS, Value::Int(i64::from(f.status)));
     if let Some(key) = &f.key_name {
         attr(key::KEY_NAME, Value::Str(key));
     }
@@ -287,18 +577,9 @@ fn server_span(
         attr(key::PROVIDER_KEY, Value::Str(provider));
     }
     attr(key::STREAM, Value::Bool(f.stream));
-    if let Some(ttft) = f.ttft {
-        attr(key::TTFT, Value::Double(ttft.as_secs_f64()));
-    }
     attr(key::ENDING, Value::Str(f.outcome.as_str()));
-    if let Some(cost) = ended.spend {
-        attr(key::COST, Value::Double(cost.nanos() as f64 / 1e9));
-    }
     if let Some(error) = f.error {
         attr(key::ERROR_TYPE, Value::Str(error));
-    }
-    if let Some(prompt) = t.prompt.as_ref().and_then(|p| std::str::from_utf8(p).ok()) {
-        attr(key::INPUT_MESSAGES, Value::Str(prompt));
     }
     if f.status >= 500 {
         span.message(15, |status| {
@@ -306,32 +587,42 @@ fn server_span(
             status.uint(3, STATUS_ERROR);
         });
     }
-    span.fixed32(16, flags);
 }
 
-/// An attempt's span: how it ended (`None`: the client left during it), and what its route
-/// decides, written.
+/// An attempt's span: its own fields, and its shape's ([`attempt_shape`]), written.
 fn attempt_span(
     span: &mut Message,
     t: &Trace,
     index: usize,
-    (done, route): (Option<&Attempt>, &Written),
+    shape: &[u8],
     (start_ns, end_ns): (u64, u64),
 ) {
     let start = &t.attempts[index];
-    let op = t.ended.as_ref().map_or("", |e| operation(e.facts.endpoint));
-    // An attempt the request never saw end: the client left during it.
-    let error = done.map_or(Some("client_closed"), |d| d.error);
     span.bytes(1, &t.trace_id);
     span.bytes(2, &start.span_id);
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
         span.string(3, state);
     }
     span.bytes(4, &t.span_id);
-    name(span, op, Some(&route.route.upstream_model));
-    span.uint(6, SPAN_KIND_CLIENT);
     span.fixed64(7, start_ns);
     span.fixed64(8, end_ns);
+    span.raw(shape);
+}
+
+/// The fields of an attempt's span that attempts of one shape share: its name, kind, status
+/// and flags, and the attributes its route, index and ending (`done`; `None`: the client left
+/// during it) decide.
+fn attempt_shape(
+    span: &mut Message,
+    t: &Trace,
+    index: usize,
+    (done, route): (Option<&Attempt>, &Written),
+) {
+    let op = t.ended.as_ref().map_or("", |e| operation(e.facts.endpoint));
+    // An attempt the request never saw end: the client left during it.
+    let error = done.map_or(Some("client_closed"), |d| d.error);
+    name(span, op, Some(&route.route.upstream_model));
+    span.uint(6, SPAN_KIND_CLIENT);
     attribute(span, 9, key::OPERATION, &Value::Str(op));
     // `gen_ai.provider.name`, `server.address`, `server.port`, `gen_ai.request.model`.
     span.raw(&route.server);
@@ -365,34 +656,60 @@ fn attempt_span(
 
 /// An `ExportLogsServiceRequest` holding one usage event per request of `batch`, written into
 /// `out`.
-pub(crate) fn logs(out: &mut Message, batch: &[Box<Trace>], res: &Resource, wall: &Wall) {
+pub(crate) fn logs(
+    out: &mut Message,
+    batch: &[Box<Trace>],
+    (res, memo, shapes): (&Resource, &mut Memo, &[Option<u64>]),
+    wall: &Wall,
+) {
     out.message_sized(1, BATCH, |rl| {
         resource(rl, 1, res);
         rl.message_sized(2, BATCH, |sl| {
             scope(sl);
-            for (t, ended) in batch
+            for ((t, ended), shape) in batch
                 .iter()
-                .filter(|t| t.tracing.logs)
-                .filter_map(|t| ended(t))
+                .zip(shapes)
+                .filter(|(t, _)| t.tracing.logs)
+                .filter_map(|(t, shape)| Some((ended(t)?, shape)))
             {
-                sl.message_sized(2, RECORD, |log| {
-                    usage_event(log, t, ended, wall.ns(ended.at))
-                });
+                let shape = memo.request(*shape, t, ended, true);
+                let end_ns = wall.ns(ended.at);
+                sl.message_sized(2, RECORD, |log| usage_event(log, t, ended, shape, end_ns));
             }
         });
     });
 }
 
-fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, end_ns: u64) {
+/// A request's usage event: its own fields, and its shape's ([`usage_shape`]), written.
+fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, shape: &[u8], end_ns: u64) {
     let f = &ended.facts;
     log.fixed64(1, end_ns);
-    log.uint(2, SEVERITY_INFO);
-    log.string(3, "INFO");
-    log.message(5, |body| any_value(body, &Value::Str("usage")));
+    log.raw(shape);
     let mut attr = |key: Key, value: Value<'_>| attribute(log, 6, key, &value);
     if let Ok(id) = f.request_id.to_str() {
         attr(key::REQUEST_ID, Value::Str(id));
     }
+    if let Some((input, output)) = f.usage {
+        attr(key::INPUT_TOKENS, Value::Int(input as i64));
+        attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
+    }
+    if let Some(cost) = ended.spend {
+        attr(key::COST, Value::Double(cost.nanos() as f64 / 1e9));
+    }
+    log.fixed32(8, if t.sampled { FLAG_SAMPLED } else { 0 });
+    log.bytes(9, &t.trace_id);
+    log.bytes(10, &t.span_id);
+    log.fixed64(11, end_ns);
+}
+
+/// The fields of a usage event that requests of one shape share.
+fn usage_shape(log: &mut Message, t: &Trace, ended: &Ended) {
+    let f = &ended.facts;
+    log.uint(2, SEVERITY_INFO);
+    log.string(3, "INFO");
+    log.message(5, |body| any_value(body, &Value::Str("usage")));
+    log.string(12, "aisix.usage");
+    let mut attr = |key: Key, value: Value<'_>| attribute(log, 6, key, &value);
     if let Some(key) = &f.key_name {
         attr(key::KEY_NAME, Value::Str(key));
     }
@@ -415,27 +732,224 @@ fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, end_ns: u64) {
     if let Some(provider) = &f.provider {
         attr(key::PROVIDER_KEY, Value::Str(provider));
     }
-    if let Some((input, output)) = f.usage {
-        attr(key::INPUT_TOKENS, Value::Int(input as i64));
-        attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
-    }
-    if let Some(cost) = ended.spend {
-        attr(key::COST, Value::Double(cost.nanos() as f64 / 1e9));
-    }
     attr(key::STATUS, Value::Int(i64::from(f.status)));
     attr(key::STREAM, Value::Bool(f.stream));
     attr(key::ENDING, Value::Str(f.outcome.as_str()));
     if let Some(error) = f.error {
         attr(key::ERROR_TYPE, Value::Str(error));
     }
-    log.fixed32(8, if t.sampled { FLAG_SAMPLED } else { 0 });
-    log.bytes(9, &t.trace_id);
-    log.bytes(10, &t.span_id);
-    log.fixed64(11, end_ns);
-    log.string(12, "aisix.usage");
 }
 
 /// Whether `logs` writes a usage event for `trace`.
 pub(crate) fn logged(trace: &Trace) -> bool {
     trace.tracing.logs && trace.ended.is_some()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use aisix_config::{OtlpConfig, Usd};
+    use bytes::Bytes;
+    use http::{HeaderMap, HeaderValue, Method, Uri};
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::otel::Tracing;
+    use crate::request::inbound;
+    use crate::snapshot::{Named, Snapshot};
+
+    const RESOURCES: &str = r#"
+_format_version: "1"
+provider_keys: [{display_name: p, provider: openai, api_key: sk-memo-test}]
+models:
+  - {display_name: a, provider: openai, model_name: up-a, provider_key: p}
+"#;
+
+    fn route(snapshot: &Snapshot) -> Arc<DirectRoute> {
+        match snapshot.model("a") {
+            Some(Named::Direct(route)) => route.clone(),
+            _ => panic!("no direct model a"),
+        }
+    }
+
+    thread_local! {
+        /// The names a snapshot holds: one `Arc` per name, shared by its requests.
+        static NAMES: std::cell::RefCell<Vec<Arc<str>>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+
+    /// `name` as the snapshot would hand it out: the same `Arc` for every request.
+    fn named(name: &str) -> Arc<str> {
+        NAMES.with_borrow_mut(|names| match names.iter().find(|n| &***n == name) {
+            Some(n) => n.clone(),
+            None => {
+                names.push(Arc::from(name));
+                names[names.len() - 1].clone()
+            }
+        })
+    }
+
+    /// A request to `route` that ended with `status`, by key `key`, with its own id and token
+    /// counts.
+    fn trace(
+        route: &Arc<DirectRoute>,
+        id: &str,
+        key: &str,
+        status: u16,
+        tokens: u64,
+    ) -> Box<Trace> {
+        let tracing = Tracing::from_config(&OtlpConfig {
+            enabled: true,
+            ..OtlpConfig::default()
+        })
+        .unwrap();
+        let now = Instant::now();
+        let mut trace = Trace::begin(tracing, &HeaderMap::new(), now);
+        let body =
+            Bytes::from_static(br#"{"model":"a","messages":[{"role":"user","content":"hi"}]}"#);
+        let inbound = inbound::inspect(Endpoint::ChatCompletions, body).unwrap();
+        trace.attempt(now, route, &inbound);
+        trace.answered_by(Some("up-a-2026".to_owned()));
+        let outcome = if status == 200 {
+            Outcome::Success
+        } else {
+            Outcome::UpstreamError
+        };
+        trace.ended = Some(Ended {
+            facts: Facts {
+                request_id: HeaderValue::from_str(id).unwrap(),
+                endpoint: Endpoint::ChatCompletions,
+                method: Method::POST,
+                uri: Uri::from_static("/v1/chat/completions"),
+                key_name: Some(named(key)),
+                model: Some(route.name.clone()),
+                group: None,
+                provider: Some(named("p")),
+                stream: false,
+                status,
+                ttft: Some(Duration::from_millis(5)),
+                usage: Some((tokens, tokens + 1)),
+                attempts: vec![Attempt {
+                    target: route.name.clone(),
+                    provider: named("p"),
+                    status: Some(status),
+                    duration: Duration::from_millis(4),
+                    error: (status != 200).then_some("upstream_server_error"),
+                    result: outcome,
+                    failure: None,
+                }],
+                outcome,
+                error: (status != 200).then_some("upstream_server_error"),
+            },
+            at: now + Duration::from_millis(6),
+            spend: Some(Usd::from_nanos(1_500)),
+        });
+        trace
+    }
+
+    /// The traces and logs export requests of `batch`, written through `memo`.
+    fn export(memo: &mut Memo, batch: &[Box<Trace>], wall: &Wall) -> (Vec<u8>, Vec<u8>) {
+        let resource = Resource { attributes: vec![] };
+        let shapes = memo.prepare(batch);
+        let mut spans = Message::new();
+        traces(&mut spans, batch, (&resource, memo, &shapes), wall);
+        let mut events = Message::new();
+        logs(&mut events, batch, (&resource, memo, &shapes), wall);
+        (spans.into_bytes(), events.into_bytes())
+    }
+
+    fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+        haystack.windows(needle.len()).any(|w| w == needle)
+    }
+
+    #[test]
+    fn a_kept_shape_writes_what_a_fresh_memo_writes_and_each_request_keeps_its_own_fields() {
+        let snapshot = Snapshot::from_resources(
+            &aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
+                .unwrap(),
+        );
+        let route = route(&snapshot);
+        // Two requests of one shape, and one of another (another key, a 502).
+        let batch = vec![
+            trace(&route, "req-first", "team-a", 200, 10),
+            trace(&route, "req-second", "team-a", 200, 20),
+            trace(&route, "req-third", "team-b", 502, 30),
+        ];
+        let wall = Wall::now();
+        let fresh = export(&mut Memo::default(), &batch, &wall);
+        // A memo that made every shape in an earlier batch, in another order.
+        let mut warm = Memo::default();
+        let earlier = vec![
+            trace(&route, "req-x", "team-b", 502, 1),
+            trace(&route, "req-y", "team-a", 200, 2),
+        ];
+        export(&mut warm, &earlier, &wall);
+        assert_eq!(warm.requests.len(), 2);
+        assert_eq!(export(&mut warm, &batch, &wall), fresh);
+        assert_eq!(
+            warm.requests.len(),
+            2,
+            "no new shape for requests of known shapes"
+        );
+
+        // Each request's own fields, in spans and events alike.
+        let (spans, events) = fresh;
+        for written in [&spans, &events] {
+            for id in ["req-first", "req-second", "req-third"] {
+                assert!(contains(written, id.as_bytes()), "{id}");
+            }
+            assert!(contains(written, b"team-b") && contains(written, b"team-a"));
+            assert!(contains(written, b"up-a-2026"));
+        }
+        // The 502's attempt span carries its error; a 200's shape carries none.
+        assert!(contains(&spans, b"upstream_server_error"));
+        let ok_only = export(&mut Memo::default(), &batch[..2], &wall).0;
+        assert!(!contains(&ok_only, b"upstream_server_error"));
+    }
+
+    #[test]
+    fn a_shape_whose_hash_another_of_the_batch_holds_is_written_in_full() {
+        let snapshot = Snapshot::from_resources(
+            &aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
+                .unwrap(),
+        );
+        let route = route(&snapshot);
+        let batch = vec![
+            trace(&route, "req-first", "team-a", 200, 10),
+            trace(&route, "req-second", "team-b", 502, 20),
+        ];
+        let wall = Wall::now();
+        let expected = export(&mut Memo::default(), &batch, &wall);
+        // Both requests' hashes made equal: the second is written in full, not given the
+        // first's shape.
+        let mut memo = Memo {
+            batch: 7,
+            ..Memo::default()
+        };
+        let first = memo
+            .prepare_one(&batch[0], batch[0].ended.as_ref().unwrap())
+            .unwrap();
+        let mut collided = memo.requests.remove(&first).unwrap();
+        collided.key_name = Some(named("team-b-not"));
+        let second_hash = {
+            let mut probe = Memo::default();
+            probe
+                .prepare_one(&batch[1], batch[1].ended.as_ref().unwrap())
+                .unwrap()
+        };
+        memo.requests.insert(second_hash, collided);
+        assert_eq!(
+            memo.prepare_one(&batch[1], batch[1].ended.as_ref().unwrap()),
+            None
+        );
+        let resource = Resource { attributes: vec![] };
+        let mut spans = Message::new();
+        let shapes = [Some(first), None];
+        memo.requests.remove(&second_hash);
+        memo.prepare_one(&batch[0], batch[0].ended.as_ref().unwrap());
+        traces(&mut spans, &batch, (&resource, &mut memo, &shapes), &wall);
+        let mut events = Message::new();
+        logs(&mut events, &batch, (&resource, &mut memo, &shapes), &wall);
+        assert_eq!((spans.into_bytes(), events.into_bytes()), expected);
+    }
 }
