@@ -61,21 +61,30 @@ fn hex_byte(pair: &[u8]) -> Option<u8> {
     Some(digit(pair[0])? << 4 | digit(pair[1])?)
 }
 
+/// Each byte's two lowercase hex digits, looked up rather than computed.
+const HEX_PAIRS: [[u8; 2]; 256] = {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut pairs = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        pairs[i] = [HEX[i >> 4], HEX[i & 15]];
+        i += 1;
+    }
+    pairs
+};
+
 /// The `traceparent` of span `span_id` in trace `trace_id`.
 pub(crate) fn traceparent(trace_id: &TraceId, span_id: &SpanId, sampled: bool) -> HeaderValue {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut out = [0u8; 55];
-    out[..3].copy_from_slice(b"00-");
-    for (i, byte) in trace_id.iter().enumerate() {
-        out[3 + 2 * i] = HEX[usize::from(byte >> 4)];
-        out[4 + 2 * i] = HEX[usize::from(byte & 15)];
+    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    for (pair, byte) in out[3..35].chunks_exact_mut(2).zip(trace_id) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(*byte)]);
     }
-    out[35] = b'-';
-    for (i, byte) in span_id.iter().enumerate() {
-        out[36 + 2 * i] = HEX[usize::from(byte >> 4)];
-        out[37 + 2 * i] = HEX[usize::from(byte & 15)];
+    for (pair, byte) in out[36..52].chunks_exact_mut(2).zip(span_id) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(*byte)]);
     }
-    out[52..].copy_from_slice(if sampled { b"-01" } else { b"-00" });
+    if sampled {
+        out[54] = b'1';
+    }
     // Only hex digits and dashes: always a valid header value.
     HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static(""))
 }
@@ -145,6 +154,24 @@ mod tests {
         );
         let written = traceparent(&parent.trace_id, &parent.span_id, true);
         assert_eq!(written.as_bytes(), W3C_EXAMPLE);
+    }
+
+    #[test]
+    fn every_byte_is_written_as_two_lowercase_hex_digits_and_the_flag_follows_sampling() {
+        let trace_id: TraceId = core::array::from_fn(|i| (i * 17) as u8);
+        let span_id: SpanId = [0x00, 0x0f, 0x10, 0x7f, 0x80, 0xa5, 0xf0, 0xff];
+        let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        for sampled in [true, false] {
+            let written = traceparent(&trace_id, &span_id, sampled);
+            let flag = if sampled { "01" } else { "00" };
+            let expected = format!("00-{}-{}-{flag}", hex(&trace_id), hex(&span_id));
+            assert_eq!(written.to_str().unwrap(), expected);
+            let parent = parse(written.as_bytes()).unwrap();
+            assert_eq!(
+                (parent.trace_id, parent.span_id, parent.sampled),
+                (trace_id, span_id, sampled)
+            );
+        }
     }
 
     #[test]
