@@ -99,7 +99,7 @@ both_modes! {
         assert!(sample(&page, "aisix_config_last_reload_success_timestamp_seconds", &[]) >= loaded_at);
         assert_eq!(client::send(gateway.addr(), chat("gpt-b")).await.status, 200);
         assert_eq!(client::send(gateway.addr(), chat("gpt-a")).await.status, 404);
-        assert!(gateway.logs().contains("models=+1 ~0 -1"), "{}", gateway.logs());
+        assert!(gateway.wait_for_log("models=+1 ~0 -1", Duration::from_secs(10)), "{}", gateway.logs());
 
         std::fs::write(gateway.dir().join("resources.yaml"), BROKEN).unwrap();
         gateway.signal(libc::SIGHUP);

@@ -232,7 +232,7 @@ both_modes! {
         gateway.signal(libc::SIGCONT);
         agree(&[&gateway], "sk-etcd-after", "gpt-x", 200, Duration::from_secs(20)).await;
         agree(&[&gateway], "sk-etcd-first", "gpt-x", 401, AGREE_WITHIN).await;
-        assert!(gateway.logs().contains("compacted past the watch's revision"), "{}", gateway.logs());
+        assert!(gateway.wait_for_log("compacted past the watch's revision", Duration::from_secs(10)), "{}", gateway.logs());
     }
 }
 
