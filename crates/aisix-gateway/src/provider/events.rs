@@ -516,7 +516,7 @@ impl Events {
             let secret = provider.and_then(Provider::error_secret);
             let error = failure(kind, scanned.reported, secret, self.map.dialect());
             self.fail(match provider {
-                Some(provider) => provider.masks.error(error),
+                Some(provider) => provider.mask_error(error),
                 None => error,
             });
         } else if scanned.done {

@@ -237,7 +237,7 @@ impl Call<'_> {
                     self.inbound.dialect,
                 );
             }
-            return Err(provider.masks.error(error));
+            return Err(provider.mask_error(error));
         }
         Ok(head)
     }
@@ -425,7 +425,7 @@ pub(crate) async fn fetch(
                 Dialect::Responses,
             );
         }
-        return Err(provider.masks.error(error));
+        return Err(provider.mask_error(error));
     }
     let content_type = head
         .response
@@ -568,7 +568,7 @@ impl Rejection {
 
 /// An upstream answer that could not be translated.
 fn malformed(provider: &Provider, why: &str) -> GatewayError {
-    let why = provider.masks.text(why);
+    let why = provider.mask_text(why);
     tracing::warn!(provider = %provider.name, %why, "upstream answer could not be translated");
     GatewayError::new(
         ErrorKind::UpstreamMalformed,

@@ -747,12 +747,10 @@ impl Relay {
             Kind::Failed => {
                 self.usage = event::response_usage(data).map(|u| u.to_usage());
                 step.usage = self.usage;
-                let masked = match self.provider.error_secret() {
-                    Some(secret) if memchr::memmem::find(raw, secret.as_bytes()).is_some() => {
-                        let text = String::from_utf8_lossy(raw).replace(secret, "***");
-                        Bytes::from(text)
-                    }
-                    _ => Bytes::copy_from_slice(raw),
+                let text = String::from_utf8_lossy(raw);
+                let masked = match self.provider.mask_text(&text) {
+                    Cow::Borrowed(_) => Bytes::copy_from_slice(raw),
+                    Cow::Owned(masked) => Bytes::from(masked),
                 };
                 self.failed = Some(masked);
                 step.failure = Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
@@ -817,7 +815,7 @@ fn failure_words<'a>(
         ),
         None => ("server_error", error.message.as_str()),
     };
-    (code, provider.masks.text(message).into_owned())
+    (code, provider.mask_text(message).into_owned())
 }
 
 fn failure(kind: ErrorKind) -> Mapped {

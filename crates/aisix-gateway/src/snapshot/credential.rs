@@ -108,6 +108,31 @@ impl<T: Clone + Send + Sync + 'static> Refreshed<T> {
         Err(self.unavailable())
     }
 
+    /// The credential held now, expired or not (what an upstream may still echo).
+    pub(crate) fn peek(&self) -> Option<T> {
+        self.current.load().as_ref().map(|held| held.value.clone())
+    }
+
+    /// A cell already holding `value`, good for `lifetime`, with nowhere to fetch another.
+    #[cfg(test)]
+    pub(crate) fn holding(name: &str, value: T, lifetime: Duration) -> Self {
+        struct Nowhere;
+        impl<T> Source<T> for Nowhere {
+            fn fetch<'a>(&'a self, _pool: &'a Pool) -> Fetching<'a, T> {
+                Box::pin(async { Err("no source in this test".to_owned()) })
+            }
+        }
+        let cell = Self::new(name, Box::new(Nowhere));
+        let now = Instant::now();
+        cell.current.store(Some(Arc::new(Held {
+            value,
+            expires: now + lifetime,
+            renew: now + lifetime * 2 / 3,
+        })));
+        cell.tried.store(true, Ordering::Release);
+        cell
+    }
+
     fn good(&self, now: Instant) -> Option<T> {
         let held = self.current.load();
         held.as_ref()

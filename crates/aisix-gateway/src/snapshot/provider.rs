@@ -1,6 +1,7 @@
 //! A provider key made ready to send: its credential and static headers (marked sensitive),
 //! the masks of every value the gateway adds, its egress route and its health-check URI.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use aisix_config::{DEFAULT_ANTHROPIC_VERSION, HealthCheck, ProviderKey, ProviderKind};
@@ -8,6 +9,7 @@ use http::{HeaderMap, HeaderName, HeaderValue, Uri};
 
 use super::credential::Refreshed;
 use super::uris::{EndpointUris, percent_encoded};
+use crate::error::GatewayError;
 use crate::mask::Masks;
 use crate::upstream::egress::{Egress, Route};
 use crate::upstream::sigv4::Signer;
@@ -84,6 +86,46 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
 }
 
 impl Provider {
+    /// `error` with every value the gateway adds to this provider's requests masked: the
+    /// static ones ([`Masks`]) and the credential refreshed off the request path as it is now
+    /// (a Vertex token, a web identity's temporary AWS keys), which no static mask knows.
+    pub(crate) fn mask_error(&self, error: GatewayError) -> GatewayError {
+        let error = self.masks.error(error);
+        match self.refreshed_masks() {
+            Some(refreshed) => refreshed.error(error),
+            None => error,
+        }
+    }
+
+    /// `text` with every value the gateway adds masked, as [`Provider::mask_error`] does.
+    pub(crate) fn mask_text<'t>(&self, text: &'t str) -> Cow<'t, str> {
+        let Some(refreshed) = self.refreshed_masks() else {
+            return self.masks.text(text);
+        };
+        match self.masks.text(text) {
+            Cow::Borrowed(text) => refreshed.text(text),
+            Cow::Owned(text) => Cow::Owned(refreshed.text(&text).into_owned()),
+        }
+    }
+
+    /// The masks of the refreshed credential's current values (an expired one included: it
+    /// may still be echoed), built only on an error's path; `None` without one.
+    fn refreshed_masks(&self) -> Option<Masks> {
+        let mut values: Vec<String> = Vec::new();
+        if let Some(header) = self.credential.as_ref().and_then(|cell| cell.peek())
+            && let Ok(header) = header.to_str()
+        {
+            values.push(header.to_owned());
+            if let Some(token) = header.strip_prefix("Bearer ") {
+                values.push(token.to_owned());
+            }
+        }
+        if let Some(signer) = self.assumed.as_ref().and_then(|cell| cell.peek()) {
+            values.extend(signer.secrets());
+        }
+        (!values.is_empty()).then(|| Masks::new(values.iter().map(String::as_str)))
+    }
+
     /// The key to scrub from an error the provider sends back, whole or mid-stream (keys
     /// shorter than 8 characters are not looked for: they would match ordinary text).
     pub(crate) fn error_secret(&self) -> Option<&str> {
@@ -224,4 +266,95 @@ fn aws_credentials(key: &ProviderKey) -> Option<(String, String, Option<String>)
         var("AWS_SECRET_ACCESS_KEY")?,
         var("AWS_SESSION_TOKEN"),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::error::ErrorKind;
+    use crate::snapshot::credential::Refreshed;
+
+    /// An `openai` provider key (key `sk-static-key-1234`) with `edit` applied.
+    fn provider(edit: impl FnOnce(&mut Provider)) -> Provider {
+        let shared = crate::testing::provider("sk-static-key-1234");
+        let mut provider = Arc::try_unwrap(shared).expect("the snapshot is gone");
+        edit(&mut provider);
+        provider
+    }
+
+    fn echoed(secrets: &[&str]) -> GatewayError {
+        let mut error = GatewayError::new(
+            ErrorKind::UpstreamServerError(http::StatusCode::BAD_GATEWAY),
+            format!("the upstream said: {}", secrets.join(" ")),
+        );
+        error.upstream_body = Some(Bytes::from(format!(
+            r#"{{"error":{{"message":"bad credential {}"}}}}"#,
+            secrets.join(", ")
+        )));
+        error
+    }
+
+    fn body(error: &GatewayError) -> String {
+        String::from_utf8(error.upstream_body.clone().unwrap().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_refreshed_vertex_token_is_masked_beside_the_static_key_expired_or_not() {
+        let token = "ya29.refreshed-token-value";
+        for lifetime in [Duration::from_secs(3600), Duration::ZERO] {
+            let provider = provider(|p| {
+                let header = HeaderValue::try_from(format!("Bearer {token}")).unwrap();
+                p.credential = Some(Arc::new(Refreshed::holding("vtx", header, lifetime)));
+            });
+            let masked = provider.mask_error(echoed(&[token, "sk-static-key-1234"]));
+            for text in [masked.message.clone(), body(&masked)] {
+                assert!(
+                    !text.contains(token) && !text.contains("sk-static"),
+                    "{text}"
+                );
+                assert!(text.contains("***"), "{text}");
+            }
+            assert_eq!(
+                provider.mask_text(&format!("Authorization: Bearer {token}")),
+                "Authorization: ***"
+            );
+        }
+    }
+
+    #[test]
+    fn a_web_identity_s_temporary_keys_are_masked() {
+        let (id, secret, session) = (
+            "ASIATEMPORARYKEYID",
+            "temporary/secret+key",
+            "FwoGZXIvYXdzEtoken",
+        );
+        let provider = provider(|p| {
+            let signer = Signer::new(id, secret, Some(session), "us-east-1", "bedrock");
+            p.assumed = Some(Arc::new(Refreshed::holding(
+                "bedrock",
+                Arc::new(signer),
+                Duration::from_secs(900),
+            )));
+        });
+        let masked = provider.mask_error(echoed(&[id, secret, session]));
+        for text in [masked.message.clone(), body(&masked)] {
+            for value in [id, secret, session] {
+                assert!(!text.contains(value), "{value} in {text}");
+            }
+        }
+        assert_eq!(provider.mask_text("nothing secret"), "nothing secret");
+    }
+
+    #[test]
+    fn without_a_refreshed_credential_only_the_static_values_are_masked() {
+        let provider = provider(|_| {});
+        let masked = provider.mask_error(echoed(&["sk-static-key-1234", "ya29.not-ours-at-all"]));
+        assert!(!masked.message.contains("sk-static-key-1234"));
+        assert!(masked.message.contains("ya29.not-ours-at-all"));
+        assert!(matches!(provider.mask_text("plain"), Cow::Borrowed(_)));
+    }
 }

@@ -55,6 +55,25 @@ impl Signer {
         }
     }
 
+    /// The credentials it signs with (the key id, the secret key and any session token), for
+    /// an error's masks.
+    pub(crate) fn secrets(&self) -> Vec<String> {
+        self.identity
+            .data::<Credentials>()
+            .map(|c| {
+                [
+                    Some(c.access_key_id()),
+                    Some(c.secret_access_key()),
+                    c.session_token(),
+                ]
+                .into_iter()
+                .flatten()
+                .map(str::to_owned)
+                .collect()
+            })
+            .unwrap_or_default()
+    }
+
     /// The headers that sign a `POST` of `body` to `uri` with `content_type` at `time`:
     /// `authorization`, `x-amz-date` and, with a session token, `x-amz-security-token`, all
     /// marked sensitive. The host signed is `uri`'s authority (its default port left out), as
