@@ -179,10 +179,20 @@ impl AttemptEnd {
 
     fn is(&self, done: &Attempt) -> bool {
         self.status == done.status
-            && self.target == done.target
-            && self.provider == done.provider
+            && (Arc::ptr_eq(&self.target, &done.target) || self.target == done.target)
+            && (Arc::ptr_eq(&self.provider, &done.provider) || self.provider == done.provider)
             && self.result == done.result
             && self.error == done.error
+    }
+}
+
+/// Whether two names are the same text: the same `Arc` (as a snapshot hands out) without
+/// reading it.
+fn same(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
+        (None, None) => true,
+        _ => false,
     }
 }
 
@@ -400,10 +410,10 @@ impl RequestShape {
             && self.method == f.method
             && *self.path == *f.uri.path()
             && self.status == f.status
-            && self.key_name == f.key_name
-            && self.model == f.model
-            && self.group == f.group
-            && self.provider == f.provider
+            && same(&self.key_name, &f.key_name)
+            && same(&self.model, &f.model)
+            && same(&self.group, &f.group)
+            && same(&self.provider, &f.provider)
             && self.requested == t.requested_model
             && self.response_model == t.response_model
             && self.stream == f.stream
