@@ -776,8 +776,12 @@ models:
   - {display_name: a, provider: openai, model_name: up-a, provider_key: p}
 "#;
 
-    fn route(snapshot: &Snapshot) -> Arc<DirectRoute> {
-        match snapshot.model("a") {
+    /// Direct model `a`, as a snapshot of [`RESOURCES`] routes it.
+    fn route() -> Arc<DirectRoute> {
+        let resources =
+            aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
+                .unwrap();
+        match Snapshot::from_resources(&resources).model("a") {
             Some(Named::Direct(route)) => route.clone(),
             _ => panic!("no direct model a"),
         }
@@ -874,11 +878,7 @@ models:
 
     #[test]
     fn a_kept_shape_writes_what_a_fresh_memo_writes_and_each_request_keeps_its_own_fields() {
-        let snapshot = Snapshot::from_resources(
-            &aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
-                .unwrap(),
-        );
-        let route = route(&snapshot);
+        let route = route();
         // Two requests of one shape, and one of another (another key, a 502).
         let batch = vec![
             trace(&route, "req-first", "team-a", 200, 10),
@@ -919,11 +919,7 @@ models:
 
     #[test]
     fn a_shape_whose_hash_another_of_the_batch_holds_is_written_in_full() {
-        let snapshot = Snapshot::from_resources(
-            &aisix_config::parse_resources(RESOURCES, std::path::Path::new("r.yaml"), &|_| None)
-                .unwrap(),
-        );
-        let route = route(&snapshot);
+        let route = route();
         let batch = vec![
             trace(&route, "req-first", "team-a", 200, 10),
             trace(&route, "req-second", "team-b", 502, 20),
