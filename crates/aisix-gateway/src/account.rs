@@ -202,7 +202,7 @@ impl Record {
 
     /// The answer named `model` (read by the caller only when [`Record::is_traced`]): the
     /// trace's `gen_ai.response.model`.
-    pub(crate) fn answered_by(&mut self, model: Option<String>) {
+    pub(crate) fn answered_by(&mut self, model: Option<&str>) {
         if let Some(trace) = self.trace.as_mut() {
             trace.answered_by(model);
         }

@@ -71,6 +71,39 @@ struct AttemptStart {
     route: Arc<DirectRoute>,
 }
 
+/// A request's attempts as they started: the first in place (most requests make one), any
+/// more after it, so a request that makes one allocates nothing for them.
+#[derive(Debug, Default)]
+struct Started {
+    first: Option<AttemptStart>,
+    more: Vec<AttemptStart>,
+}
+
+impl Started {
+    fn push(&mut self, attempt: AttemptStart) {
+        match self.first {
+            None => self.first = Some(attempt),
+            Some(_) => self.more.push(attempt),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.more.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &AttemptStart> {
+        self.first.iter().chain(&self.more)
+    }
+
+    fn last(&self) -> Option<&AttemptStart> {
+        self.more.last().or(self.first.as_ref())
+    }
+}
+
 /// A request's trace: its ids, where it started, its attempts and, once it ended, what its
 /// record told of it. Boxed once when the request starts and moved whole into the worker's
 /// queue when it ends: a plain struct, no formatting and no clock read of its own (its times
@@ -92,9 +125,9 @@ pub(crate) struct Trace {
     requested_model: Option<String>,
     max_tokens: Option<u64>,
     prompt: Option<Bytes>,
-    attempts: Vec<AttemptStart>,
+    attempts: Started,
     /// The model the answer named, as the upstream sent it.
-    response_model: Option<String>,
+    response_model: Option<Arc<str>>,
     /// What the request's record told when it ended.
     ended: Option<record::Ended>,
 }
@@ -135,7 +168,7 @@ impl Trace {
             requested_model: None,
             max_tokens: None,
             prompt: None,
-            attempts: Vec::new(),
+            attempts: Started::default(),
             response_model: None,
             ended: None,
         })
@@ -174,9 +207,41 @@ impl Trace {
     }
 
     /// The answer named `model` (`None`: it named none, and an earlier answer's is forgotten).
-    pub(crate) fn answered_by(&mut self, model: Option<String>) {
-        self.response_model = model;
+    pub(crate) fn answered_by(&mut self, model: Option<&str>) {
+        self.response_model = model.map(answered_name);
     }
+}
+
+/// How many names answers gave that a worker keeps.
+const NAMES_KEPT: usize = 16;
+
+thread_local! {
+    /// The names this worker's answers gave lately, newest last: an answer naming one of
+    /// them shares its `Arc` (the same few names come back answer after answer), so a traced
+    /// request neither allocates its `gen_ai.response.model` nor has the exporter free it.
+    static ANSWERED: std::cell::RefCell<Vec<Arc<str>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `name` as an `Arc` this worker already holds, or a new one it keeps from now on (in place
+/// of the first kept of [`NAMES_KEPT`]).
+fn answered_name(name: &str) -> Arc<str> {
+    ANSWERED
+        .try_with(|names| {
+            let mut names = names.try_borrow_mut().ok()?;
+            if let Some(at) = names.iter().rposition(|kept| **kept == *name) {
+                return Some(names[at].clone());
+            }
+            if names.len() >= NAMES_KEPT {
+                names.remove(0);
+            }
+            let kept: Arc<str> = Arc::from(name);
+            names.push(kept.clone());
+            Some(kept)
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| Arc::from(name))
 }
 
 /// Puts a batch's `Instant`s on the wall clock: read once per batch on the exporter, never on a
@@ -230,5 +295,56 @@ fn provider_name(kind: aisix_config::ProviderKind) -> &'static str {
         ProviderKind::Vertex => "gcp.vertex_ai",
         ProviderKind::Bedrock => "aws.bedrock",
         ProviderKind::Mock => "aisix.mock",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_started_keep_their_order_the_first_in_place_and_the_last_is_the_latest() {
+        let resources = aisix_config::parse_resources(
+            "_format_version: \"1\"\nprovider_keys: [{display_name: p, provider: openai, api_key: sk-started-1}]\nmodels: [{display_name: m, provider: openai, model_name: up, provider_key: p}]\n",
+            std::path::Path::new("r.yaml"),
+            &|_| None,
+        )
+        .unwrap();
+        let route = match crate::snapshot::Snapshot::from_resources(&resources).model("m") {
+            Some(crate::snapshot::Named::Direct(route)) => route.clone(),
+            other => panic!("{other:?}"),
+        };
+        let mut started = Started::default();
+        assert!(started.is_empty() && started.last().is_none());
+        for n in 1..=3u8 {
+            started.push(AttemptStart {
+                span_id: [n; 8],
+                sent_at: Instant::now(),
+                route: route.clone(),
+            });
+            assert_eq!(started.len(), usize::from(n));
+            assert_eq!(started.last().map(|a| a.span_id), Some([n; 8]));
+        }
+        let order: Vec<u8> = started.iter().map(|a| a.span_id[0]).collect();
+        assert_eq!(order, [1, 2, 3]);
+        assert!(!started.is_empty());
+    }
+
+    #[test]
+    fn an_answer_s_model_shares_the_arc_of_the_same_name_and_the_first_kept_name_goes() {
+        let first = answered_name("gpt-4o-2024-08-06");
+        let again = answered_name("gpt-4o-2024-08-06");
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(&*again, "gpt-4o-2024-08-06");
+        // Sixteen other names later, the first is no longer kept: a new Arc, the same text.
+        for n in 0..NAMES_KEPT {
+            answered_name(&format!("model-{n}"));
+        }
+        let later = answered_name("gpt-4o-2024-08-06");
+        assert!(!Arc::ptr_eq(&first, &later));
+        assert_eq!(later, first);
+        // Kept again, and the list holds no more than its share.
+        assert!(Arc::ptr_eq(&later, &answered_name("gpt-4o-2024-08-06")));
+        ANSWERED.with_borrow(|names| assert_eq!(names.len(), NAMES_KEPT));
     }
 }

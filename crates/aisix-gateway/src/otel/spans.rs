@@ -10,7 +10,7 @@ use super::record::{Ended, Facts};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{Trace, Wall, duration_ns, port_of, provider_name};
+use super::{AttemptStart, Trace, Wall, duration_ns, port_of, provider_name};
 
 use crate::endpoint::Endpoint;
 use crate::snapshot::DirectRoute;
@@ -134,7 +134,7 @@ struct RequestShape {
     group: Option<Arc<str>>,
     provider: Option<Arc<str>>,
     requested: Option<String>,
-    response_model: Option<String>,
+    response_model: Option<Arc<str>>,
     stream: bool,
     outcome: Outcome,
     error: Option<&'static str>,
@@ -319,11 +319,16 @@ impl Memo {
         &self.scratch
     }
 
-    /// The shared fields of attempt `index` of `t`, which ended as `done`: found, or written
-    /// now.
-    fn attempt(&mut self, t: &Trace, index: usize, done: Option<&Attempt>) -> &[u8] {
+    /// The shared fields of attempt `index` of `t` (`start`), which ended as `done`: found,
+    /// or written now.
+    fn attempt(
+        &mut self,
+        t: &Trace,
+        (index, start): (usize, &AttemptStart),
+        done: Option<&Attempt>,
+    ) -> &[u8] {
         use std::hash::{Hash, Hasher};
-        let route = &t.attempts[index].route;
+        let route = &start.route;
         let ended_endpoint = t.ended.as_ref().map(|e| e.facts.endpoint);
         let mut h = fixed_hasher();
         h.write_usize(Arc::as_ptr(route) as usize);
@@ -415,7 +420,7 @@ impl RequestShape {
             && same(&self.group, &f.group)
             && same(&self.provider, &f.provider)
             && self.requested == t.requested_model
-            && self.response_model == t.response_model
+            && same(&self.response_model, &t.response_model)
             && self.stream == f.stream
             && self.outcome == f.outcome
             && self.error == f.error
@@ -458,8 +463,8 @@ pub(crate) fn traces(
                         _ => end_ns,
                     };
                     let times = (start_ns, end.max(start_ns));
-                    let shape = memo.attempt(t, i, done);
-                    ss.message_sized(2, RECORD, |span| attempt_span(span, t, i, shape, times));
+                    let shape = memo.attempt(t, (i, start), done);
+                    ss.message_sized(2, RECORD, |span| attempt_span(span, t, start, shape, times));
                 }
             }
         });
@@ -603,11 +608,10 @@ fn server_shape(span: &mut Message, t: &Trace, ended: &Ended, route: Option<&Wri
 fn attempt_span(
     span: &mut Message,
     t: &Trace,
-    index: usize,
+    start: &AttemptStart,
     shape: &[u8],
     (start_ns, end_ns): (u64, u64),
 ) {
-    let start = &t.attempts[index];
     span.bytes(1, &t.trace_id);
     span.bytes(2, &start.span_id);
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
@@ -823,7 +827,7 @@ models:
             Bytes::from_static(br#"{"model":"a","messages":[{"role":"user","content":"hi"}]}"#);
         let inbound = inbound::inspect(Endpoint::ChatCompletions, body).unwrap();
         trace.attempt(now, route, &inbound);
-        trace.answered_by(Some("up-a-2026".to_owned()));
+        trace.answered_by(Some("up-a-2026"));
         let outcome = if status == 200 {
             Outcome::Success
         } else {

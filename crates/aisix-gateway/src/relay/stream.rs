@@ -134,7 +134,7 @@ impl State {
         let before = events.take_out();
         record.streamed(events.ttft(), events.usage(), events.map().produced());
         if events.model().is_some() {
-            record.answered_by(events.model().map(str::to_owned));
+            record.answered_by(events.model());
         }
         let mut error = error;
         if rest.is_some() && continuable(&error) && events.map().in_tool_call() {
@@ -186,7 +186,7 @@ impl Body for SseRelay {
                     Poll::Ready(Next::End) => {
                         record.streamed(events.ttft(), events.usage(), events.map().produced());
                         if events.model().is_some() {
-                            record.answered_by(events.model().map(str::to_owned));
+                            record.answered_by(events.model());
                         }
                         record.succeeded();
                         this.state = State::Done;

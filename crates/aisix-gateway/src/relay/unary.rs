@@ -87,7 +87,7 @@ impl UnaryRelay {
         }
         if let Some(mut record) = self.record.take() {
             if record.is_traced() {
-                record.answered_by(chunk::model(self.usage.head()));
+                record.answered_by(chunk::model_text(self.usage.head()).as_deref());
             }
             record.completed(self.usage.usage());
         }
@@ -113,7 +113,7 @@ impl UnaryRelay {
         if let Some(mut record) = self.record.take() {
             tracing::warn!(request_id = ?record.request_id(), code = error.code(), "answer to client cut off");
             if record.is_traced() {
-                record.answered_by(chunk::model(self.usage.head()));
+                record.answered_by(chunk::model_text(self.usage.head()).as_deref());
             }
             record.cut(self.usage.usage(), error);
         }

@@ -454,7 +454,7 @@ impl Attempts {
                 ticket.settle(Verdict::Answered);
                 record.answered(usage, held);
                 if model.is_some() {
-                    record.answered_by(model);
+                    record.answered_by(model.as_deref());
                 }
                 Ok(Served::Complete {
                     status: answered,

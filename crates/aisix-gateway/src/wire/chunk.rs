@@ -152,12 +152,21 @@ pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
 /// The first `"model"` string value of `json` (an answer, a chunk, or an event that holds
 /// one), unescaped: the model the upstream says answered.
 pub fn model(json: &[u8]) -> Option<String> {
+    model_text(json).map(std::borrow::Cow::into_owned)
+}
+
+/// [`model`], borrowed from `json` when the name has no escape in it (as names have).
+pub fn model_text(json: &[u8]) -> Option<std::borrow::Cow<'_, str>> {
     let (start, end) = model_span(json)?;
     let quoted = json.get(start..end)?;
     match quoted.get(1..quoted.len().saturating_sub(1)) {
         // No escape: the bytes between the quotes are the name.
-        Some(inner) if !inner.contains(&b'\\') => String::from_utf8(inner.to_vec()).ok(),
-        _ => serde_json::from_slice(quoted).ok(),
+        Some(inner) if !inner.contains(&b'\\') => std::str::from_utf8(inner)
+            .ok()
+            .map(std::borrow::Cow::Borrowed),
+        _ => serde_json::from_slice::<String>(quoted)
+            .ok()
+            .map(std::borrow::Cow::Owned),
     }
 }
 
