@@ -212,10 +212,10 @@ impl Record {
     /// drops, after its metrics and access-log line.
     fn take_facts(&mut self) -> crate::otel::Facts {
         crate::otel::Facts {
-            request_id: std::mem::replace(&mut self.request_id, HeaderValue::from_static("")),
+            request_id: crate::otel::Id::new(self.request_id.as_bytes()),
             endpoint: self.endpoint,
             method: std::mem::take(&mut self.method),
-            uri: std::mem::take(&mut self.uri),
+            path: crate::otel::Path::of(self.uri.path()),
             key_name: self.key_name.take(),
             model: self.model.take(),
             group: self.group.take(),

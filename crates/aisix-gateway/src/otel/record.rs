@@ -1,6 +1,8 @@
 //! The adapter between a request's record and its trace: the record's [`Facts`] when the
 //! request ends (moved out of it by `Record::take_facts` as it drops, the one place that reads
-//! its fields for a trace), kept in the trace, which goes whole to the worker's queue.
+//! its fields for a trace), kept in the trace, which goes whole to the worker's queue. The
+//! request id and path are copied into the trace rather than moved, so what the worker allocated
+//! for them is freed on the worker, not by the exporter on another thread.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +10,7 @@ use std::time::Duration;
 use aisix_config::Usd;
 use aisix_obs::access_log::Attempt;
 use aisix_obs::metrics::labels::Outcome;
-use http::{HeaderValue, Method, Uri};
+use http::Method;
 use tokio::time::Instant;
 
 use super::{Trace, queue};
@@ -16,13 +18,13 @@ use super::{Trace, queue};
 use crate::endpoint::Endpoint;
 
 /// What a trace reads of a request's record when it ends: the record's own values, moved (it
-/// is dropping), never copied.
+/// is dropping), but for its id and path, copied ([`Id`], [`Path`]).
 #[derive(Debug)]
 pub(crate) struct Facts {
-    pub request_id: HeaderValue,
+    pub request_id: Id,
     pub endpoint: Endpoint,
     pub method: Method,
-    pub uri: Uri,
+    pub path: Path,
     pub key_name: Option<Arc<str>>,
     /// The direct model that answered (or was tried last).
     pub model: Option<Arc<str>>,
@@ -36,6 +38,77 @@ pub(crate) struct Facts {
     pub attempts: Vec<Attempt>,
     pub outcome: Outcome,
     pub error: Option<&'static str>,
+}
+
+/// A request id, in place: ids are at most 128 visible ASCII bytes (a client's longer one is
+/// replaced by the gateway's own), so the trace holds it with no allocation of its own.
+#[derive(Clone, Copy)]
+pub(crate) struct Id {
+    len: u8,
+    bytes: [u8; MAX_ID],
+}
+
+/// The longest request id ([`aisix_obs::request_id::MAX_CLIENT_ID_LEN`]).
+const MAX_ID: usize = aisix_obs::request_id::MAX_CLIENT_ID_LEN;
+
+impl Id {
+    /// `id`, cut at 128 bytes (longer is never minted nor accepted).
+    pub(crate) fn new(id: &[u8]) -> Self {
+        let len = id.len().min(MAX_ID);
+        let mut bytes = [0u8; MAX_ID];
+        bytes[..len].copy_from_slice(&id[..len]);
+        Self {
+            len: len as u8,
+            bytes,
+        }
+    }
+
+    /// The id as text (`None` for bytes that are not: never, for an id the gateway took).
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).ok()
+    }
+}
+
+impl std::fmt::Debug for Id {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Id").field(&self.as_str()).finish()
+    }
+}
+
+/// A request's path: one of the gateway's own, named without a copy, or another (a stored
+/// response's, a model's) copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Path {
+    Known(&'static str),
+    Other(Box<str>),
+}
+
+impl Path {
+    pub(crate) fn of(path: &str) -> Self {
+        const KNOWN: [&str; 10] = [
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/responses",
+            "/v1/embeddings",
+            "/v1/completions",
+            "/v1/messages/count_tokens",
+            "/v1/models",
+            "/",
+            "/livez",
+            "/readyz",
+        ];
+        match KNOWN.iter().find(|known| **known == path) {
+            Some(known) => Path::Known(known),
+            None => Path::Other(path.into()),
+        }
+    }
+
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Path::Known(path) => path,
+            Path::Other(path) => path,
+        }
+    }
 }
 
 /// How a traced request ended.
@@ -58,4 +131,40 @@ pub(crate) fn finish(mut trace: Box<Trace>, facts: Facts, ended: Instant, spend:
         spend,
     });
     queue::push(trace);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_id_is_kept_whole_up_to_128_bytes_and_reads_back_as_text() {
+        let minted = "01JD2ZP8K3Q4R5S6T7V8W9X0YZ";
+        assert_eq!(Id::new(minted.as_bytes()).as_str(), Some(minted));
+        let longest = "x".repeat(128);
+        assert_eq!(Id::new(longest.as_bytes()).as_str(), Some(longest.as_str()));
+        assert_eq!(Id::new(b"").as_str(), Some(""));
+        assert_eq!(
+            Id::new("y".repeat(200).as_bytes()).as_str().map(str::len),
+            Some(128)
+        );
+    }
+
+    #[test]
+    fn the_gateway_s_own_paths_are_named_without_a_copy_and_others_are_copied() {
+        for known in [
+            "/v1/chat/completions",
+            "/v1/messages",
+            "/v1/responses",
+            "/readyz",
+        ] {
+            let path = Path::of(known);
+            assert!(matches!(path, Path::Known(_)), "{known}");
+            assert_eq!(path.as_str(), known);
+        }
+        let stored = Path::of("/v1/responses/resp_123");
+        assert_eq!(stored, Path::Other("/v1/responses/resp_123".into()));
+        assert_eq!(stored.as_str(), "/v1/responses/resp_123");
+        assert_ne!(Path::of("/v1/responses"), stored);
+    }
 }

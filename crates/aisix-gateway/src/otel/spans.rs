@@ -127,7 +127,7 @@ struct RequestShape {
     endpoint: Endpoint,
     ended_endpoint: Endpoint,
     method: http::Method,
-    path: Box<str>,
+    path: super::Path,
     status: u16,
     key_name: Option<Arc<str>>,
     model: Option<Arc<str>>,
@@ -250,7 +250,7 @@ impl Memo {
         t.endpoint.hash(&mut h);
         f.endpoint.hash(&mut h);
         h.write(f.method.as_str().as_bytes());
-        h.write(f.uri.path().as_bytes());
+        h.write(f.path.as_str().as_bytes());
         h.write_u16(f.status);
         for name in [&f.key_name, &f.model, &f.group, &f.provider] {
             h.write_usize(address(name.as_ref()));
@@ -280,7 +280,7 @@ impl Memo {
                 endpoint: t.endpoint,
                 ended_endpoint: f.endpoint,
                 method: f.method.clone(),
-                path: f.uri.path().into(),
+                path: f.path.clone(),
                 status: f.status,
                 key_name: f.key_name.clone(),
                 model: f.model.clone(),
@@ -413,7 +413,7 @@ impl RequestShape {
             && self.endpoint == t.endpoint
             && self.ended_endpoint == f.endpoint
             && self.method == f.method
-            && *self.path == *f.uri.path()
+            && self.path == f.path
             && self.status == f.status
             && same(&self.key_name, &f.key_name)
             && same(&self.model, &f.model)
@@ -540,7 +540,7 @@ fn server_span(
         attr(key::INPUT_TOKENS, Value::Int(input as i64));
         attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
     }
-    if let Ok(id) = f.request_id.to_str() {
+    if let Some(id) = f.request_id.as_str() {
         attr(key::REQUEST_ID, Value::Str(id));
     }
     if let Some(ttft) = f.ttft {
@@ -577,7 +577,7 @@ fn server_shape(span: &mut Message, t: &Trace, ended: &Ended, route: Option<&Wri
         attr(key::RESPONSE_MODEL, Value::Str(model));
     }
     attr(key::METHOD, Value::Str(f.method.as_str()));
-    attr(key::PATH, Value::Str(f.uri.path()));
+    attr(key::PATH, Value::Str(f.path.as_str()));
     attr(key::STATUS, Value::Int(i64::from(f.status)));
     if let Some(key) = &f.key_name {
         attr(key::KEY_NAME, Value::Str(key));
@@ -700,7 +700,7 @@ fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, shape: &[u8], end_ns
     log.fixed64(1, end_ns);
     log.raw(shape);
     let mut attr = |key: Key, value: Value<'_>| attribute(log, 6, key, &value);
-    if let Ok(id) = f.request_id.to_str() {
+    if let Some(id) = f.request_id.as_str() {
         attr(key::REQUEST_ID, Value::Str(id));
     }
     if let Some((input, output)) = f.usage {
@@ -765,7 +765,7 @@ mod tests {
 
     use aisix_config::{OtlpConfig, Usd};
     use bytes::Bytes;
-    use http::{HeaderMap, HeaderValue, Method, Uri};
+    use http::{HeaderMap, Method};
     use tokio::time::Instant;
 
     use super::*;
@@ -835,10 +835,10 @@ models:
         };
         trace.ended = Some(Ended {
             facts: Facts {
-                request_id: HeaderValue::from_str(id).unwrap(),
+                request_id: crate::otel::Id::new(id.as_bytes()),
                 endpoint: Endpoint::ChatCompletions,
                 method: Method::POST,
-                uri: Uri::from_static("/v1/chat/completions"),
+                path: crate::otel::Path::of("/v1/chat/completions"),
                 key_name: Some(named(key)),
                 model: Some(route.name.clone()),
                 group: None,
