@@ -97,10 +97,8 @@ pub(crate) struct Memo {
     routes: HashMap<(usize, Endpoint), Written, foldhash::fast::RandomState>,
     requests: HashMap<u64, RequestShape, foldhash::fast::RandomState>,
     attempts: HashMap<u64, AttemptShape, foldhash::fast::RandomState>,
-    /// The batch [`Memo::prepare`] last saw (a shape made in it is never replaced in it).
+    /// The batch [`Memo::prepare`] last saw (a shape it uses is never replaced in it).
     batch: u64,
-    /// A shape's fields written for one request, when its hash was taken.
-    scratch: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -121,7 +119,7 @@ const SHAPES_KEPT: usize = 1024;
 /// What decides a request's shape, as it is kept, and its fields written.
 #[derive(Debug)]
 struct RequestShape {
-    /// The batch it was made in.
+    /// The last batch that used it.
     batch: u64,
     route: Option<Arc<DirectRoute>>,
     endpoint: Endpoint,
@@ -261,9 +259,13 @@ impl Memo {
         f.outcome.hash(&mut h);
         f.error.hash(&mut h);
         let hash = h.finish();
-        match self.requests.get(&hash) {
-            Some(shape) if shape.is(t, f) => return Some(hash),
-            // Another shape of this batch has the hash: this one is written in full.
+        match self.requests.get_mut(&hash) {
+            Some(shape) if shape.is(t, f) => {
+                // In use by this batch from here on: no later request of it may replace it.
+                shape.batch = self.batch;
+                return Some(hash);
+            }
+            // Another shape this batch uses has the hash: this one is written in full.
             Some(shape) if shape.batch == self.batch => return None,
             _ => {}
         }
@@ -299,24 +301,28 @@ impl Memo {
     }
 
     /// The server span's (`log`: the usage event's) part of the shape [`Memo::prepare`] found
-    /// for `t` (ended as `ended`), or, with none, those fields written into the memo's
-    /// scratch buffer.
-    fn request(&mut self, shape: Option<u64>, t: &Trace, ended: &Ended, log: bool) -> &[u8] {
+    /// for `t` (ended as `ended`), or, with none, those fields written for it alone.
+    fn request(
+        &mut self,
+        shape: Option<u64>,
+        t: &Trace,
+        ended: &Ended,
+        log: bool,
+    ) -> std::borrow::Cow<'_, [u8]> {
         if let Some(shape) = shape.and_then(|hash| self.requests.get(&hash)) {
-            return if log { &shape.log } else { &shape.span };
+            return std::borrow::Cow::Borrowed(if log { &shape.log } else { &shape.span });
         }
-        let mut scratch = Message::new();
+        let mut alone = Message::new();
         if log {
-            usage_shape(&mut scratch, t, ended);
+            usage_shape(&mut alone, t, ended);
         } else {
             let route = t
                 .attempts
                 .last()
                 .map(|a| Self::route_in(&mut self.routes, &a.route, t.endpoint));
-            server_shape(&mut scratch, t, ended, route);
+            server_shape(&mut alone, t, ended, route);
         }
-        self.scratch = scratch.into_buffer().to_vec();
-        &self.scratch
+        std::borrow::Cow::Owned(alone.into_buffer().to_vec())
     }
 
     /// The shared fields of attempt `index` of `t` (`start`), which ended as `done`: found,
@@ -449,7 +455,7 @@ pub(crate) fn traces(
                 let last = t.attempts.len().saturating_sub(1);
                 let times = (wall.ns(t.received), end_ns);
                 let shape = memo.request(*shape, t, ended, false);
-                ss.message_sized(2, RECORD, |span| server_span(span, t, ended, shape, times));
+                ss.message_sized(2, RECORD, |span| server_span(span, t, ended, &shape, times));
                 for (i, start) in t.attempts.iter().enumerate() {
                     let done = ended.facts.attempts.get(i);
                     let start_ns = wall.ns(start.sent_at);
@@ -688,7 +694,7 @@ pub(crate) fn logs(
             {
                 let shape = memo.request(*shape, t, ended, true);
                 let end_ns = wall.ns(ended.at);
-                sl.message_sized(2, RECORD, |log| usage_event(log, t, ended, shape, end_ns));
+                sl.message_sized(2, RECORD, |log| usage_event(log, t, ended, &shape, end_ns));
             }
         });
     });
@@ -919,6 +925,37 @@ models:
         assert!(contains(&spans, b"upstream_server_error"));
         let ok_only = export(&mut Memo::default(), &batch[..2], &wall).0;
         assert!(!contains(&ok_only, b"upstream_server_error"));
+    }
+
+    #[test]
+    fn a_kept_shape_a_batch_uses_is_not_replaced_by_a_later_request_of_that_batch() {
+        let route = route();
+        let first = trace(&route, "req-first", "team-a", 200, 10);
+        let second = trace(&route, "req-second", "team-b", 502, 20);
+        // Made by an earlier batch, then used by this one.
+        let mut memo = Memo {
+            batch: 1,
+            ..Memo::default()
+        };
+        let kept = memo
+            .prepare_one(&first, first.ended.as_ref().unwrap())
+            .unwrap();
+        memo.batch = 2;
+        assert_eq!(
+            memo.prepare_one(&first, first.ended.as_ref().unwrap()),
+            Some(kept)
+        );
+        // The second request's hash made equal to the kept shape's: it is written in full.
+        let second_hash = Memo::default()
+            .prepare_one(&second, second.ended.as_ref().unwrap())
+            .unwrap();
+        let shape = memo.requests.remove(&kept).unwrap();
+        memo.requests.insert(second_hash, shape);
+        assert_eq!(
+            memo.prepare_one(&second, second.ended.as_ref().unwrap()),
+            None
+        );
+        assert!(memo.requests[&second_hash].is(&first, &first.ended.as_ref().unwrap().facts));
     }
 
     #[test]
