@@ -326,6 +326,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         emit::auth_failure(AuthFailure::Expired);
         emit::body_rejected(Endpoint::Completions);
         emit::access_log_dropped(2);
+        emit::log_dropped(4);
         emit::otel_dropped("traces", 2);
         emit::otel_exported("logs", 3);
         emit::upstream_attempt("chat", "primary", Outcome::UpstreamError);
@@ -378,6 +379,7 @@ fn cached_emits_render_the_same_page_as_plain_macros() {
         ::metrics::counter!("aisix_request_body_rejections_total", "endpoint" => "completions")
             .increment(1);
         ::metrics::counter!("aisix_access_log_dropped_total").increment(2);
+        ::metrics::counter!("aisix_log_dropped_total").increment(4);
         ::metrics::counter!("aisix_otel_dropped_total", "signal" => "traces").increment(2);
         ::metrics::counter!("aisix_otel_exported_total", "signal" => "logs").increment(3);
         ::metrics::counter!("aisix_upstream_attempts_total",
@@ -500,14 +502,16 @@ fn every_endpoint_shows_zero_in_flight_before_traffic() {
 }
 
 #[test]
-fn dropped_access_log_lines_read_zero_before_any_drop() {
+fn dropped_access_log_and_process_log_lines_read_zero_before_any_drop() {
     let metrics = Metrics::build().unwrap();
     let page = metrics.render();
-    assert_eq!(
-        value(&page, "aisix_access_log_dropped_total", &labels(&[])),
-        Some(0.0),
-        "{page}"
-    );
+    for family in ["aisix_access_log_dropped_total", "aisix_log_dropped_total"] {
+        assert_eq!(
+            value(&page, family, &labels(&[])),
+            Some(0.0),
+            "{family}\n{page}"
+        );
+    }
 }
 
 #[test]

@@ -23,6 +23,7 @@ pub enum FamilyId {
     GatewayOverhead,
     BuildInfo,
     AccessLogDropped,
+    LogDropped,
     OtelDropped,
     OtelExported,
     SpendUsd,
@@ -225,6 +226,9 @@ families! {
     pub ACCESS_LOG_DROPPED = counter(AccessLogDropped, "aisix_access_log_dropped_total", []),
         "Access-log lines dropped because stderr could not keep up.";
 
+    pub LOG_DROPPED = counter(LogDropped, "aisix_log_dropped_total", []),
+        "Process log lines dropped because their queue to stderr was full.";
+
     pub OTEL_DROPPED = counter(OtelDropped, "aisix_otel_dropped_total", ["signal"]),
         "OpenTelemetry records lost: a worker's export queue was full, or the collector refused or missed every try.";
 
@@ -295,7 +299,7 @@ families! {
 }
 
 /// Every family, in the order the families are documented above.
-pub static CATALOG: [FamilyInfo; 31] = [
+pub static CATALOG: [FamilyInfo; 32] = [
     REQUESTS_TOTAL.info(),
     REQUEST_DURATION.info(),
     UPSTREAM_TTFT.info(),
@@ -309,6 +313,7 @@ pub static CATALOG: [FamilyInfo; 31] = [
     GATEWAY_OVERHEAD.info(),
     BUILD_INFO.info(),
     ACCESS_LOG_DROPPED.info(),
+    LOG_DROPPED.info(),
     OTEL_DROPPED.info(),
     OTEL_EXPORTED.info(),
     SPEND_USD_TOTAL.info(),

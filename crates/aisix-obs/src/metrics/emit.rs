@@ -16,9 +16,10 @@ use ::metrics::Gauge;
 use super::cache;
 use super::catalog::{
     ACCESS_LOG_DROPPED, AUTH_FAILURES, BODY_REJECTIONS, COOLDOWNS, CREDENTIAL_REFRESH_FAILURES,
-    FALLBACKS, OTEL_DROPPED, OTEL_EXPORTED, PROVIDER_KEY_REFUSALS, RATELIMIT_BACKEND_ERRORS,
-    RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL, TARGET_STATE, TARGETS_COOLING,
-    UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
+    FALLBACKS, LOG_DROPPED, OTEL_DROPPED, OTEL_EXPORTED, PROVIDER_KEY_REFUSALS,
+    RATELIMIT_BACKEND_ERRORS, RATELIMIT_REJECTIONS, REQUESTS_IN_FLIGHT, SPEND_USD_TOTAL,
+    TARGET_STATE, TARGETS_COOLING, UPSTREAM_ATTEMPTS, UPSTREAM_ERRORS, WORKER_CONNECTIONS_OPEN,
+    WORKER_REQUESTS,
 };
 use super::labels::{
     AuthFailure, Endpoint, Outcome, RateLimitKind, RateLimitScope, StatusClass, UpstreamErrorKind,
@@ -212,6 +213,11 @@ pub fn worker_connection() -> WorkerConnectionGuard {
 /// Access-log lines were dropped because the writer could not keep up.
 pub fn access_log_dropped(lines: u64) {
     cache::counter(&ACCESS_LOG_DROPPED, [], |c| c.increment(lines));
+}
+
+/// Process log lines were dropped because their queue to stderr was full.
+pub fn log_dropped(lines: u64) {
+    cache::counter(&LOG_DROPPED, [], |c| c.increment(lines));
 }
 
 /// `n` OpenTelemetry records of `signal` (`traces`, `logs`) were lost.

@@ -16,7 +16,7 @@ use super::cache::{self, METADATA};
 use super::catalog::{
     self, ACCESS_LOG_DROPPED, BUILD_INFO, CATALOG, CONFIG_INFO, CONFIG_LAST_RELOAD_SUCCESS,
     CONFIG_RELOADS, ETCD_DOCUMENTS_REFUSED, ETCD_REVISION_APPLIED, ETCD_WATCH_UP, Kind,
-    OTEL_DROPPED, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
+    LOG_DROPPED, OTEL_DROPPED, RATELIMIT_BACKEND_ERRORS, REQUESTS_IN_FLIGHT, TARGETS_COOLING,
     WORKER_CONNECTIONS_OPEN, WORKER_REQUESTS,
 };
 use super::float_counter::FloatCounters;
@@ -167,6 +167,9 @@ impl Metrics {
         // harness) can tell "none dropped" from "not reported".
         recorder
             .register_counter(&cache::key_of(&ACCESS_LOG_DROPPED, &[]), &METADATA)
+            .increment(0);
+        recorder
+            .register_counter(&cache::key_of(&LOG_DROPPED, &[]), &METADATA)
             .increment(0);
         // Likewise for OpenTelemetry records lost, per signal.
         for signal in ["traces", "logs"] {
