@@ -11,7 +11,7 @@ use hyper_util::client::legacy::connect::Connection;
 use hyper_util::client::legacy::connect::proxy::Tunnel;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::{Checkout, ConnectError, Inner, Io, Slot};
+use super::{Checkout, ConnectError, Inner, Io, READ_BUFFER_MAX, Slot};
 use crate::upstream::egress::Route;
 use crate::upstream::tls::https_connector;
 
@@ -51,7 +51,11 @@ impl Inner {
             });
             Ok(Checkout::Http2(sender))
         } else {
-            let (sender, conn) = match http1::Builder::new().handshake(io).await {
+            let handshake = http1::Builder::new()
+                .max_buf_size(READ_BUFFER_MAX)
+                .handshake(io)
+                .await;
+            let (sender, conn) = match handshake {
                 Ok(made) => made,
                 Err(error) => return Err((ConnectError::failed(error), slot)),
             };

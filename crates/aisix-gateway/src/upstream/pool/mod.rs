@@ -50,6 +50,20 @@ mod reaper;
 pub(super) type Body = Full<Bytes>;
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 
+/// The most an HTTP/1.1 upstream connection reads at once, and so the largest body frame it
+/// hands the relay and the largest response head it accepts (a larger head fails the attempt
+/// as an upstream error). hyper's default, 408 KiB, let one frame of a large answer be written
+/// to the client in one piece that held the worker for over a millisecond.
+pub(crate) const READ_BUFFER_MAX: usize = 64 * 1024;
+
+/// Bytes a relayed answer (streamed or not) hands hyper before it lets the worker's other tasks
+/// run. hyper writes a body's frames for as long as the client's socket takes them, and on
+/// loopback the kernel delivers each write to its reader inline, on the writing thread; so one
+/// large or fast answer would hold the worker for milliseconds at a time (a 504 KiB write took
+/// about 1.5 ms on the bench VM), and every other request on that worker would wait behind it.
+/// With reads of at most [`READ_BUFFER_MAX`], a turn writes at most about 128 KiB.
+pub(crate) const BYTES_PER_TURN: usize = 64 * 1024;
+
 /// How long a response whose content is all in may take to send its last bytes (the final
 /// chunk) before its connection is closed rather than reused.
 const DRAIN_LIMIT: Duration = Duration::from_secs(5);

@@ -272,6 +272,12 @@ where
         // SAFETY: ReadBuf and poll_read promise not to set any uninitialized
         // bytes onto `dst`.
         let dst = unsafe { self.read_buf.chunk_mut().as_uninit_slice_mut() };
+        // aisix patch: read at most `next`, not all of the buffer's spare capacity (which
+        // `reserve` may have made twice `next` or more), so that `max_buf_size` bounds every
+        // read, and so every body frame a read makes. A `next` of 0 (the buffer at its
+        // maximum) reads as upstream does.
+        let len = dst.len();
+        let dst = &mut dst[..if next == 0 { len } else { next.min(len) }];
         let mut buf = ReadBuf::uninit(dst);
         match Pin::new(&mut self.io).poll_read(cx, buf.unfilled()) {
             Poll::Ready(Ok(())) => {
