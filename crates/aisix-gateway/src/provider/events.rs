@@ -41,7 +41,7 @@ use crate::provider::{Edit, StreamMap};
 use crate::request::deadline::Deadlines;
 use crate::snapshot::Provider;
 use crate::target::state::{Ticket, Verdict};
-use crate::upstream::pool::Lease;
+use crate::upstream::pool::{BYTES_PER_TURN, Lease};
 use crate::wire::Dialect;
 use crate::wire::bedrock::frames::FrameSplitter;
 use crate::wire::chunk;
@@ -84,6 +84,8 @@ pub(crate) struct Events {
     out: Pieces,
     /// Turns yielded in a row without a new upstream frame, while holding output.
     yields: u8,
+    /// Bytes handed out since the relay last gave its turn up (see [`BYTES_PER_TURN`]).
+    this_turn: usize,
     /// `[DONE]` came: the stream is complete, only the upstream body's end is still awaited.
     done: bool,
     /// Nothing more comes from the upstream; what is in `out` is the end.
@@ -251,6 +253,7 @@ impl Events {
             partial: BytesMut::new(),
             out: Pieces::default(),
             yields: 0,
+            this_turn: 0,
             done: false,
             finished: false,
             failure: None,
@@ -351,6 +354,12 @@ impl Events {
 
     /// The next frame for the client.
     pub(crate) fn poll_relay(&mut self, cx: &mut Context<'_>) -> Poll<Next> {
+        if self.this_turn >= BYTES_PER_TURN {
+            // Give the turn up: woken at once, polled again after the tasks already waiting.
+            self.this_turn = 0;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
         loop {
             if let Some(error) = self.failure.take() {
                 return Poll::Ready(Next::Failed(error));
@@ -367,6 +376,15 @@ impl Events {
                 continue;
             }
             match self.poll_upstream(cx) {
+                // A turn's worth is held: it goes out now, however fast more comes, so that an
+                // upstream that never pauses is neither held in memory nor sent in one write.
+                Poll::Ready(())
+                    if self.out.len() >= BYTES_PER_TURN
+                        && !self.finished
+                        && self.failure.is_none() =>
+                {
+                    return Poll::Ready(Next::Data(self.hand_out()));
+                }
                 Poll::Ready(()) => continue,
                 Poll::Pending if self.done || !self.out.is_empty() => {
                     // The upstream's connection task may hold more frames of the same read (or
@@ -382,8 +400,7 @@ impl Events {
                         self.finish();
                         continue;
                     }
-                    self.last_sent = Instant::now();
-                    return Poll::Ready(Next::Data(self.out.take()));
+                    return Poll::Ready(Next::Data(self.hand_out()));
                 }
                 Poll::Pending => match self.poll_deadlines(cx, false) {
                     Poll::Pending => return Poll::Pending,
@@ -393,6 +410,14 @@ impl Events {
                 },
             }
         }
+    }
+
+    /// What the relay holds, handed out now.
+    fn hand_out(&mut self) -> Bytes {
+        self.last_sent = Instant::now();
+        let out = self.out.take();
+        self.this_turn += out.len();
+        out
     }
 
     /// Takes in what the upstream has ready: `Ready` when something changed (a frame, the
@@ -691,6 +716,40 @@ mod tests {
         assert_eq!(frames.len(), 1, "{frames:?}");
         assert_eq!(frames[0], events.concat());
         assert!(failure.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_burst_larger_than_a_turn_goes_out_a_turn_at_a_time_and_whole() {
+        let mut events = burst(8000);
+        events.push("data: [DONE]\n\n".to_owned());
+        let sent = events.concat();
+        assert!(sent.len() > 4 * BYTES_PER_TURN);
+        let mut raw = chunked(&events);
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let mut relay = events_of(raw, true, 1 << 20).await;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let (mut relayed, mut frames, mut turns_given_up) = (Vec::new(), 0, 0);
+        loop {
+            let turn_is_over = relay.this_turn >= BYTES_PER_TURN;
+            match relay.poll_relay(&mut cx) {
+                Poll::Ready(Next::Data(data)) => {
+                    assert!(!turn_is_over, "a frame past the turn's allowance");
+                    // A turn's worth and at most one upstream frame more (events here are
+                    // about 50 bytes, each its own chunk).
+                    assert!(data.len() < BYTES_PER_TURN + 1024, "{} bytes", data.len());
+                    relayed.extend_from_slice(&data);
+                    frames += 1;
+                }
+                Poll::Ready(Next::End) => break,
+                Poll::Ready(Next::Failed(error)) => panic!("{error:?}"),
+                Poll::Pending if turn_is_over => turns_given_up += 1,
+                // The upstream's bytes are still on their way from the test's server.
+                Poll::Pending => tokio::task::yield_now().await,
+            }
+        }
+        assert_eq!(relayed, sent.as_bytes());
+        assert!(frames >= 4, "{frames} frames");
+        assert!(turns_given_up >= 4, "{turns_given_up} turns given up");
     }
 
     #[tokio::test]

@@ -23,7 +23,7 @@ use crate::account::Record;
 use crate::error::{ErrorKind, GatewayError};
 use crate::provider::Unary;
 use crate::target::state::{Ticket, Verdict};
-use crate::upstream::pool::Lease;
+use crate::upstream::pool::{BYTES_PER_TURN, Lease};
 use crate::wire::chunk;
 use crate::wire::rename::{Renamer, join};
 use crate::wire::usage::UsageWindow;
@@ -36,12 +36,6 @@ pub struct Cut;
 
 /// A poll of a body that may be [`Cut`]: its next frame, its end, or the cut.
 pub(crate) type Polled = Poll<Option<Result<Frame<Bytes>, Cut>>>;
-
-/// Bytes the relay passes on before it lets the worker's other tasks run. hyper writes a
-/// body's frames in a loop for as long as the client's socket takes them, so one huge answer
-/// to a fast client would otherwise hold the worker's thread for milliseconds at a time, and
-/// every other request on that worker would wait behind it.
-const BYTES_PER_TURN: usize = 256 * 1024;
 
 pub struct UnaryRelay {
     upstream: Option<Incoming>,
