@@ -12,6 +12,7 @@ use anyhow::{Context, Result, bail};
 use serde_json::json;
 
 use crate::args::{self, CommaList};
+use crate::bystander::Bystander;
 use crate::gateway::{self, BENCH_KEY, Gateway, GatewaySpec, Mode, Upstreams};
 use crate::loadgen::{self, Workload};
 use crate::measure::{Rig, Subject, Timing};
@@ -370,12 +371,21 @@ pub fn run(mut args: GridArgs) -> Result<()> {
 
     let mock_args = args.mock_args(placement.mock_workers, false);
     let mock = Mock::start(&mock_args, args.mock_cpus.as_ref(), &work.join("mock.log"))?;
+    // Beside the poll probe, on the gateway's first CPU (see `bystander`).
+    let bystander = match (
+        args.poll_probe,
+        args.gateway_cpus.as_ref().and_then(CpuList::first),
+    ) {
+        (true, Some(cpu)) => Some(Bystander::start(&cpu)?),
+        _ => None,
+    };
     let rig = Rig {
         mock: &mock,
         load_cpus: args.load_cpus.clone(),
         load_threads: placement.load_threads,
         load_cpu_count: placement.load_cpu_count,
         timeout: args.timeout,
+        bystander: bystander.as_ref(),
     };
 
     let mut results = Results::default();

@@ -512,6 +512,7 @@ impl Bench<'_> {
             load_threads: 1,
             load_cpu_count: 1,
             timeout: self.args.timeout,
+            bystander: None,
         };
         let subject = Subject {
             leg: who.name().to_owned(),

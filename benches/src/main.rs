@@ -2,6 +2,7 @@
 //! How to run it and what it reports: benches/README.md.
 
 mod args;
+mod bystander;
 mod compare;
 mod floor;
 mod gateway;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 
+use crate::bystander::Bystander;
 use crate::gateway::{self, MetricsReading};
 use crate::loadgen::{LoadRun, LoadSpec, PhaseRecord, WARMUP, Workload};
 use crate::mock::{Mock, MockStats};
@@ -29,6 +30,8 @@ pub struct Rig<'a> {
     /// CPUs the load generator may use (for its CPU share).
     pub load_cpu_count: usize,
     pub timeout: Duration,
+    /// The idle-priority clock reader on the gateway's CPU (`--poll-probe` only).
+    pub bystander: Option<&'a Bystander>,
 }
 
 /// The process(es) under test and where to send load.
@@ -60,6 +63,8 @@ pub(crate) struct Edge {
     time_wait: HashSet<String>,
     /// The gateway's `/metrics`, for a gateway with metrics on.
     metrics: Option<MetricsReading>,
+    /// The bystander's largest step since the previous edge, ms.
+    bystander_ms: Option<f64>,
 }
 
 impl Edge {
@@ -88,6 +93,7 @@ pub(crate) fn edge(rig: &Rig<'_>, subject: &Subject, load: u32) -> Result<Edge> 
             .map(gateway::read_metrics)
             .transpose()
             .with_context(|| format!("{}: read its metrics", subject.leg))?,
+        bystander_ms: rig.bystander.map(|b| b.take_longest().as_secs_f64() * 1e3),
     })
 }
 
@@ -111,6 +117,7 @@ struct Delta {
     /// The longest single poll of a connection's task during the window (the same).
     longest_poll_ms: Option<f64>,
     longest_poll_cpu_ms: Option<f64>,
+    bystander_ms: Option<f64>,
 }
 
 fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
@@ -133,6 +140,7 @@ fn delta(a: &Edge, b: &Edge, attempts: u64) -> Delta {
         longest_delay_ms: after.and_then(|m| m.longest_delay_ms),
         longest_poll_ms: after.and_then(|m| m.longest_poll_ms),
         longest_poll_cpu_ms: after.and_then(|m| m.longest_poll_cpu_ms),
+        bystander_ms: b.bystander_ms,
         allocs: after
             .and_then(|m| m.allocs)
             .zip(before.and_then(|m| m.allocs))
@@ -343,6 +351,7 @@ impl Rig<'_> {
             longest_delay_ms: d.longest_delay_ms,
             longest_poll_ms: d.longest_poll_ms,
             longest_poll_cpu_ms: d.longest_poll_cpu_ms,
+            bystander_ms: d.bystander_ms,
             worker_requests: d.worker_requests,
             late: served.late,
             errors: served.errors,
