@@ -118,8 +118,11 @@ pub struct DownstreamConfig {
 }
 
 impl DownstreamConfig {
-    /// hyper's own default for `http1_max_buf_size` (8 KiB + 400 KiB).
-    pub const DEFAULT_HTTP1_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
+    /// 64 KiB, not hyper's own 408 KiB: what hyper queues while a client's socket is full goes
+    /// out in one write once it drains, and on loopback the kernel delivers a write to its
+    /// reader on the writing thread, so one 500 KiB write held the worker for about a
+    /// millisecond (BENCHMARKS.md, round 3 sixth session). Request heads past 64 KiB are refused.
+    pub const DEFAULT_HTTP1_MAX_BUF_SIZE: usize = 64 * 1024;
     /// hyper refuses anything smaller than its initial read buffer.
     pub const MIN_HTTP1_MAX_BUF_SIZE: usize = 8192;
 }

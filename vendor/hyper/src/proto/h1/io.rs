@@ -135,10 +135,13 @@ where
     }
 
     /// Called when the connection goes idle (aisix patch): gives back a read buffer that grew
-    /// past `IDLE_BUFFER_MAX` and a head-write buffer that did (a flattened large body), when
-    /// they hold nothing.
+    /// to `IDLE_BUFFER_MAX` (its reads did, or `reserve` made it larger) and a head-write buffer
+    /// that grew past it (a flattened large body), when they hold nothing. "To", not "past":
+    /// with `max_buf_size` at `IDLE_BUFFER_MAX` (as aisix sets it) reads never go past it.
     pub(crate) fn release_idle_buffers(&mut self) {
-        if self.read_buf_strategy.next() > IDLE_BUFFER_MAX && self.read_buf.is_empty() {
+        let grown = self.read_buf_strategy.next() >= IDLE_BUFFER_MAX
+            || self.read_buf.capacity() > IDLE_BUFFER_MAX;
+        if grown && self.read_buf.is_empty() {
             self.read_buf = BytesMut::new();
             self.read_buf_strategy.restart();
         }
