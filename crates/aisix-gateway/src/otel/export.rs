@@ -235,8 +235,8 @@ impl Exporter {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut pending: Vec<Box<Trace>> = Vec::new();
         // Every export request is written here: one buffer, whose space comes back once the
-        // export that took it is sent.
-        let mut buf = BytesMut::new();
+        // export that took it is sent, and that is made large enough before each is written.
+        let mut buf = Buffer::default();
         let mut memo = Memo::default();
         let mut in_flight = JoinSet::new();
         // The interval passed: a batch that is not full goes too.
@@ -312,6 +312,42 @@ fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Box<Trace>>, max_batch: usize) 
     queues.retain(|queue| !queue.is_closed() || !queue.is_empty());
 }
 
+/// Where export requests are written: one buffer, and what each signal's last request took
+/// per record, so that the next is given its room before it is written. A request written into
+/// a buffer that grows as it goes is copied at each growth (the whole request, each time), which
+/// cost more than writing it.
+#[derive(Debug, Default)]
+struct Buffer {
+    bytes: BytesMut,
+    per_record: [usize; 2],
+}
+
+/// Room for what a batch's resource and scope take, beyond its records.
+const BATCH_ROOM: usize = 4096;
+
+impl Buffer {
+    /// Makes room for `records` records of `signal` (a quarter more than the last request's
+    /// took each); a buffer that already has it is left as it is. One that has not is
+    /// replaced, not grown: growing it would copy the requests already written into it,
+    /// which are sent or being sent.
+    fn make_room(&mut self, signal: Signal, records: u64) {
+        let per = self.per_record[signal as usize];
+        let records = usize::try_from(records).unwrap_or(usize::MAX);
+        let room = records
+            .saturating_mul(per.saturating_add(per / 4))
+            .saturating_add(BATCH_ROOM);
+        if self.bytes.capacity() - self.bytes.len() < room {
+            self.bytes = BytesMut::with_capacity(room);
+        }
+    }
+
+    /// A request of `signal` took `len` bytes for `records` records.
+    fn took(&mut self, signal: Signal, len: usize, records: u64) {
+        let records = usize::try_from(records.max(1)).unwrap_or(usize::MAX);
+        self.per_record[signal as usize] = len / records;
+    }
+}
+
 /// One signal's export request, written and compressed, and how many records it holds.
 struct Body {
     signal: Signal,
@@ -323,19 +359,16 @@ impl Delivery {
     /// Writes `batch` as each signal's export request, through `buf` (kept for the next
     /// batch), and compresses it when configured; the batch's times are put on the wall clock
     /// with one reading.
-    fn encode(
-        &self,
-        batch: &[Box<Trace>],
-        buf: &mut BytesMut,
-        memo: &mut Memo,
-    ) -> [Option<Body>; 2] {
+    fn encode(&self, batch: &[Box<Trace>], buf: &mut Buffer, memo: &mut Memo) -> [Option<Body>; 2] {
         let wall = Wall::now();
         let shapes = memo.prepare(batch);
         let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
-            let mut message = Message::reusing(std::mem::take(buf));
+            buf.make_room(signal, records);
+            let mut message = Message::reusing(std::mem::take(&mut buf.bytes));
             encode(&mut message);
             let written = message.split();
-            *buf = message.into_buffer();
+            buf.bytes = message.into_buffer();
+            buf.took(signal, written.len(), records);
             let bytes = match self.gzip {
                 true => gzip(&written).map(Bytes::from),
                 false => None,
@@ -473,4 +506,41 @@ fn gzip(body: &[u8]) -> Option<Vec<u8>> {
     );
     encoder.write_all(body).ok()?;
     encoder.finish().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_is_given_each_signal_s_room_before_writing_and_replaced_when_short_of_it() {
+        let mut buf = Buffer::default();
+        // Nothing written yet: the batch's own room only.
+        buf.make_room(Signal::Traces, 512);
+        assert!(buf.bytes.capacity() >= BATCH_ROOM);
+        // 512 records took 600 KiB: the next 512 are given that and a quarter more.
+        buf.took(Signal::Traces, 600 * 1024, 512);
+        buf.took(Signal::Logs, 100 * 1024, 512);
+        buf.make_room(Signal::Traces, 512);
+        let traces_room = 512 * (1200 + 300) + BATCH_ROOM;
+        assert!(
+            buf.bytes.capacity() >= traces_room,
+            "{}",
+            buf.bytes.capacity()
+        );
+        // A request written and sent (still in flight) keeps its bytes when the buffer is
+        // short of room for the next one and replaced.
+        buf.bytes.extend_from_slice(&vec![7u8; traces_room]);
+        let sent = buf.bytes.split().freeze();
+        buf.make_room(Signal::Traces, 512);
+        assert!(buf.bytes.capacity() >= traces_room);
+        assert!(buf.bytes.is_empty());
+        assert!(sent.iter().all(|b| *b == 7) && sent.len() == traces_room);
+        // One with the room is kept as it is: a small logs request fits what is left.
+        buf.bytes.extend_from_slice(b"logs");
+        let kept = buf.bytes.as_ptr();
+        buf.make_room(Signal::Logs, 1);
+        assert_eq!(buf.bytes.as_ptr(), kept);
+        assert_eq!(&buf.bytes[..], b"logs");
+    }
 }
