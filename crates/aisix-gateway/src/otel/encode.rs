@@ -161,6 +161,9 @@ impl Message {
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value<'a> {
     Str(&'a str),
+    /// A string given as bytes known to be ASCII (a request id): written as `Str` is, with no
+    /// check of its bytes.
+    Ascii(&'a [u8]),
     Int(i64),
     Double(f64),
     Bool(bool),
@@ -219,6 +222,7 @@ pub(crate) fn attribute(message: &mut Message, field: u64, key: Key, value: &Val
     // `AnyValue`'s field: its tag, and its bytes (a string's with their length first).
     let (tag, payload): (u8, &[u8]) = match value {
         Value::Str(s) => (0x0a, s.as_bytes()),
+        Value::Ascii(s) => (0x0a, *s),
         Value::Bool(b) => {
             scratch[0] = u8::from(*b);
             (0x10, &scratch[..1])
@@ -232,7 +236,7 @@ pub(crate) fn attribute(message: &mut Message, field: u64, key: Key, value: &Val
             (0x21, &scratch[..8])
         }
     };
-    let is_str = matches!(value, Value::Str(_));
+    let is_str = matches!(value, Value::Str(_) | Value::Ascii(_));
     let any_len = 1 + usize::from(is_str) + payload.len();
     // The key's bytes, then `value`'s length.
     let kv_len = key.0.len() + 1 + any_len;
@@ -271,6 +275,7 @@ pub(crate) fn named_attribute(message: &mut Message, field: u64, key: &str, valu
 pub(crate) fn any_value(any: &mut Message, value: &Value<'_>) {
     match value {
         Value::Str(s) => any.string(1, s),
+        Value::Ascii(s) => any.bytes(1, s),
         Value::Bool(b) => any.uint(2, u64::from(*b)),
         Value::Int(n) => any.uint(3, *n as u64),
         Value::Double(f) => any.double(4, *f),
@@ -339,6 +344,8 @@ mod tests {
             Value::Str("gpt-4o"),
             Value::Str(""),
             Value::Str(&long),
+            Value::Ascii(b"01JD2ZP8K3Q4R5S6T7V8W9X0YZ"),
+            Value::Ascii(long.as_bytes()),
             Value::Int(0),
             Value::Int(300),
             Value::Int(-1),

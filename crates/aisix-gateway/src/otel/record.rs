@@ -41,7 +41,9 @@ pub(crate) struct Facts {
 }
 
 /// A request id, in place: ids are at most 128 visible ASCII bytes (a client's longer one is
-/// replaced by the gateway's own), so the trace holds it with no allocation of its own.
+/// replaced by the gateway's own), so the trace holds it with no allocation of its own. Its bytes
+/// are ASCII (any other byte is kept as `?`), so the exporter writes them as a string with no
+/// check of its own.
 #[derive(Clone, Copy)]
 pub(crate) struct Id {
     len: u8,
@@ -57,15 +59,27 @@ impl Id {
         let len = id.len().min(MAX_ID);
         let mut bytes = [0u8; MAX_ID];
         bytes[..len].copy_from_slice(&id[..len]);
+        if !bytes[..len].is_ascii() {
+            for byte in &mut bytes[..len] {
+                if !byte.is_ascii() {
+                    *byte = b'?';
+                }
+            }
+        }
         Self {
             len: len as u8,
             bytes,
         }
     }
 
-    /// The id as text (`None` for bytes that are not: never, for an id the gateway took).
+    /// The id's bytes: ASCII text.
+    pub(crate) fn ascii(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The id as text.
     pub(crate) fn as_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).ok()
+        std::str::from_utf8(self.ascii()).ok()
     }
 }
 
@@ -148,6 +162,14 @@ mod tests {
             Id::new("y".repeat(200).as_bytes()).as_str().map(str::len),
             Some(128)
         );
+        assert_eq!(Id::new(minted.as_bytes()).ascii(), minted.as_bytes());
+    }
+
+    #[test]
+    fn an_id_s_bytes_are_ascii_whatever_it_was_given() {
+        let id = Id::new("a\u{e9}b".as_bytes());
+        assert_eq!(id.ascii(), b"a??b");
+        assert_eq!(id.as_str(), Some("a??b"));
     }
 
     #[test]

@@ -546,9 +546,7 @@ fn server_span(
         attr(key::INPUT_TOKENS, Value::Int(input as i64));
         attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
     }
-    if let Some(id) = f.request_id.as_str() {
-        attr(key::REQUEST_ID, Value::Str(id));
-    }
+    attr(key::REQUEST_ID, Value::Ascii(f.request_id.ascii()));
     if let Some(ttft) = f.ttft {
         attr(key::TTFT, Value::Double(ttft.as_secs_f64()));
     }
@@ -706,9 +704,7 @@ fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, shape: &[u8], end_ns
     log.fixed64(1, end_ns);
     log.raw(shape);
     let mut attr = |key: Key, value: Value<'_>| attribute(log, 6, key, &value);
-    if let Some(id) = f.request_id.as_str() {
-        attr(key::REQUEST_ID, Value::Str(id));
-    }
+    attr(key::REQUEST_ID, Value::Ascii(f.request_id.ascii()));
     if let Some((input, output)) = f.usage {
         attr(key::INPUT_TOKENS, Value::Int(input as i64));
         attr(key::OUTPUT_TOKENS, Value::Int(output as i64));
