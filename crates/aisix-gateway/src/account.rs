@@ -195,16 +195,18 @@ impl Record {
             .map(|trace| trace.attempt(sent_at, target, inbound))
     }
 
-    /// Whether the request is traced (OpenTelemetry export is on).
-    pub(crate) fn is_traced(&self) -> bool {
-        self.trace.is_some()
-    }
-
-    /// The answer named `model` (read by the caller only when [`Record::is_traced`]): the
-    /// trace's `gen_ai.response.model`.
+    /// The answer named `model`: the trace's `gen_ai.response.model`.
     pub(crate) fn answered_by(&mut self, model: Option<&str>) {
         if let Some(trace) = self.trace.as_mut() {
             trace.answered_by(model);
+        }
+    }
+
+    /// The answer `json` names its model (read only when the request is traced): the trace's
+    /// `gen_ai.response.model`.
+    pub(crate) fn answered_in(&mut self, json: &[u8]) {
+        if let Some(trace) = self.trace.as_mut() {
+            trace.answered_in(json);
         }
     }
 

@@ -211,7 +211,22 @@ impl Trace {
 
     /// The answer named `model` (`None`: it named none, and an earlier answer's is forgotten).
     pub(crate) fn answered_by(&mut self, model: Option<&str>) {
-        self.response_model = model.map(answered_name);
+        self.response_model = model.and_then(|name| answered_name(name.as_bytes()));
+    }
+
+    /// The answer `json` (a whole answer, or as much of its start as was kept) names its
+    /// model in its first `"model"` string, if any. A name this worker's answers gave lately is
+    /// matched by its bytes, with no check or copy of them.
+    pub(crate) fn answered_in(&mut self, json: &[u8]) {
+        self.response_model = crate::wire::chunk::model_span(json).and_then(|(start, end)| {
+            let name = json.get(start + 1..end.checked_sub(1)?)?;
+            match name.contains(&b'\\') {
+                false => answered_name(name),
+                // An escape in a name: unescaped first (no upstream sends one).
+                true => crate::wire::chunk::model_text(json)
+                    .and_then(|name| answered_name(name.as_bytes())),
+            }
+        });
     }
 }
 
@@ -227,24 +242,27 @@ thread_local! {
 }
 
 /// `name` as an `Arc` this worker already holds, or a new one it keeps from now on (in place
-/// of the first kept of [`NAMES_KEPT`]).
-fn answered_name(name: &str) -> Arc<str> {
+/// of the first kept of [`NAMES_KEPT`]); `None` for bytes that are not UTF-8.
+fn answered_name(name: &[u8]) -> Option<Arc<str>> {
     ANSWERED
         .try_with(|names| {
             let mut names = names.try_borrow_mut().ok()?;
-            if let Some(at) = names.iter().rposition(|kept| **kept == *name) {
-                return Some(names[at].clone());
+            if let Some(at) = names.iter().rposition(|kept| kept.as_bytes() == name) {
+                return Some(Some(names[at].clone()));
             }
+            let Ok(text) = std::str::from_utf8(name) else {
+                return Some(None);
+            };
             if names.len() >= NAMES_KEPT {
                 names.remove(0);
             }
-            let kept: Arc<str> = Arc::from(name);
+            let kept: Arc<str> = Arc::from(text);
             names.push(kept.clone());
-            Some(kept)
+            Some(Some(kept))
         })
         .ok()
         .flatten()
-        .unwrap_or_else(|| Arc::from(name))
+        .unwrap_or_else(|| std::str::from_utf8(name).ok().map(Arc::from))
 }
 
 /// Puts a batch's `Instant`s on the wall clock: read once per batch on the exporter, never on a
@@ -334,20 +352,49 @@ mod tests {
     }
 
     #[test]
+    fn an_answer_s_model_is_read_from_its_json_escaped_or_not_and_a_name_seen_before_shares_its_arc()
+     {
+        let tracing = Tracing {
+            sample_ppm: 1_000_000,
+            traces: true,
+            logs: true,
+            capture_content: false,
+        };
+        let mut trace = Trace::begin(tracing, &HeaderMap::new(), Instant::now());
+        trace.answered_in(br#"{"id":"x","model":"up-answer-2026","choices":[]}"#);
+        let first = trace.response_model.clone().unwrap();
+        assert_eq!(&*first, "up-answer-2026");
+        trace.answered_in(br#"{"id":"y", "model" : "up-answer-2026"}"#);
+        assert!(Arc::ptr_eq(&first, trace.response_model.as_ref().unwrap()));
+        // An escape is read as JSON reads it.
+        trace.answered_in(br#"{"model":"up\u002danswer-2026"}"#);
+        assert_eq!(trace.response_model.as_deref(), Some("up-answer-2026"));
+        // An answer naming no model, or not as a string, forgets the earlier one.
+        trace.answered_in(br#"{"id":"z"}"#);
+        assert_eq!(trace.response_model, None);
+        trace.answered_in(br#"{"model":"up-answer-2026"}"#);
+        trace.answered_in(br#"{"model":17}"#);
+        assert_eq!(trace.response_model, None);
+    }
+
+    #[test]
     fn an_answer_s_model_shares_the_arc_of_the_same_name_and_the_first_kept_name_goes() {
-        let first = answered_name("gpt-4o-2024-08-06");
-        let again = answered_name("gpt-4o-2024-08-06");
+        let named = |name: &str| answered_name(name.as_bytes()).unwrap();
+        let first = named("gpt-4o-2024-08-06");
+        let again = named("gpt-4o-2024-08-06");
         assert!(Arc::ptr_eq(&first, &again));
         assert_eq!(&*again, "gpt-4o-2024-08-06");
         // Sixteen other names later, the first is no longer kept: a new Arc, the same text.
         for n in 0..NAMES_KEPT {
-            answered_name(&format!("model-{n}"));
+            named(&format!("model-{n}"));
         }
-        let later = answered_name("gpt-4o-2024-08-06");
+        let later = named("gpt-4o-2024-08-06");
         assert!(!Arc::ptr_eq(&first, &later));
         assert_eq!(later, first);
         // Kept again, and the list holds no more than its share.
-        assert!(Arc::ptr_eq(&later, &answered_name("gpt-4o-2024-08-06")));
+        assert!(Arc::ptr_eq(&later, &named("gpt-4o-2024-08-06")));
+        // Bytes that are not text name nothing, and are not kept.
+        assert_eq!(answered_name(b"\xff\xfe"), None);
         ANSWERED.with_borrow(|names| assert_eq!(names.len(), NAMES_KEPT));
     }
 }

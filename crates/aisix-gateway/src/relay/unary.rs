@@ -24,7 +24,6 @@ use crate::error::{ErrorKind, GatewayError};
 use crate::provider::Unary;
 use crate::target::state::{Ticket, Verdict};
 use crate::upstream::pool::{BYTES_PER_TURN, Lease};
-use crate::wire::chunk;
 use crate::wire::rename::{Renamer, join};
 use crate::wire::usage::UsageWindow;
 
@@ -80,9 +79,7 @@ impl UnaryRelay {
             ticket.settle(Verdict::Answered);
         }
         if let Some(mut record) = self.record.take() {
-            if record.is_traced() {
-                record.answered_by(chunk::model_text(self.usage.head()).as_deref());
-            }
+            record.answered_in(self.usage.head());
             record.completed(self.usage.usage());
         }
         if let Some(pin) = self.pin.take() {
@@ -106,9 +103,7 @@ impl UnaryRelay {
         }
         if let Some(mut record) = self.record.take() {
             tracing::warn!(request_id = ?record.request_id(), code = error.code(), "answer to client cut off");
-            if record.is_traced() {
-                record.answered_by(chunk::model_text(self.usage.head()).as_deref());
-            }
+            record.answered_in(self.usage.head());
             record.cut(self.usage.usage(), error);
         }
     }
