@@ -309,7 +309,7 @@ fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Box<Trace>>, max_batch: usize) 
             break;
         }
     }
-    queues.retain(|queue| !queue.is_closed() || !queue.is_empty());
+    queues.retain(|queue| !queue.is_done());
 }
 
 /// Where export requests are written: one buffer, and what each signal's last request took

@@ -4,17 +4,42 @@
 //! full queue drops the record and counts it (`aisix_otel_dropped_total{signal}`), never waits.
 //! Once per batch's worth of records put (a count local to the thread, not a look at the
 //! queue), the worker wakes the exporter so it drains the queues between its timed collections.
+//!
+//! A queue is tokio's unbounded list, bounded by a count the two sides share: the worker adds
+//! one for each record it puts, the exporter takes one off for each it takes. A bounded channel
+//! does the same with a semaphore, whose release takes a lock for every record taken.
 
 use std::cell::RefCell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use aisix_obs::metrics::emit;
 use tokio::sync::Notify;
-use tokio::sync::mpsc::{self, Receiver, Sender, UnboundedSender, error::TrySendError};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, error::TryRecvError};
 
 use super::Trace;
 
-pub(crate) type Queue = Receiver<Box<Trace>>;
+/// One worker's queue, as the exporter holds it.
+#[derive(Debug)]
+pub(crate) struct Queue {
+    receiver: UnboundedReceiver<Box<Trace>>,
+    held: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    /// The oldest record, if any; `Disconnected` once the worker has gone and its queue is
+    /// empty.
+    pub(super) fn try_recv(&mut self) -> Result<Box<Trace>, TryRecvError> {
+        let trace = self.receiver.try_recv()?;
+        self.held.fetch_sub(1, Ordering::Relaxed);
+        Ok(trace)
+    }
+
+    /// Whether its worker has gone and it holds nothing more.
+    pub(super) fn is_done(&self) -> bool {
+        self.receiver.is_closed() && self.receiver.is_empty()
+    }
+}
 
 /// Where new queues are announced, how large they are, and how the exporter is woken.
 #[derive(Debug)]
@@ -32,7 +57,10 @@ static HUB: OnceLock<Hub> = OnceLock::new();
 
 /// This thread's queue, and the records put since it last woke the exporter.
 struct Local {
-    sender: Sender<Box<Trace>>,
+    sender: UnboundedSender<Box<Trace>>,
+    /// What the queue holds, and the most it may.
+    held: Arc<AtomicUsize>,
+    size: usize,
     since_wake: usize,
     wake_every: usize,
     wake: Arc<Notify>,
@@ -60,8 +88,14 @@ pub(super) fn push(trace: Box<Trace>) {
         let Some(local) = queue.as_mut() else {
             return;
         };
-        if let Err(TrySendError::Full(trace)) = local.sender.try_send(trace) {
+        // Only this thread adds to the count, so it cannot pass `size` between the look and
+        // the add.
+        if local.held.load(Ordering::Relaxed) >= local.size {
             dropped(&trace, 1);
+        } else {
+            local.held.fetch_add(1, Ordering::Relaxed);
+            // An exporter that has gone takes nothing more: what it would have is let go.
+            let _ = local.sender.send(trace);
         }
         local.since_wake += 1;
         if local.since_wake >= local.wake_every {
@@ -74,12 +108,20 @@ pub(super) fn push(trace: Box<Trace>) {
 /// This thread's new queue, announced to the exporter; `None` without one.
 fn open() -> Option<Local> {
     let hub = HUB.get()?;
-    let (sender, receiver) = mpsc::channel(hub.size);
+    let (sender, receiver) = mpsc::unbounded_channel();
+    let held = Arc::new(AtomicUsize::new(0));
     // The exporter adopts it when it next wakes (it does not wait on this channel: sending
     // on it wakes nothing).
-    hub.announce.send(receiver).ok()?;
+    hub.announce
+        .send(Queue {
+            receiver,
+            held: held.clone(),
+        })
+        .ok()?;
     Some(Local {
         sender,
+        held,
+        size: hub.size.max(1),
         since_wake: 0,
         wake_every: hub.wake_every.max(1),
         wake: hub.wake.clone(),
