@@ -144,7 +144,7 @@ EOF
   # process): it loops until the TSC reads steady, so its count differs from one process to the
   # next by millions, which no idle run can subtract.
   ir=$(awk '/^fn=/ { skip = ($0 ~ /quanta::Calibration/) } /^[0-9]/ { if (!skip) total += $2 }
-            END { if (total > 0) printf "%d", total }' "$dir/cachegrind.out")
+            END { if (total > 0) printf "%.0f", total }' "$dir/cachegrind.out")
   [[ -n $ir ]] || { echo "otel-instr: no instruction count in $dir/cachegrind.out" >&2; exit 1; }
   echo "$ir $requests ${non2xx:-0} ${dropped_traces:-0} ${dropped_logs:-0}"
 }
