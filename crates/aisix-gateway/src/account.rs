@@ -226,7 +226,7 @@ impl Record {
             status: self.status,
             ttft: self.ttft,
             usage: self.usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
-            attempts: std::mem::take(&mut self.attempts),
+            attempts: crate::otel::Attempts::of(std::mem::take(&mut self.attempts)),
             outcome: self.outcome,
             error: self.error,
         }

@@ -34,7 +34,7 @@ use crate::snapshot::DirectRoute;
 
 pub(crate) use context::{SpanId, TraceId};
 pub use export::{Exporter, Running};
-pub(crate) use record::{Facts, Id, Path, finish};
+pub(crate) use record::{Attempts, Facts, Id, Path, finish};
 
 /// What a worker needs to trace its requests; fixed at startup.
 #[derive(Debug, Clone, Copy)]

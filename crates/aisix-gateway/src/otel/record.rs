@@ -35,9 +35,41 @@ pub(crate) struct Facts {
     pub status: u16,
     pub ttft: Option<Duration>,
     pub usage: Option<(u64, u64)>,
-    pub attempts: Vec<Attempt>,
+    pub attempts: Attempts,
     pub outcome: Outcome,
     pub error: Option<&'static str>,
+}
+
+/// A request's attempts as its record ended with them: the only one in place (most requests
+/// make one), so the list the record allocated is freed on the worker and not by the exporter
+/// on another thread, which costs jemalloc more; two or more as the record's list.
+#[derive(Debug, Default)]
+pub(crate) struct Attempts {
+    only: Option<Attempt>,
+    all: Vec<Attempt>,
+}
+
+impl Attempts {
+    pub(crate) fn of(mut list: Vec<Attempt>) -> Self {
+        match list.len() {
+            1 => Self {
+                only: list.pop(),
+                all: Vec::new(),
+            },
+            _ => Self {
+                only: None,
+                all: list,
+            },
+        }
+    }
+
+    /// Attempt `i` (from 0, in the order they were made).
+    pub(crate) fn get(&self, i: usize) -> Option<&Attempt> {
+        match &self.only {
+            Some(only) => (i == 0).then_some(only),
+            None => self.all.get(i),
+        }
+    }
 }
 
 /// A request id, in place: ids are at most 128 visible ASCII bytes (a client's longer one is
@@ -163,6 +195,34 @@ mod tests {
             Some(128)
         );
         assert_eq!(Id::new(minted.as_bytes()).ascii(), minted.as_bytes());
+    }
+
+    fn attempt(target: &str) -> Attempt {
+        Attempt {
+            target: target.into(),
+            provider: "p".into(),
+            status: Some(200),
+            duration: Duration::from_millis(5),
+            error: None,
+            result: Outcome::Success,
+            failure: None,
+        }
+    }
+
+    #[test]
+    fn a_record_s_only_attempt_is_kept_in_place_and_more_in_their_order() {
+        let none = Attempts::of(Vec::new());
+        assert!(none.get(0).is_none());
+        let one = Attempts::of(vec![attempt("a")]);
+        assert!(one.all.capacity() == 0, "the record's list is not kept");
+        assert_eq!(one.get(0).map(|a| &*a.target), Some("a"));
+        assert!(one.get(1).is_none());
+        let three = Attempts::of(vec![attempt("a"), attempt("b"), attempt("c")]);
+        let order: Vec<&str> = (0..4)
+            .filter_map(|i| three.get(i))
+            .map(|a| &*a.target)
+            .collect();
+        assert_eq!(order, ["a", "b", "c"]);
     }
 
     #[test]

@@ -849,7 +849,7 @@ models:
                 status,
                 ttft: Some(Duration::from_millis(5)),
                 usage: Some((tokens, tokens + 1)),
-                attempts: vec![Attempt {
+                attempts: crate::otel::Attempts::of(vec![Attempt {
                     target: route.name.clone(),
                     provider: named("p"),
                     status: Some(status),
@@ -857,7 +857,7 @@ models:
                     error: (status != 200).then_some("upstream_server_error"),
                     result: outcome,
                     failure: None,
-                }],
+                }]),
                 outcome,
                 error: (status != 200).then_some("upstream_server_error"),
             },
