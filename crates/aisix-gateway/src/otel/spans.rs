@@ -230,11 +230,23 @@ impl Memo {
             self.requests.clear();
         }
         self.batch = self.batch.wrapping_add(1);
+        let mut last = None;
         batch
             .iter()
             .map(|t| {
                 let ended = t.ended.as_ref()?;
-                self.prepare_one(t, ended)
+                // A request of the shape the one before it had, as most are, is known by that
+                // shape's check alone: no hash of its own.
+                if let Some(hash) = last
+                    && self
+                        .requests
+                        .get(&hash)
+                        .is_some_and(|shape| shape.is(t, &ended.facts))
+                {
+                    return Some(hash);
+                }
+                last = self.prepare_one(t, ended);
+                last
             })
             .collect()
     }
@@ -921,6 +933,40 @@ models:
         assert!(contains(&spans, b"upstream_server_error"));
         let ok_only = export(&mut Memo::default(), &batch[..2], &wall).0;
         assert!(!contains(&ok_only, b"upstream_server_error"));
+    }
+
+    #[test]
+    fn a_request_of_the_shape_before_it_shares_that_shape_and_one_of_another_does_not() {
+        let route = route();
+        let batch = vec![
+            trace(&route, "req-1", "team-a", 200, 1),
+            trace(&route, "req-2", "team-a", 200, 2),
+            trace(&route, "req-3", "team-a", 502, 3),
+            trace(&route, "req-4", "team-a", 200, 4),
+            trace(&route, "req-5", "team-b", 502, 5),
+            trace(&route, "req-6", "team-a", 502, 6),
+        ];
+        let mut memo = Memo::default();
+        let shapes = memo.prepare(&batch);
+        assert!(shapes.iter().all(Option::is_some), "{shapes:?}");
+        assert_eq!(shapes[0], shapes[1]);
+        assert_eq!(shapes[1], shapes[3]);
+        assert_eq!(shapes[2], shapes[5]);
+        assert_ne!(
+            shapes[1], shapes[2],
+            "another status, after the shape before it"
+        );
+        assert_ne!(
+            shapes[2], shapes[4],
+            "another key, after the shape before it"
+        );
+        assert_eq!(memo.requests.len(), 3);
+        // What the batch writes is what a memo that starts afresh for each request writes.
+        let wall = Wall::now();
+        let together = export(&mut Memo::default(), &batch, &wall);
+        let mut warm = Memo::default();
+        export(&mut warm, &batch, &wall);
+        assert_eq!(export(&mut warm, &batch, &wall), together);
     }
 
     #[test]
