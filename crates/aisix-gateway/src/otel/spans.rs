@@ -10,7 +10,7 @@ use super::record::{Ended, Facts};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::{AttemptStart, Trace, Wall, duration_ns, port_of, provider_name};
+use super::{AttemptStart, SpanId, Trace, TraceId, Wall, duration_ns, port_of, provider_name};
 
 use crate::endpoint::Endpoint;
 use crate::snapshot::DirectRoute;
@@ -537,8 +537,7 @@ fn server_span(
     (start_ns, end_ns): (u64, u64),
 ) {
     let f = &ended.facts;
-    span.bytes(1, &t.trace_id);
-    span.bytes(2, &t.span_id);
+    span.raw(&fixed_fields(&t.trace_id, &t.span_id, (start_ns, end_ns)));
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
         span.string(3, state);
     }
@@ -547,8 +546,6 @@ fn server_span(
         span.bytes(4, parent);
         flags |= FLAG_IS_REMOTE;
     }
-    span.fixed64(7, start_ns);
-    span.fixed64(8, end_ns);
     span.raw(shape);
     let mut attr = |key: Key, value: Value<'_>| attribute(span, 9, key, &value);
     if let Some(max) = t.max_tokens {
@@ -628,15 +625,42 @@ fn attempt_span(
     shape: &[u8],
     (start_ns, end_ns): (u64, u64),
 ) {
-    span.bytes(1, &t.trace_id);
-    span.bytes(2, &start.span_id);
+    span.raw(&fixed_fields(
+        &t.trace_id,
+        &start.span_id,
+        (start_ns, end_ns),
+    ));
+    span.raw(&parent_field(&t.span_id));
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
         span.string(3, state);
     }
-    span.bytes(4, &t.span_id);
-    span.fixed64(7, start_ns);
-    span.fixed64(8, end_ns);
     span.raw(shape);
+}
+
+/// A span's `trace_id` (1), `span_id` (2), `start_time_unix_nano` (7) and
+/// `end_time_unix_nano` (8): fixed sizes, so written as one array in one copy.
+fn fixed_fields(trace_id: &TraceId, span_id: &SpanId, (start_ns, end_ns): (u64, u64)) -> [u8; 46] {
+    let mut out = [0u8; 46];
+    out[0] = 1 << 3 | 2;
+    out[1] = 16;
+    out[2..18].copy_from_slice(trace_id);
+    out[18] = 2 << 3 | 2;
+    out[19] = 8;
+    out[20..28].copy_from_slice(span_id);
+    out[28] = 7 << 3 | 1;
+    out[29..37].copy_from_slice(&start_ns.to_le_bytes());
+    out[37] = 8 << 3 | 1;
+    out[38..46].copy_from_slice(&end_ns.to_le_bytes());
+    out
+}
+
+/// A span's `parent_span_id` (4).
+fn parent_field(parent: &SpanId) -> [u8; 10] {
+    let mut out = [0u8; 10];
+    out[0] = 4 << 3 | 2;
+    out[1] = 8;
+    out[2..].copy_from_slice(parent);
+    out
 }
 
 /// The fields of an attempt's span that attempts of one shape share: its name, kind, status
@@ -724,10 +748,25 @@ fn usage_event(log: &mut Message, t: &Trace, ended: &Ended, shape: &[u8], end_ns
     if let Some(cost) = ended.spend {
         attr(key::COST, Value::Double(cost.nanos() as f64 / 1e9));
     }
-    log.fixed32(8, if t.sampled { FLAG_SAMPLED } else { 0 });
-    log.bytes(9, &t.trace_id);
-    log.bytes(10, &t.span_id);
-    log.fixed64(11, end_ns);
+    log.raw(&log_fixed_fields(t, end_ns));
+}
+
+/// A usage event's `flags` (8), `trace_id` (9), `span_id` (10) and
+/// `observed_time_unix_nano` (11), in one copy.
+fn log_fixed_fields(t: &Trace, end_ns: u64) -> [u8; 42] {
+    let mut out = [0u8; 42];
+    out[0] = 8 << 3 | 5;
+    let flags = if t.sampled { FLAG_SAMPLED } else { 0 };
+    out[1..5].copy_from_slice(&flags.to_le_bytes());
+    out[5] = 9 << 3 | 2;
+    out[6] = 16;
+    out[7..23].copy_from_slice(&t.trace_id);
+    out[23] = 10 << 3 | 2;
+    out[24] = 8;
+    out[25..33].copy_from_slice(&t.span_id);
+    out[33] = 11 << 3 | 1;
+    out[34..42].copy_from_slice(&end_ns.to_le_bytes());
+    out
 }
 
 /// The fields of a usage event that requests of one shape share.
@@ -933,6 +972,35 @@ models:
         assert!(contains(&spans, b"upstream_server_error"));
         let ok_only = export(&mut Memo::default(), &batch[..2], &wall).0;
         assert!(!contains(&ok_only, b"upstream_server_error"));
+    }
+
+    #[test]
+    fn the_fixed_fields_written_in_one_copy_are_what_the_field_writers_write() {
+        let trace_id: TraceId = std::array::from_fn(|i| i as u8 + 1);
+        let span_id: SpanId = std::array::from_fn(|i| 0xf0 + i as u8);
+        let (start, end) = (1_765_000_000_123_456_789, u64::MAX - 7);
+        let mut fields = Message::new();
+        fields.bytes(1, &trace_id);
+        fields.bytes(2, &span_id);
+        fields.fixed64(7, start);
+        fields.fixed64(8, end);
+        assert_eq!(
+            fixed_fields(&trace_id, &span_id, (start, end)).to_vec(),
+            fields.into_bytes()
+        );
+        let mut parent = Message::new();
+        parent.bytes(4, &span_id);
+        assert_eq!(parent_field(&span_id).to_vec(), parent.into_bytes());
+        for sampled in [true, false] {
+            let mut t = trace(&route(), "req-fixed", "team-a", 200, 1);
+            t.sampled = sampled;
+            let mut log = Message::new();
+            log.fixed32(8, if sampled { FLAG_SAMPLED } else { 0 });
+            log.bytes(9, &t.trace_id);
+            log.bytes(10, &t.span_id);
+            log.fixed64(11, end);
+            assert_eq!(log_fixed_fields(&t, end).to_vec(), log.into_bytes());
+        }
     }
 
     #[test]
