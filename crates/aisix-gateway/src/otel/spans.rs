@@ -99,6 +99,8 @@ pub(crate) struct Memo {
     attempts: HashMap<u64, AttemptShape, foldhash::fast::RandomState>,
     /// The batch [`Memo::prepare`] last saw (a shape it uses is never replaced in it).
     batch: u64,
+    /// The hash of the attempt shape last written.
+    last_attempt: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -348,20 +350,7 @@ impl Memo {
         use std::hash::{Hash, Hasher};
         let route = &start.route;
         let ended_endpoint = t.ended.as_ref().map(|e| e.facts.endpoint);
-        let mut h = fixed_hasher();
-        h.write_usize(Arc::as_ptr(route) as usize);
-        t.endpoint.hash(&mut h);
-        ended_endpoint.hash(&mut h);
-        h.write_usize(index);
-        if let Some(d) = done {
-            d.status.hash(&mut h);
-            h.write_usize(address(Some(&d.target)));
-            h.write_usize(address(Some(&d.provider)));
-            d.result.hash(&mut h);
-            d.error.hash(&mut h);
-        }
-        let hash = h.finish();
-        let kept = self.attempts.get(&hash).is_some_and(|shape| {
+        let is = |shape: &AttemptShape| {
             Arc::ptr_eq(&shape.route, route)
                 && shape.endpoint == t.endpoint
                 && shape.ended_endpoint == ended_endpoint
@@ -371,26 +360,51 @@ impl Memo {
                     (None, None) => true,
                     _ => false,
                 }
-        });
-        if !kept {
-            if self.attempts.len() >= SHAPES_KEPT {
-                self.attempts.clear();
+        };
+        // An attempt of the shape the one before it had, as most are, is known by that
+        // shape's check alone: no hash of its own.
+        let last = self
+            .last_attempt
+            .filter(|hash| self.attempts.get(hash).is_some_and(is));
+        let hash = match last {
+            Some(hash) => hash,
+            None => {
+                let mut h = fixed_hasher();
+                h.write_usize(Arc::as_ptr(route) as usize);
+                t.endpoint.hash(&mut h);
+                ended_endpoint.hash(&mut h);
+                h.write_usize(index);
+                if let Some(d) = done {
+                    d.status.hash(&mut h);
+                    h.write_usize(address(Some(&d.target)));
+                    h.write_usize(address(Some(&d.provider)));
+                    d.result.hash(&mut h);
+                    d.error.hash(&mut h);
+                }
+                let hash = h.finish();
+                if !self.attempts.get(&hash).is_some_and(is) {
+                    if self.attempts.len() >= SHAPES_KEPT {
+                        self.attempts.clear();
+                    }
+                    let written = Self::route_in(&mut self.routes, route, t.endpoint);
+                    let mut span = Message::new();
+                    attempt_shape(&mut span, t, index, (done, written));
+                    self.attempts.insert(
+                        hash,
+                        AttemptShape {
+                            route: route.clone(),
+                            endpoint: t.endpoint,
+                            ended_endpoint,
+                            index,
+                            done: done.map(AttemptEnd::of),
+                            span: span.into_buffer().to_vec(),
+                        },
+                    );
+                }
+                hash
             }
-            let written = Self::route_in(&mut self.routes, route, t.endpoint);
-            let mut span = Message::new();
-            attempt_shape(&mut span, t, index, (done, written));
-            self.attempts.insert(
-                hash,
-                AttemptShape {
-                    route: route.clone(),
-                    endpoint: t.endpoint,
-                    ended_endpoint,
-                    index,
-                    done: done.map(AttemptEnd::of),
-                    span: span.into_buffer().to_vec(),
-                },
-            );
-        }
+        };
+        self.last_attempt = Some(hash);
         &self.attempts[&hash].span
     }
 }
@@ -1032,6 +1046,16 @@ models:
         // What the batch writes is what a memo that starts afresh for each request writes.
         let wall = Wall::now();
         let together = export(&mut Memo::default(), &batch, &wall);
+        // Each 502 carries its error in its server span and its attempt's (the type and the
+        // status message of each), and no 200 carries one: no attempt took the shape of the
+        // attempt before it when its own differs.
+        let needle = b"upstream_server_error";
+        let errors = together
+            .0
+            .windows(needle.len())
+            .filter(|w| w == needle)
+            .count();
+        assert_eq!(errors, 3 * 4);
         let mut warm = Memo::default();
         export(&mut warm, &batch, &wall);
         assert_eq!(export(&mut warm, &batch, &wall), together);
