@@ -594,8 +594,7 @@ impl Drop for Record {
             self.write_access_log(latency);
         }
         if let Some(trace) = self.trace.take() {
-            let ended = self.received + latency;
-            crate::otel::finish(trace, self.take_facts(), ended, spend);
+            crate::otel::finish(trace, self.take_facts(), latency, spend);
         }
     }
 }

@@ -361,7 +361,7 @@ impl Delivery {
     /// with one reading.
     fn encode(&self, batch: &[Box<Trace>], buf: &mut Buffer, memo: &mut Memo) -> [Option<Body>; 2] {
         let wall = Wall::now();
-        let shapes = memo.prepare(batch);
+        let prepared = memo.prepare(batch, &wall);
         let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
             buf.make_room(signal, records);
             let mut message = Message::reusing(std::mem::take(&mut buf.bytes));
@@ -385,7 +385,7 @@ impl Delivery {
             let sampled = batch.iter().filter(|t| spans::span_count(t) > 0).count() as u64;
             (spans > 0).then(|| {
                 write(Signal::Traces, sampled, &mut |m| {
-                    spans::traces(m, batch, (&self.resource, &mut *memo, &shapes), &wall)
+                    spans::traces(m, batch, (&self.resource, &mut *memo, &prepared), &wall)
                 })
             })
         });
@@ -393,7 +393,7 @@ impl Delivery {
             let events = batch.iter().filter(|t| spans::logged(t)).count() as u64;
             (events > 0).then(|| {
                 write(Signal::Logs, events, &mut |m| {
-                    spans::logs(m, batch, (&self.resource, &mut *memo, &shapes), &wall)
+                    spans::logs(m, batch, (&self.resource, &mut *memo, &prepared))
                 })
             })
         });

@@ -11,7 +11,6 @@ use aisix_config::Usd;
 use aisix_obs::access_log::Attempt;
 use aisix_obs::metrics::labels::Outcome;
 use http::Method;
-use tokio::time::Instant;
 
 use super::{Trace, queue};
 
@@ -161,19 +160,22 @@ impl Path {
 #[derive(Debug)]
 pub(super) struct Ended {
     pub facts: Facts,
-    pub at: Instant,
+    /// From its receipt to its end: its end is put on the wall clock by its start's reading
+    /// and this, with no reading of its own.
+    pub latency: Duration,
     pub spend: Option<Usd>,
 }
 
-/// The request `facts` tell of ended at `ended`, spending `spend`: its trace goes to this
-/// worker's queue (unless neither its spans nor its usage event are exported).
-pub(crate) fn finish(mut trace: Box<Trace>, facts: Facts, ended: Instant, spend: Option<Usd>) {
+/// The request `facts` tell of ended `latency` after it was received, spending `spend`: its
+/// trace goes to this worker's queue (unless neither its spans nor its usage event are
+/// exported).
+pub(crate) fn finish(mut trace: Box<Trace>, facts: Facts, latency: Duration, spend: Option<Usd>) {
     if !trace.sampled && !trace.tracing.logs {
         return;
     }
     trace.ended = Some(Ended {
         facts,
-        at: ended,
+        latency,
         spend,
     });
     queue::push(trace);

@@ -91,16 +91,29 @@ fn scope(out: &mut Message) {
 /// shape is found by a hash of what decides it and kept only if every field is equal, so
 /// a collision writes the new shape in the old one's place; an entry holds its route, so the
 /// address it is hashed by names no other while it is here; past [`SHAPES_KEPT`] shapes of a
-/// kind, the table starts again.
+/// kind, the table starts again. Shapes are kept in a list, and the tables map a hash to a
+/// place in it: a request's shape is looked up once, by [`Memo::prepare`], and its span and its
+/// event then read it by its place.
 #[derive(Debug, Default)]
 pub(crate) struct Memo {
     routes: HashMap<(usize, Endpoint), Written, foldhash::fast::RandomState>,
-    requests: HashMap<u64, RequestShape, foldhash::fast::RandomState>,
-    attempts: HashMap<u64, AttemptShape, foldhash::fast::RandomState>,
+    requests: HashMap<u64, usize, foldhash::fast::RandomState>,
+    request_shapes: Vec<RequestShape>,
+    attempts: HashMap<u64, usize, foldhash::fast::RandomState>,
+    attempt_shapes: Vec<AttemptShape>,
     /// The batch [`Memo::prepare`] last saw (a shape it uses is never replaced in it).
     batch: u64,
-    /// The hash of the attempt shape last written.
-    last_attempt: Option<u64>,
+    /// The place of the attempt shape last written.
+    last_attempt: Option<usize>,
+}
+
+/// What [`Memo::prepare`] found for one request of a batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Prepared {
+    /// Its shape's place in the memo (`None`: its shared fields are written for it alone).
+    shape: Option<usize>,
+    /// When it was received and when it ended, in Unix ns.
+    times: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -224,38 +237,52 @@ impl Memo {
             .or_insert_with(|| Written::new(route, endpoint))
     }
 
-    /// The shape of each request of `batch` that ended, found or written now, by its hash;
-    /// `None` for one that did not end, or whose hash another shape of the same batch holds
-    /// (its fields are then written in full, [`Memo::request`]).
-    pub(crate) fn prepare(&mut self, batch: &[Box<Trace>]) -> Vec<Option<u64>> {
+    /// Each request of `batch` that ended: its shape, found or written now, by its hash
+    /// (`None` for one whose hash another shape of the same batch holds: its fields are then
+    /// written in full, [`Memo::request`]), and its times on `wall`'s clock. A request that did
+    /// not end is given nothing (nothing is written for it).
+    pub(crate) fn prepare(&mut self, batch: &[Box<Trace>], wall: &Wall) -> Vec<Prepared> {
         if self.requests.len() + batch.len() > SHAPES_KEPT {
             self.requests.clear();
+            self.request_shapes.clear();
         }
         self.batch = self.batch.wrapping_add(1);
-        let mut last = None;
+        let mut last: Option<usize> = None;
         batch
             .iter()
             .map(|t| {
-                let ended = t.ended.as_ref()?;
+                let Some(ended) = t.ended.as_ref() else {
+                    return Prepared::default();
+                };
+                let start_ns = wall.ns(t.received);
+                let times = (
+                    start_ns,
+                    start_ns.saturating_add(duration_ns(ended.latency)),
+                );
                 // A request of the shape the one before it had, as most are, is known by that
                 // shape's check alone: no hash of its own.
-                if let Some(hash) = last
-                    && self
-                        .requests
-                        .get(&hash)
-                        .is_some_and(|shape| shape.is(t, &ended.facts))
-                {
-                    return Some(hash);
-                }
-                last = self.prepare_one(t, ended);
-                last
+                let shape = match last {
+                    Some(at)
+                        if self
+                            .request_shapes
+                            .get(at)
+                            .is_some_and(|shape| shape.is(t, &ended.facts)) =>
+                    {
+                        last
+                    }
+                    _ => {
+                        last = self.prepare_one(t, ended);
+                        last
+                    }
+                };
+                Prepared { shape, times }
             })
             .collect()
     }
 
-    fn prepare_one(&mut self, t: &Trace, ended: &Ended) -> Option<u64> {
+    /// The hash a request's shape is kept by: of what decides the shape, names by address.
+    fn request_hash(t: &Trace, f: &Facts) -> u64 {
         use std::hash::{Hash, Hasher};
-        let f = &ended.facts;
         let route = t.attempts.last().map(|a| &a.route);
         let mut h = fixed_hasher();
         h.write_usize(route.map_or(0, |r| Arc::as_ptr(r) as usize));
@@ -272,15 +299,22 @@ impl Memo {
         h.write_u8(u8::from(f.stream));
         f.outcome.hash(&mut h);
         f.error.hash(&mut h);
-        let hash = h.finish();
-        match self.requests.get_mut(&hash) {
-            Some(shape) if shape.is(t, f) => {
+        h.finish()
+    }
+
+    fn prepare_one(&mut self, t: &Trace, ended: &Ended) -> Option<usize> {
+        let f = &ended.facts;
+        let route = t.attempts.last().map(|a| &a.route);
+        let hash = Self::request_hash(t, f);
+        let kept = self.requests.get(&hash).copied();
+        match kept.and_then(|at| Some((at, self.request_shapes.get_mut(at)?))) {
+            Some((at, shape)) if shape.is(t, f) => {
                 // In use by this batch from here on: no later request of it may replace it.
                 shape.batch = self.batch;
-                return Some(hash);
+                return Some(at);
             }
             // Another shape this batch uses has the hash: this one is written in full.
-            Some(shape) if shape.batch == self.batch => return None,
+            Some((_, shape)) if shape.batch == self.batch => return None,
             _ => {}
         }
         let written = route.map(|r| Self::route_in(&mut self.routes, r, t.endpoint));
@@ -288,42 +322,51 @@ impl Memo {
         server_shape(&mut span, t, ended, written);
         let mut log = Message::new();
         usage_shape(&mut log, t, ended);
-        self.requests.insert(
-            hash,
-            RequestShape {
-                batch: self.batch,
-                route: route.cloned(),
-                endpoint: t.endpoint,
-                ended_endpoint: f.endpoint,
-                method: f.method.clone(),
-                path: f.path.clone(),
-                status: f.status,
-                key_name: f.key_name.clone(),
-                model: f.model.clone(),
-                group: f.group.clone(),
-                provider: f.provider.clone(),
-                requested: t.requested_model.clone(),
-                response_model: t.response_model.clone(),
-                stream: f.stream,
-                outcome: f.outcome,
-                error: f.error,
-                span: span.into_buffer().to_vec(),
-                log: log.into_buffer().to_vec(),
-            },
-        );
-        Some(hash)
+        let shape = RequestShape {
+            batch: self.batch,
+            route: route.cloned(),
+            endpoint: t.endpoint,
+            ended_endpoint: f.endpoint,
+            method: f.method.clone(),
+            path: f.path.clone(),
+            status: f.status,
+            key_name: f.key_name.clone(),
+            model: f.model.clone(),
+            group: f.group.clone(),
+            provider: f.provider.clone(),
+            requested: t.requested_model.clone(),
+            response_model: t.response_model.clone(),
+            stream: f.stream,
+            outcome: f.outcome,
+            error: f.error,
+            span: span.into_buffer().to_vec(),
+            log: log.into_buffer().to_vec(),
+        };
+        // A collision's shape is replaced in its place.
+        let at = match kept.filter(|&at| at < self.request_shapes.len()) {
+            Some(at) => {
+                self.request_shapes[at] = shape;
+                at
+            }
+            None => {
+                self.request_shapes.push(shape);
+                self.requests.insert(hash, self.request_shapes.len() - 1);
+                self.request_shapes.len() - 1
+            }
+        };
+        Some(at)
     }
 
     /// The server span's (`log`: the usage event's) part of the shape [`Memo::prepare`] found
     /// for `t` (ended as `ended`), or, with none, those fields written for it alone.
     fn request(
         &mut self,
-        shape: Option<u64>,
+        shape: Option<usize>,
         t: &Trace,
         ended: &Ended,
         log: bool,
     ) -> std::borrow::Cow<'_, [u8]> {
-        if let Some(shape) = shape.and_then(|hash| self.requests.get(&hash)) {
+        if let Some(shape) = shape.and_then(|at| self.request_shapes.get(at)) {
             return std::borrow::Cow::Borrowed(if log { &shape.log } else { &shape.span });
         }
         let mut alone = Message::new();
@@ -365,9 +408,9 @@ impl Memo {
         // shape's check alone: no hash of its own.
         let last = self
             .last_attempt
-            .filter(|hash| self.attempts.get(hash).is_some_and(is));
-        let hash = match last {
-            Some(hash) => hash,
+            .filter(|&at| self.attempt_shapes.get(at).is_some_and(is));
+        let at = match last {
+            Some(at) => at,
             None => {
                 let mut h = fixed_hasher();
                 h.write_usize(Arc::as_ptr(route) as usize);
@@ -382,30 +425,48 @@ impl Memo {
                     d.error.hash(&mut h);
                 }
                 let hash = h.finish();
-                if !self.attempts.get(&hash).is_some_and(is) {
-                    if self.attempts.len() >= SHAPES_KEPT {
-                        self.attempts.clear();
-                    }
-                    let written = Self::route_in(&mut self.routes, route, t.endpoint);
-                    let mut span = Message::new();
-                    attempt_shape(&mut span, t, index, (done, written));
-                    self.attempts.insert(
-                        hash,
-                        AttemptShape {
+                let kept = self
+                    .attempts
+                    .get(&hash)
+                    .copied()
+                    .filter(|&at| self.attempt_shapes.get(at).is_some_and(is));
+                match kept {
+                    Some(at) => at,
+                    None => {
+                        if self.attempts.len() >= SHAPES_KEPT {
+                            self.attempts.clear();
+                            self.attempt_shapes.clear();
+                        }
+                        let written = Self::route_in(&mut self.routes, route, t.endpoint);
+                        let mut span = Message::new();
+                        attempt_shape(&mut span, t, index, (done, written));
+                        let shape = AttemptShape {
                             route: route.clone(),
                             endpoint: t.endpoint,
                             ended_endpoint,
                             index,
                             done: done.map(AttemptEnd::of),
                             span: span.into_buffer().to_vec(),
-                        },
-                    );
+                        };
+                        // A collision's shape is replaced in its place.
+                        match self.attempts.get(&hash).copied() {
+                            Some(at) if at < self.attempt_shapes.len() => {
+                                self.attempt_shapes[at] = shape;
+                                at
+                            }
+                            _ => {
+                                self.attempt_shapes.push(shape);
+                                let at = self.attempt_shapes.len() - 1;
+                                self.attempts.insert(hash, at);
+                                at
+                            }
+                        }
+                    }
                 }
-                hash
             }
         };
-        self.last_attempt = Some(hash);
-        &self.attempts[&hash].span
+        self.last_attempt = Some(at);
+        &self.attempt_shapes[at].span
     }
 }
 
@@ -464,23 +525,22 @@ impl RequestShape {
 pub(crate) fn traces(
     out: &mut Message,
     batch: &[Box<Trace>],
-    (res, memo, shapes): (&Resource, &mut Memo, &[Option<u64>]),
+    (res, memo, prepared): (&Resource, &mut Memo, &[Prepared]),
     wall: &Wall,
 ) {
     out.message_sized(1, BATCH, |rs| {
         resource(rs, 1, res);
         rs.message_sized(2, BATCH, |ss| {
             scope(ss);
-            for ((t, ended), shape) in batch
+            for ((t, ended), prepared) in batch
                 .iter()
-                .zip(shapes)
+                .zip(prepared)
                 .filter(|(t, _)| t.sampled)
-                .filter_map(|(t, shape)| Some((ended(t)?, shape)))
+                .filter_map(|(t, prepared)| Some((ended(t)?, prepared)))
             {
-                let end_ns = wall.ns(ended.at);
+                let times @ (_, end_ns) = prepared.times;
                 let last = t.attempts.len().saturating_sub(1);
-                let times = (wall.ns(t.received), end_ns);
-                let shape = memo.request(*shape, t, ended, false);
+                let shape = memo.request(prepared.shape, t, ended, false);
                 ss.message_sized(2, RECORD, |span| server_span(span, t, ended, &shape, times));
                 for (i, start) in t.attempts.iter().enumerate() {
                     let done = ended.facts.attempts.get(i);
@@ -727,21 +787,20 @@ fn attempt_shape(
 pub(crate) fn logs(
     out: &mut Message,
     batch: &[Box<Trace>],
-    (res, memo, shapes): (&Resource, &mut Memo, &[Option<u64>]),
-    wall: &Wall,
+    (res, memo, prepared): (&Resource, &mut Memo, &[Prepared]),
 ) {
     out.message_sized(1, BATCH, |rl| {
         resource(rl, 1, res);
         rl.message_sized(2, BATCH, |sl| {
             scope(sl);
-            for ((t, ended), shape) in batch
+            for ((t, ended), prepared) in batch
                 .iter()
-                .zip(shapes)
+                .zip(prepared)
                 .filter(|(t, _)| t.tracing.logs)
-                .filter_map(|(t, shape)| Some((ended(t)?, shape)))
+                .filter_map(|(t, prepared)| Some((ended(t)?, prepared)))
             {
-                let shape = memo.request(*shape, t, ended, true);
-                let end_ns = wall.ns(ended.at);
+                let shape = memo.request(prepared.shape, t, ended, true);
+                let (_, end_ns) = prepared.times;
                 sl.message_sized(2, RECORD, |log| usage_event(log, t, ended, &shape, end_ns));
             }
         });
@@ -926,7 +985,7 @@ models:
                 outcome,
                 error: (status != 200).then_some("upstream_server_error"),
             },
-            at: now + Duration::from_millis(6),
+            latency: Duration::from_millis(6),
             spend: Some(Usd::from_nanos(1_500)),
         });
         trace
@@ -935,11 +994,11 @@ models:
     /// The traces and logs export requests of `batch`, written through `memo`.
     fn export(memo: &mut Memo, batch: &[Box<Trace>], wall: &Wall) -> (Vec<u8>, Vec<u8>) {
         let resource = Resource { attributes: vec![] };
-        let shapes = memo.prepare(batch);
+        let prepared = memo.prepare(batch, wall);
         let mut spans = Message::new();
-        traces(&mut spans, batch, (&resource, memo, &shapes), wall);
+        traces(&mut spans, batch, (&resource, memo, &prepared), wall);
         let mut events = Message::new();
-        logs(&mut events, batch, (&resource, memo, &shapes), wall);
+        logs(&mut events, batch, (&resource, memo, &prepared));
         (spans.into_bytes(), events.into_bytes())
     }
 
@@ -1029,7 +1088,12 @@ models:
             trace(&route, "req-6", "team-a", 502, 6),
         ];
         let mut memo = Memo::default();
-        let shapes = memo.prepare(&batch);
+        let wall = Wall::now();
+        let shapes: Vec<_> = memo
+            .prepare(&batch, &wall)
+            .iter()
+            .map(|p| p.shape)
+            .collect();
         assert!(shapes.iter().all(Option::is_some), "{shapes:?}");
         assert_eq!(shapes[0], shapes[1]);
         assert_eq!(shapes[1], shapes[3]);
@@ -1043,8 +1107,8 @@ models:
             "another key, after the shape before it"
         );
         assert_eq!(memo.requests.len(), 3);
+        assert_eq!(memo.request_shapes.len(), 3);
         // What the batch writes is what a memo that starts afresh for each request writes.
-        let wall = Wall::now();
         let together = export(&mut Memo::default(), &batch, &wall);
         // Each 502 carries its error in its server span and its attempt's (the type and the
         // status message of each), and no 200 carries one: no attempt took the shape of the
@@ -1059,6 +1123,31 @@ models:
         let mut warm = Memo::default();
         export(&mut warm, &batch, &wall);
         assert_eq!(export(&mut warm, &batch, &wall), together);
+    }
+
+    #[test]
+    fn a_request_s_span_and_event_end_its_latency_after_its_start_on_one_wall_reading() {
+        let route = route();
+        let mut t = trace(&route, "req-times", "team-a", 200, 1);
+        t.ended.as_mut().unwrap().latency = Duration::from_nanos(6_000_123);
+        let batch = vec![t];
+        let wall = Wall::now();
+        let mut memo = Memo::default();
+        let prepared = memo.prepare(&batch, &wall);
+        let start = wall.ns(batch[0].received);
+        assert_eq!(prepared[0].times, (start, start + 6_000_123));
+        let (spans, events) = export(&mut memo, &batch, &wall);
+        let server = fixed_fields(&batch[0].trace_id, &batch[0].span_id, prepared[0].times);
+        assert!(contains(&spans, &server), "the server span's start and end");
+        assert!(
+            contains(&events, &log_fixed_fields(&batch[0], start + 6_000_123)),
+            "the event's time is the request's end"
+        );
+        // A request that has not ended is given nothing, and nothing is written for it.
+        let mut open = trace(&route, "req-open", "team-a", 200, 1);
+        open.ended = None;
+        let prepared = memo.prepare(&[open], &wall);
+        assert_eq!((prepared[0].shape, prepared[0].times), (None, (0, 0)));
     }
 
     #[test]
@@ -1080,16 +1169,16 @@ models:
             Some(kept)
         );
         // The second request's hash made equal to the kept shape's: it is written in full.
-        let second_hash = Memo::default()
-            .prepare_one(&second, second.ended.as_ref().unwrap())
-            .unwrap();
-        let shape = memo.requests.remove(&kept).unwrap();
+        let first_hash = Memo::request_hash(&first, &first.ended.as_ref().unwrap().facts);
+        let second_hash = Memo::request_hash(&second, &second.ended.as_ref().unwrap().facts);
+        let shape = memo.requests.remove(&first_hash).unwrap();
         memo.requests.insert(second_hash, shape);
         assert_eq!(
             memo.prepare_one(&second, second.ended.as_ref().unwrap()),
             None
         );
-        assert!(memo.requests[&second_hash].is(&first, &first.ended.as_ref().unwrap().facts));
+        let kept_shape = &memo.request_shapes[memo.requests[&second_hash]];
+        assert!(kept_shape.is(&first, &first.ended.as_ref().unwrap().facts));
     }
 
     #[test]
@@ -1110,14 +1199,10 @@ models:
         let first = memo
             .prepare_one(&batch[0], batch[0].ended.as_ref().unwrap())
             .unwrap();
-        let mut collided = memo.requests.remove(&first).unwrap();
-        collided.key_name = Some(named("team-b-not"));
-        let second_hash = {
-            let mut probe = Memo::default();
-            probe
-                .prepare_one(&batch[1], batch[1].ended.as_ref().unwrap())
-                .unwrap()
-        };
+        let first_hash = Memo::request_hash(&batch[0], &batch[0].ended.as_ref().unwrap().facts);
+        let second_hash = Memo::request_hash(&batch[1], &batch[1].ended.as_ref().unwrap().facts);
+        let collided = memo.requests.remove(&first_hash).unwrap();
+        memo.request_shapes[collided].key_name = Some(named("team-b-not"));
         memo.requests.insert(second_hash, collided);
         assert_eq!(
             memo.prepare_one(&batch[1], batch[1].ended.as_ref().unwrap()),
@@ -1125,12 +1210,30 @@ models:
         );
         let resource = Resource { attributes: vec![] };
         let mut spans = Message::new();
-        let shapes = [Some(first), None];
         memo.requests.remove(&second_hash);
-        memo.prepare_one(&batch[0], batch[0].ended.as_ref().unwrap());
-        traces(&mut spans, &batch, (&resource, &mut memo, &shapes), &wall);
+        let again = memo.prepare_one(&batch[0], batch[0].ended.as_ref().unwrap());
+        assert_ne!(
+            again,
+            Some(first),
+            "a shape of its own, not the changed one"
+        );
+        let times = |t: &Trace| {
+            let start = wall.ns(t.received);
+            (start, start + 6_000_000)
+        };
+        let prepared = [
+            Prepared {
+                shape: again,
+                times: times(&batch[0]),
+            },
+            Prepared {
+                shape: None,
+                times: times(&batch[1]),
+            },
+        ];
+        traces(&mut spans, &batch, (&resource, &mut memo, &prepared), &wall);
         let mut events = Message::new();
-        logs(&mut events, &batch, (&resource, &mut memo, &shapes), &wall);
+        logs(&mut events, &batch, (&resource, &mut memo, &prepared));
         assert_eq!((spans.into_bytes(), events.into_bytes()), expected);
     }
 }
