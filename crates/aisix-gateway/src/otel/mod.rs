@@ -216,15 +216,21 @@ impl Trace {
 
     /// The answer `json` (a whole answer, or as much of its start as was kept) names its
     /// model in its first `"model"` string, if any. A name this worker's answers gave lately is
-    /// matched by its bytes, with no check or copy of them.
+    /// matched by its bytes where the string starts, with no read of the string before, nor
+    /// check or copy of it.
     pub(crate) fn answered_in(&mut self, json: &[u8]) {
-        self.response_model = crate::wire::chunk::model_span(json).and_then(|(start, end)| {
+        use crate::wire::chunk;
+        self.response_model = chunk::model_value_start(json).and_then(|start| {
+            let value = json.get(start..)?;
+            if let Some(kept) = kept_name_at(value) {
+                return Some(kept);
+            }
+            let (start, end) = chunk::model_span(json)?;
             let name = json.get(start + 1..end.checked_sub(1)?)?;
             match name.contains(&b'\\') {
                 false => answered_name(name),
                 // An escape in a name: unescaped first (no upstream sends one).
-                true => crate::wire::chunk::model_text(json)
-                    .and_then(|name| answered_name(name.as_bytes())),
+                true => chunk::model_text(json).and_then(|name| answered_name(name.as_bytes())),
             }
         });
     }
@@ -241,8 +247,29 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The name this worker kept that a JSON string `value` (what follows its opening quote)
+/// holds, matched where the string starts: a kept name's bytes, then the closing quote. A kept
+/// name holds no quote and no backslash, so no escape can hide in what matched, and the quote
+/// after it ends the string.
+fn kept_name_at(value: &[u8]) -> Option<Arc<str>> {
+    ANSWERED
+        .try_with(|names| {
+            let names = names.try_borrow().ok()?;
+            names
+                .iter()
+                .rev()
+                .find(|kept| {
+                    value.get(kept.len()) == Some(&b'"') && value.starts_with(kept.as_bytes())
+                })
+                .cloned()
+        })
+        .ok()
+        .flatten()
+}
+
 /// `name` as an `Arc` this worker already holds, or a new one it keeps from now on (in place
-/// of the first kept of [`NAMES_KEPT`]); `None` for bytes that are not UTF-8.
+/// of the first kept of [`NAMES_KEPT`]); `None` for bytes that are not UTF-8. A name with a
+/// quote or a backslash in it is not kept ([`kept_name_at`] relies on it).
 fn answered_name(name: &[u8]) -> Option<Arc<str>> {
     ANSWERED
         .try_with(|names| {
@@ -253,10 +280,13 @@ fn answered_name(name: &[u8]) -> Option<Arc<str>> {
             let Ok(text) = std::str::from_utf8(name) else {
                 return Some(None);
             };
+            let kept: Arc<str> = Arc::from(text);
+            if name.contains(&b'"') || name.contains(&b'\\') {
+                return Some(Some(kept));
+            }
             if names.len() >= NAMES_KEPT {
                 names.remove(0);
             }
-            let kept: Arc<str> = Arc::from(text);
             names.push(kept.clone());
             Some(Some(kept))
         })
@@ -375,6 +405,20 @@ mod tests {
         trace.answered_in(br#"{"model":"up-answer-2026"}"#);
         trace.answered_in(br#"{"model":17}"#);
         assert_eq!(trace.response_model, None);
+        // A kept name that begins another is not that other, nor is one the text cuts off.
+        trace.answered_in(br#"{"model":"up-answer-2026-mini"}"#);
+        assert_eq!(trace.response_model.as_deref(), Some("up-answer-2026-mini"));
+        trace.answered_in(br#"{"model":"up-answer-2026"#);
+        assert_eq!(trace.response_model, None);
+        // A name with a quote or a backslash is read whole each time, and not kept.
+        trace.answered_by(Some(r#"odd"name\x"#));
+        trace.answered_in(br#"{"model":"odd\"name\\x"}"#);
+        assert_eq!(trace.response_model.as_deref(), Some(r#"odd"name\x"#));
+        trace.answered_in(br#"{"model":"odd\"name\\xy"}"#);
+        assert_eq!(trace.response_model.as_deref(), Some(r#"odd"name\xy"#));
+        ANSWERED.with_borrow(|names| {
+            assert!(names.iter().all(|n| !n.contains('"') && !n.contains('\\')));
+        });
     }
 
     #[test]

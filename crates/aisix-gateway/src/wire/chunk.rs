@@ -138,15 +138,32 @@ pub fn is_error(data: &[u8]) -> bool {
 /// `model` comes before the choices), quotes included. A `"model"` inside a string is escaped
 /// (`\"model\"`) and never matches.
 pub fn model_span(json: &[u8]) -> Option<(usize, usize)> {
-    // shared: a searcher built once for the process, read-only (building one costs more than
-    // a short search).
-    static FINDER: LazyLock<memmem::Finder<'static>> =
-        LazyLock::new(|| memmem::Finder::new(MODEL_KEY));
-    let at = FINDER.find(json)?;
+    let at = MODEL_FINDER.find(json)?;
     match string_value_after_key(json, at.saturating_add(MODEL_KEY.len())) {
         Value::String(start, end) => Some((start, end)),
         Value::Other | Value::Incomplete => None,
     }
+}
+
+// shared: a searcher built once for the process, read-only (building one costs more than a
+// short search).
+static MODEL_FINDER: LazyLock<memmem::Finder<'static>> =
+    LazyLock::new(|| memmem::Finder::new(MODEL_KEY));
+
+/// Where the first `"model"` key's value starts in `json`, just past its opening quote, when
+/// that value is a string: the string itself is not read (see [`model_span`] for its end).
+pub fn model_value_start(json: &[u8]) -> Option<usize> {
+    let after_key = MODEL_FINDER.find(json)?.saturating_add(MODEL_KEY.len());
+    let next = |from: usize| {
+        let skipped = json
+            .get(from..)?
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())?;
+        Some(from.saturating_add(skipped))
+    };
+    let colon = next(after_key).filter(|&at| json.get(at) == Some(&b':'))?;
+    let quote = next(colon.saturating_add(1)).filter(|&at| json.get(at) == Some(&b'"'))?;
+    Some(quote.saturating_add(1))
 }
 
 /// The first `"model"` string value of `json` (an answer, a chunk, or an event that holds
@@ -295,6 +312,27 @@ mod tests {
         assert!(is_error(br#"{ "error": {"message": "overloaded"}}"#));
         assert!(!is_error(br#"{"choices":[],"error_count":1}"#));
         assert_eq!(read(b"{\"choices\":[{\"delta\":", true), None);
+    }
+
+    #[test]
+    fn a_model_string_s_start_is_found_past_its_key_colon_and_quote_and_nothing_else_is_one() {
+        let answer = br#"{"id":"c", "model" :  "gpt-4o","choices":[]}"#;
+        let start = model_value_start(answer).unwrap();
+        assert!(answer[start..].starts_with(b"gpt-4o\""));
+        assert_eq!(model_span(answer).map(|(s, _)| s + 1), Some(start));
+        for other in [
+            &br#"{"model":17}"#[..],
+            br#"{"model" "x"}"#,
+            br#"{"model":"#,
+            br#"{"id":"c"}"#,
+        ] {
+            assert_eq!(
+                model_value_start(other),
+                None,
+                "{}",
+                String::from_utf8_lossy(other)
+            );
+        }
     }
 
     #[test]
