@@ -201,6 +201,7 @@ impl AttemptEnd {
 
 /// Whether two names are the same text: the same `Arc` (as a snapshot hands out) without
 /// reading it.
+#[inline]
 fn same(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
