@@ -144,8 +144,14 @@ impl Trace {
     /// it sent a valid `traceparent` (its sampled flag decides), else a new one sampled at the
     /// configured ratio.
     pub(crate) fn begin(tracing: Tracing, headers: &HeaderMap, received: Instant) -> Box<Self> {
+        // Looked for among the request's names before it is looked up: a scan of a request's
+        // few names, most of them standard (told apart by their kind alone), costs less than
+        // the hash a lookup takes, and most requests carry none.
         let parent = headers
-            .get(TRACEPARENT)
+            .keys()
+            .any(|name| *name == TRACEPARENT)
+            .then(|| headers.get(TRACEPARENT))
+            .flatten()
             .and_then(|v| context::parse(v.as_bytes()));
         let (trace_id, parent, sampled, trace_state) = match parent {
             Some(p) => (
@@ -379,6 +385,47 @@ mod tests {
         let order: Vec<u8> = started.iter().map(|a| a.span_id[0]).collect();
         assert_eq!(order, [1, 2, 3]);
         assert!(!started.is_empty());
+    }
+
+    #[test]
+    fn a_client_s_traceparent_among_other_headers_is_the_parent_and_without_one_a_trace_is_new() {
+        let tracing = Tracing {
+            sample_ppm: 0,
+            traces: true,
+            logs: true,
+            capture_content: false,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(http::header::HOST, HeaderValue::from_static("gw"));
+        headers.insert("x-stainless-lang", HeaderValue::from_static("python"));
+        headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static("json"));
+        let root = Trace::begin(tracing, &headers, Instant::now());
+        assert_eq!(root.parent, None);
+        assert!(!root.sampled, "a new root at a ratio of 0");
+        headers.insert(
+            TRACEPARENT,
+            HeaderValue::from_static("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+        );
+        headers.insert(TRACESTATE, HeaderValue::from_static("vendor=1"));
+        headers.insert("x-after", HeaderValue::from_static("1"));
+        let child = Trace::begin(tracing, &headers, Instant::now());
+        assert_eq!(
+            child.parent,
+            Some([0xb7, 0xad, 0x6b, 0x71, 0x69, 0x20, 0x33, 0x31])
+        );
+        assert_eq!(child.trace_id[..2], [0x0a, 0xf7]);
+        assert!(child.sampled, "the client's sampled flag decides");
+        assert_eq!(
+            child.trace_state,
+            Some(HeaderValue::from_static("vendor=1"))
+        );
+        // One that is not valid starts a trace of the gateway's own.
+        headers.insert(TRACEPARENT, HeaderValue::from_static("00-zz-01"));
+        let invalid = Trace::begin(tracing, &headers, Instant::now());
+        assert_eq!(
+            (invalid.parent, invalid.trace_state.is_some()),
+            (None, false)
+        );
     }
 
     #[test]

@@ -367,9 +367,20 @@ impl Memo {
         ended: &Ended,
         log: bool,
     ) -> std::borrow::Cow<'_, [u8]> {
-        if let Some(shape) = shape.and_then(|at| self.request_shapes.get(at)) {
-            return std::borrow::Cow::Borrowed(if log { &shape.log } else { &shape.span });
+        match shape.filter(|&at| at < self.request_shapes.len()) {
+            Some(at) => {
+                let shape = &self.request_shapes[at];
+                std::borrow::Cow::Borrowed(if log { &shape.log } else { &shape.span })
+            }
+            None => std::borrow::Cow::Owned(self.request_alone(t, ended, log)),
         }
+    }
+
+    /// [`Memo::request`] for a request with no shape kept: rare (a hash that another shape of
+    /// its batch holds), so kept out of the usual path.
+    #[cold]
+    #[inline(never)]
+    fn request_alone(&mut self, t: &Trace, ended: &Ended, log: bool) -> Vec<u8> {
         let mut alone = Message::new();
         if log {
             usage_shape(&mut alone, t, ended);
@@ -380,7 +391,7 @@ impl Memo {
                 .map(|a| Self::route_in(&mut self.routes, &a.route, t.endpoint));
             server_shape(&mut alone, t, ended, route);
         }
-        std::borrow::Cow::Owned(alone.into_buffer().to_vec())
+        alone.into_buffer().to_vec()
     }
 
     /// The shared fields of attempt `index` of `t` (`start`), which ended as `done`: found,
