@@ -201,7 +201,7 @@ impl AttemptEnd {
 
 /// Whether two names are the same text: the same `Arc` (as a snapshot hands out) without
 /// reading it.
-#[inline]
+#[inline(always)]
 fn same(a: &Option<Arc<str>>, b: &Option<Arc<str>>) -> bool {
     match (a, b) {
         (Some(a), Some(b)) => Arc::ptr_eq(a, b) || a == b,
@@ -711,12 +711,15 @@ fn attempt_span(
     shape: &[u8],
     (start_ns, end_ns): (u64, u64),
 ) {
-    span.raw(&fixed_fields(
+    // Its ids, times and parent: one copy.
+    let mut head = [0u8; 56];
+    head[..46].copy_from_slice(&fixed_fields(
         &t.trace_id,
         &start.span_id,
         (start_ns, end_ns),
     ));
-    span.raw(&parent_field(&t.span_id));
+    head[46..].copy_from_slice(&parent_field(&t.span_id));
+    span.raw(&head);
     if let Some(state) = t.trace_state.as_ref().and_then(|s| s.to_str().ok()) {
         span.string(3, state);
     }
