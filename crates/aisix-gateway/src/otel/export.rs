@@ -22,7 +22,7 @@ use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use tokio::sync::mpsc::{self, UnboundedReceiver, error::TryRecvError};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::sync::{Notify, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 
@@ -294,15 +294,15 @@ fn take(queues: &mut Vec<Queue>, batch: &mut Vec<Box<Trace>>, max_batch: usize) 
             if !*open {
                 continue;
             }
-            match queue.try_recv() {
-                Ok(trace) => {
+            match queue.pop() {
+                Some(trace) => {
                     any = true;
                     batch.push(trace);
                     if batch.len() >= max_batch {
                         break 'fill;
                     }
                 }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => *open = false,
+                None => *open = false,
             }
         }
         if !any {

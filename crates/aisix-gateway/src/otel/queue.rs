@@ -5,39 +5,37 @@
 //! Once per batch's worth of records put (a count local to the thread, not a look at the
 //! queue), the worker wakes the exporter so it drains the queues between its timed collections.
 //!
-//! A queue is tokio's unbounded list, bounded by a count the two sides share: the worker adds
-//! one for each record it puts, the exporter takes one off for each it takes. A bounded channel
-//! does the same with a semaphore, whose release takes a lock for every record taken.
+//! A queue is a ring of `queue_size` slots (crossbeam's `ArrayQueue`, made when the worker
+//! first needs it, 16 bytes a slot): the worker puts with one compare-and-swap, the exporter
+//! takes with one, and a full ring refuses. Nothing on either side waits or takes a lock; the
+//! exporter is woken by [`Hub::wake`], not by the ring. (tokio's channels did the same with a
+//! list of blocks and a count or semaphore beside it, which cost more each way.)
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use aisix_obs::metrics::emit;
+use crossbeam_queue::ArrayQueue;
 use tokio::sync::Notify;
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, error::TryRecvError};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::Trace;
 
 /// One worker's queue, as the exporter holds it.
 #[derive(Debug)]
 pub(crate) struct Queue {
-    receiver: UnboundedReceiver<Box<Trace>>,
-    held: Arc<AtomicUsize>,
+    ring: Arc<ArrayQueue<Box<Trace>>>,
 }
 
 impl Queue {
-    /// The oldest record, if any; `Disconnected` once the worker has gone and its queue is
-    /// empty.
-    pub(super) fn try_recv(&mut self) -> Result<Box<Trace>, TryRecvError> {
-        let trace = self.receiver.try_recv()?;
-        self.held.fetch_sub(1, Ordering::Relaxed);
-        Ok(trace)
+    /// The oldest record, if any.
+    pub(super) fn pop(&self) -> Option<Box<Trace>> {
+        self.ring.pop()
     }
 
-    /// Whether its worker has gone and it holds nothing more.
+    /// Whether its worker has gone (the ring's only holder is this) and it holds nothing more.
     pub(super) fn is_done(&self) -> bool {
-        self.receiver.is_closed() && self.receiver.is_empty()
+        Arc::strong_count(&self.ring) == 1 && self.ring.is_empty()
     }
 }
 
@@ -57,10 +55,7 @@ static HUB: OnceLock<Hub> = OnceLock::new();
 
 /// This thread's queue, and the records put since it last woke the exporter.
 struct Local {
-    sender: UnboundedSender<Box<Trace>>,
-    /// What the queue holds, and the most it may.
-    held: Arc<AtomicUsize>,
-    size: usize,
+    ring: Arc<ArrayQueue<Box<Trace>>>,
     since_wake: usize,
     wake_every: usize,
     wake: Arc<Notify>,
@@ -85,43 +80,43 @@ pub(super) fn push(trace: Box<Trace>) {
         if queue.is_none() {
             *queue = open();
         }
-        let Some(local) = queue.as_mut() else {
-            return;
-        };
-        // Only this thread adds to the count, so it cannot pass `size` between the look and
-        // the add.
-        if local.held.load(Ordering::Relaxed) >= local.size {
-            dropped(&trace, 1);
-        } else {
-            local.held.fetch_add(1, Ordering::Relaxed);
-            // An exporter that has gone takes nothing more: what it would have is let go.
-            let _ = local.sender.send(trace);
-        }
-        local.since_wake += 1;
-        if local.since_wake >= local.wake_every {
-            local.since_wake = 0;
-            local.wake.notify_one();
+        if let Some(local) = queue.as_mut() {
+            local.put(trace);
         }
     });
+}
+
+impl Local {
+    /// Puts `trace` in the ring (false: it was full, and the record is dropped and counted);
+    /// every `wake_every` records, wakes the exporter.
+    fn put(&mut self, trace: Box<Trace>) -> bool {
+        // A full ring refuses the record: it is dropped here and counted. (Once the exporter
+        // has gone, at shutdown, the ring fills and the rest are counted so.)
+        let queued = match self.ring.push(trace) {
+            Ok(()) => true,
+            Err(trace) => {
+                dropped(&trace, 1);
+                false
+            }
+        };
+        self.since_wake += 1;
+        if self.since_wake >= self.wake_every {
+            self.since_wake = 0;
+            self.wake.notify_one();
+        }
+        queued
+    }
 }
 
 /// This thread's new queue, announced to the exporter; `None` without one.
 fn open() -> Option<Local> {
     let hub = HUB.get()?;
-    let (sender, receiver) = mpsc::unbounded_channel();
-    let held = Arc::new(AtomicUsize::new(0));
+    let ring = Arc::new(ArrayQueue::new(hub.size.max(1)));
     // The exporter adopts it when it next wakes (it does not wait on this channel: sending
     // on it wakes nothing).
-    hub.announce
-        .send(Queue {
-            receiver,
-            held: held.clone(),
-        })
-        .ok()?;
+    hub.announce.send(Queue { ring: ring.clone() }).ok()?;
     Some(Local {
-        sender,
-        held,
-        size: hub.size.max(1),
+        ring,
         since_wake: 0,
         wake_every: hub.wake_every.max(1),
         wake: hub.wake.clone(),
@@ -135,5 +130,64 @@ pub(super) fn dropped(trace: &Trace, n: u64) {
     }
     if trace.tracing.logs {
         emit::otel_dropped("logs", n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::time::Duration;
+
+    fn trace() -> Box<Trace> {
+        let tracing = super::super::Tracing {
+            sample_ppm: 1_000_000,
+            traces: true,
+            logs: true,
+            capture_content: false,
+        };
+        Trace::begin(
+            tracing,
+            &http::HeaderMap::new(),
+            tokio::time::Instant::now(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_full_ring_refuses_a_record_the_exporter_takes_them_in_order_and_forgets_a_gone_worker_s()
+     {
+        let ring = Arc::new(ArrayQueue::new(2));
+        let wake = Arc::new(Notify::new());
+        let mut local = Local {
+            ring: ring.clone(),
+            since_wake: 0,
+            wake_every: 2,
+            wake: wake.clone(),
+        };
+        let exporter = Queue { ring };
+        let (first, second) = (trace(), trace());
+        let ids = [first.span_id, second.span_id];
+        assert!(local.put(first));
+        assert!(local.put(second));
+        assert!(!local.put(trace()), "the third does not fit a ring of two");
+        // Two records put: the exporter was woken (the permit waits for it).
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), wake.notified())
+                .await
+                .is_ok()
+        );
+        let taken: Vec<_> = std::iter::from_fn(|| exporter.pop())
+            .map(|t| t.span_id)
+            .collect();
+        assert_eq!(taken, ids);
+        assert!(!exporter.is_done(), "its worker still holds it");
+        assert!(local.put(trace()), "room again once taken");
+        drop(local);
+        assert!(
+            !exporter.is_done(),
+            "a gone worker's queue is drained first"
+        );
+        assert!(exporter.pop().is_some());
+        assert!(exporter.is_done());
     }
 }
