@@ -629,7 +629,7 @@ fn server_span(
     }
     let mut flags = FLAG_SAMPLED | FLAG_HAS_IS_REMOTE;
     if let Some(parent) = &t.parent {
-        span.bytes(4, parent);
+        span.raw(&parent_field(parent));
         flags |= FLAG_IS_REMOTE;
     }
     span.raw(shape);
