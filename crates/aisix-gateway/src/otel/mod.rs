@@ -231,8 +231,7 @@ impl Trace {
             if let Some(kept) = kept_name_at(value) {
                 return Some(kept);
             }
-            let (start, end) = chunk::model_span(json)?;
-            let name = json.get(start + 1..end.checked_sub(1)?)?;
+            let name = json.get(start..chunk::string_end(json, start)?)?;
             match name.contains(&b'\\') {
                 false => answered_name(name),
                 // An escape in a name: unescaped first (no upstream sends one).

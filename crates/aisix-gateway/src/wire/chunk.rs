@@ -151,19 +151,10 @@ static MODEL_FINDER: LazyLock<memmem::Finder<'static>> =
     LazyLock::new(|| memmem::Finder::new(MODEL_KEY));
 
 /// Where the first `"model"` key's value starts in `json`, just past its opening quote, when
-/// that value is a string: the string itself is not read (see [`model_span`] for its end).
+/// that value is a string: the string itself is not read (see [`string_end`] for its end).
 pub fn model_value_start(json: &[u8]) -> Option<usize> {
     let after_key = MODEL_FINDER.find(json)?.saturating_add(MODEL_KEY.len());
-    let next = |from: usize| {
-        let skipped = json
-            .get(from..)?
-            .iter()
-            .position(|b| !b.is_ascii_whitespace())?;
-        Some(from.saturating_add(skipped))
-    };
-    let colon = next(after_key).filter(|&at| json.get(at) == Some(&b':'))?;
-    let quote = next(colon.saturating_add(1)).filter(|&at| json.get(at) == Some(&b'"'))?;
-    Some(quote.saturating_add(1))
+    string_start_after_key(json, after_key).ok()
 }
 
 /// The first `"model"` string value of `json` (an answer, a chunk, or an event that holds
@@ -204,33 +195,52 @@ pub enum Value {
 /// Reads what follows a key that ends at `at` in `json`: a string value's span, something
 /// else, or not enough bytes to tell. Each byte is looked at once.
 pub fn string_value_after_key(json: &[u8], at: usize) -> Value {
+    let start = match string_start_after_key(json, at) {
+        Ok(start) => start,
+        Err(other) => return other,
+    };
+    match string_end(json, start) {
+        Some(end) => Value::String(start.saturating_sub(1), end.saturating_add(1)),
+        None => Value::Incomplete,
+    }
+}
+
+/// Where the string value after a key that ends at `at` starts, just past its opening quote;
+/// or, when none does, what follows the key instead ([`Value::Other`], [`Value::Incomplete`]).
+fn string_start_after_key(json: &[u8], at: usize) -> Result<usize, Value> {
     let rest = json.get(at..).unwrap_or_default();
     let Some(colon) = rest.iter().position(|b| !b.is_ascii_whitespace()) else {
-        return Value::Incomplete;
+        return Err(Value::Incomplete);
     };
     if rest.get(colon) != Some(&b':') {
-        return Value::Other;
+        return Err(Value::Other);
     }
     let after = at.saturating_add(colon).saturating_add(1);
     let Some(ws) = json
         .get(after..)
         .and_then(|rest| rest.iter().position(|b| !b.is_ascii_whitespace()))
     else {
-        return Value::Incomplete;
+        return Err(Value::Incomplete);
     };
     let value_start = after.saturating_add(ws);
     if json.get(value_start) != Some(&b'"') {
-        return Value::Other;
+        return Err(Value::Other);
     }
-    let mut i = value_start.saturating_add(1);
+    Ok(value_start.saturating_add(1))
+}
+
+/// Where the string whose text starts at `start` in `json` ends: its closing quote, past any
+/// escape; `None` when the text ends first.
+pub fn string_end(json: &[u8], start: usize) -> Option<usize> {
+    let mut i = start;
     while let Some(byte) = json.get(i) {
         match byte {
             b'\\' => i = i.saturating_add(2),
-            b'"' => return Value::String(value_start, i.saturating_add(1)),
+            b'"' => return Some(i),
             _ => i = i.saturating_add(1),
         }
     }
-    Value::Incomplete
+    None
 }
 
 /// `json` with its `model` value replaced by `model` (a JSON string literal), or `None` when it
