@@ -212,6 +212,11 @@ impl ServiceFactory for GatewayFactory {
             Some(metrics) => metrics.register_worker(label),
             None => aisix_obs::metrics::set_current_worker(label),
         }
+        // A worker's OTLP queue is made as it starts, not in its first traced request. (A
+        // shared runtime's threads, blocking ones among them, make theirs when they trace.)
+        if self.common.otel.is_some() && worker.mode == Mode::ThreadPerCore {
+            crate::otel::prepare();
+        }
     }
 
     fn make_service(&self, worker: &WorkerContext) -> Gateway {

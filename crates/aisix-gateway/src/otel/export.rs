@@ -123,7 +123,8 @@ impl Running {
 
 impl Exporter {
     /// The exporter `config` asks for, `None` when export is off. Installs the queues' hub:
-    /// from here on, each worker's first traced request opens its queue.
+    /// from here on, each worker opens its queue as it starts (a shared runtime's threads, on
+    /// their first traced request).
     pub fn new(config: &OtlpConfig) -> Result<Option<Self>, ExporterError> {
         if !config.enabled {
             return Ok(None);

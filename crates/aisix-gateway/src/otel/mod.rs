@@ -34,6 +34,7 @@ use crate::snapshot::DirectRoute;
 
 pub(crate) use context::{SpanId, TraceId};
 pub use export::{Exporter, Running};
+pub(crate) use queue::prepare;
 pub(crate) use record::{Attempts, Facts, Id, Path, finish};
 
 /// What a worker needs to trace its requests; fixed at startup.

@@ -1,12 +1,13 @@
-//! The bounded queues between the workers and the exporter: one per worker thread, created on
-//! the thread's first traced request and announced to the exporter then. A request's end only
+//! The bounded queues between the workers and the exporter: one per worker thread, created as
+//! a thread-per-core worker starts (another thread: on its first traced request) and announced
+//! to the exporter then. A request's end only
 //! tries to put its record in its own thread's queue: no lock is shared between workers, and a
 //! full queue drops the record and counts it (`aisix_otel_dropped_total{signal}`), never waits.
 //! Once per batch's worth of records put (a count local to the thread, not a look at the
 //! queue), the worker wakes the exporter so it drains the queues between its timed collections.
 //!
-//! A queue is a ring of `queue_size` slots (crossbeam's `ArrayQueue`, made when the worker
-//! first needs it, 16 bytes a slot): the worker puts with one compare-and-swap, the exporter
+//! A queue is a ring of `queue_size` slots (crossbeam's `ArrayQueue`, 16 bytes a slot, made by
+//! [`prepare`] or [`push`]): the worker puts with one compare-and-swap, the exporter
 //! takes with one, and a full ring refuses. Nothing on either side waits or takes a lock; the
 //! exporter is woken by [`Hub::wake`], not by the ring. (tokio's channels did the same with a
 //! list of blocks and a count or semaphore beside it, which cost more each way.)
@@ -68,6 +69,19 @@ thread_local! {
 /// Installs the hub; false when one is already installed (one exporter per process).
 pub(super) fn install(hub: Hub) -> bool {
     HUB.set(hub).is_ok()
+}
+
+/// Makes this thread's queue now, when export is on and it has none: a worker starting makes
+/// its ring (up to 16 MiB at the largest `queue_size`) before it serves, not in its first
+/// traced request.
+pub(crate) fn prepare() {
+    let _ = QUEUE.try_with(|queue| {
+        if let Ok(mut queue) = queue.try_borrow_mut()
+            && queue.is_none()
+        {
+            *queue = open();
+        }
+    });
 }
 
 /// Puts `trace` in this thread's queue, or drops and counts it when the queue is full;
@@ -151,6 +165,28 @@ mod tests {
             &http::HeaderMap::new(),
             tokio::time::Instant::now(),
         )
+    }
+
+    #[test]
+    fn a_thread_s_queue_is_made_when_it_prepares_and_once() {
+        let (announce, _announced) = tokio::sync::mpsc::unbounded_channel();
+        // The process's one hub: installed here unless another test did first.
+        install(Hub {
+            announce,
+            size: 4,
+            wake_every: 2,
+            wake: Arc::new(Notify::new()),
+        });
+        std::thread::spawn(|| {
+            let ring = || QUEUE.with_borrow(|queue| queue.as_ref().map(|l| l.ring.clone()));
+            assert!(ring().is_none(), "a new thread has no queue");
+            prepare();
+            let made = ring().expect("made before any request");
+            prepare();
+            assert!(Arc::ptr_eq(&made, &ring().unwrap()), "made once");
+        })
+        .join()
+        .unwrap();
     }
 
     #[tokio::test]
