@@ -21,14 +21,28 @@ pub enum Compression {
     None,
 }
 
+/// How export requests travel (`observability.otlp.protocol`, `OTEL_EXPORTER_OTLP_PROTOCOL`):
+/// OTLP/HTTP with protobuf bodies (the default, a collector's port 4318), or OTLP/gRPC (its
+/// port 4317: HTTP/2, the same protobuf messages in gRPC's framing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    HttpProtobuf,
+    Grpc,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OtlpConfig {
     /// `observability.otlp.enabled` (default off).
     pub enabled: bool,
-    /// Where spans go (`<endpoint>/v1/traces`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`);
-    /// `None` when `signals` leaves traces out.
+    pub protocol: Protocol,
+    /// Where spans go (`<endpoint>/v1/traces`, or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`; over
+    /// gRPC, the endpoint and the trace service's method,
+    /// `/opentelemetry.proto.collector.trace.v1.TraceService/Export`); `None` when `signals`
+    /// leaves traces out.
     pub traces_url: Option<String>,
-    /// Where usage events go (`<endpoint>/v1/logs`); `None` when `signals` leaves logs out.
+    /// Where usage events go (`<endpoint>/v1/logs`; over gRPC, the endpoint and
+    /// `/opentelemetry.proto.collector.logs.v1.LogsService/Export`); `None` when `signals`
+    /// leaves logs out.
     pub logs_url: Option<String>,
     /// Sent with every export (an API key for a hosted backend): values print as `***`.
     pub headers: Vec<(String, Secret)>,
@@ -55,12 +69,19 @@ pub struct OtlpConfig {
 
 impl OtlpConfig {
     pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318";
+    /// A collector's OTLP/gRPC port, where `protocol: grpc` sends by default.
+    pub const DEFAULT_GRPC_ENDPOINT: &str = "http://localhost:4317";
+    /// The gRPC methods export requests call, after the endpoint.
+    pub const GRPC_TRACES_METHOD: &str =
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+    pub const GRPC_LOGS_METHOD: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
 }
 
 impl Default for OtlpConfig {
     fn default() -> Self {
         Self {
             enabled: false,
+            protocol: Protocol::HttpProtobuf,
             traces_url: Some(format!("{}/v1/traces", Self::DEFAULT_ENDPOINT)),
             logs_url: Some(format!("{}/v1/logs", Self::DEFAULT_ENDPOINT)),
             headers: Vec::new(),

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::Duration;
 
-use aisix_config::{Bootstrap, Compression, ConfigErrors, load_bootstrap};
+use aisix_config::{Bootstrap, Compression, ConfigErrors, OtlpConfig, Protocol, load_bootstrap};
 
 fn load(yaml: &str, vars: &[(&str, &str)]) -> Result<Bootstrap, ConfigErrors> {
     let dir = tempfile::tempdir().unwrap();
@@ -131,7 +131,7 @@ fn otel_sdk_disabled_turns_export_off() {
 fn bad_otlp_settings_are_all_reported_without_echoing_secrets() {
     let errors = load(
         "observability:\n  otlp:\n    enabled: true\n    endpoint: collector:4318\n\
-         \x20   protocol: grpc\n    sample_ratio: 1.5\n    signals: [traces, metrics]\n\
+         \x20   protocol: thrift\n    sample_ratio: 1.5\n    signals: [traces, metrics]\n\
          \x20   compression: zstd\n    queue_size: 0\n    timeout: soon\n    headers:\n\
          \x20     authorization: \"Bearer sk-secret\\n\"\n    colour: blue\n",
         &[],
@@ -140,7 +140,7 @@ fn bad_otlp_settings_are_all_reported_without_echoing_secrets() {
     let all = messages(&errors).join("\n");
     for needle in [
         "observability.otlp.endpoint",
-        "observability.otlp.protocol: grpc is not supported",
+        "observability.otlp.protocol: expected http/protobuf or grpc",
         "observability.otlp.sample_ratio",
         "observability.otlp.signals: unknown signal",
         "observability.otlp.compression",
@@ -164,4 +164,62 @@ fn a_bad_otel_variable_is_named_as_the_origin() {
     let all = messages(&errors).join("\n");
     assert!(all.contains("http/json is not supported"), "{all}");
     assert!(all.contains("OTEL_EXPORTER_OTLP_PROTOCOL"), "{all}");
+}
+
+#[test]
+fn grpc_sends_to_the_collector_s_address_and_its_services_methods() {
+    let traces = OtlpConfig::GRPC_TRACES_METHOD;
+    let logs = OtlpConfig::GRPC_LOGS_METHOD;
+    assert_eq!(
+        traces,
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+    );
+    // By default, a collector's gRPC port on this host.
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n    protocol: grpc\n",
+        &[],
+    )
+    .unwrap();
+    let otlp = config.observability.otlp;
+    assert_eq!(otlp.protocol, Protocol::Grpc);
+    assert_eq!(
+        otlp.traces_url.as_deref(),
+        Some(format!("http://localhost:4317{traces}").as_str())
+    );
+    assert_eq!(
+        otlp.logs_url.as_deref(),
+        Some(format!("http://localhost:4317{logs}").as_str())
+    );
+    // The standard variables: the protocol, the endpoint, and a signal's own endpoint, which
+    // over gRPC is an address like the others (its method follows it).
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317/"),
+            ("OTEL_EXPORTER_OTLP_LOGS_ENDPOINT", "http://logs:4317"),
+        ],
+    )
+    .unwrap();
+    let otlp = config.observability.otlp;
+    assert_eq!(otlp.protocol, Protocol::Grpc);
+    assert_eq!(
+        otlp.traces_url.as_deref(),
+        Some(format!("https://collector:4317{traces}").as_str())
+    );
+    assert_eq!(
+        otlp.logs_url.as_deref(),
+        Some(format!("http://logs:4317{logs}").as_str())
+    );
+    // Over HTTP, a signal's own endpoint is its whole URL, as before.
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://t:4318/custom")],
+    )
+    .unwrap();
+    assert_eq!(config.observability.otlp.protocol, Protocol::HttpProtobuf);
+    assert_eq!(
+        config.observability.otlp.traces_url.as_deref(),
+        Some("http://t:4318/custom")
+    );
 }

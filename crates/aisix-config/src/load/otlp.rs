@@ -9,7 +9,7 @@ use config::{Value, ValueKind};
 use super::Reader;
 use crate::duration::Unit;
 use crate::error::Origin;
-use crate::otlp::{Compression, OtlpConfig, Signal};
+use crate::otlp::{Compression, OtlpConfig, Protocol, Signal};
 use crate::resources::Secret;
 
 /// The standard variables read here, by the OpenTelemetry specification's names.
@@ -138,17 +138,21 @@ pub(super) fn read(r: &mut Reader<'_>) -> OtlpConfig {
         .is_some_and(|(v, _)| v.eq_ignore_ascii_case("true"));
     let enabled = r.bool("observability.otlp.enabled").unwrap_or(d.enabled) && !disabled;
 
-    if let Some((protocol, origin)) = r.string_or_otel("observability.otlp.protocol", PROTOCOL) {
-        let message = match protocol.as_str() {
-            "http/protobuf" => None,
-            "grpc" => Some("grpc is not supported; use http/protobuf (the collector's port 4318)"),
-            "http/json" => Some("http/json is not supported; use http/protobuf"),
-            _ => Some("expected http/protobuf"),
-        };
-        if let Some(message) = message {
-            r.error("observability.otlp.protocol", message, origin);
-        }
-    }
+    let protocol = match r.string_or_otel("observability.otlp.protocol", PROTOCOL) {
+        None => d.protocol,
+        Some((protocol, origin)) => match protocol.as_str() {
+            "http/protobuf" => Protocol::HttpProtobuf,
+            "grpc" => Protocol::Grpc,
+            other => {
+                let message = match other {
+                    "http/json" => "http/json is not supported; use http/protobuf or grpc",
+                    _ => "expected http/protobuf or grpc",
+                };
+                r.error("observability.otlp.protocol", message, origin);
+                d.protocol
+            }
+        },
+    };
 
     let signals = read_signals(r);
     let configured = r.string("observability.otlp.endpoint");
@@ -157,15 +161,27 @@ pub(super) fn read(r: &mut Reader<'_>) -> OtlpConfig {
         if !signals.contains(&signal) {
             return None;
         }
-        let (name, own_var) = match signal {
-            Signal::Traces => ("traces", TRACES_ENDPOINT),
-            Signal::Logs => ("logs", LOGS_ENDPOINT),
+        let (name, own_var, method) = match signal {
+            Signal::Traces => ("traces", TRACES_ENDPOINT, OtlpConfig::GRPC_TRACES_METHOD),
+            Signal::Logs => ("logs", LOGS_ENDPOINT, OtlpConfig::GRPC_LOGS_METHOD),
+        };
+        // Over HTTP the signal's path is joined to the endpoint, and a signal's own variable
+        // is its whole URL; over gRPC every endpoint is a collector's address, and the
+        // service's method follows it.
+        let join = |base: &str| match protocol {
+            Protocol::HttpProtobuf => joined(base, name),
+            Protocol::Grpc => format!("{}{method}", base.trim_end_matches('/')),
+        };
+        let default = match protocol {
+            Protocol::HttpProtobuf => OtlpConfig::DEFAULT_ENDPOINT,
+            Protocol::Grpc => OtlpConfig::DEFAULT_GRPC_ENDPOINT,
         };
         let (url, origin) = match (&configured, r.otel(own_var), r.otel(ENDPOINT)) {
-            (Some(base), _, _) => (joined(base, name), endpoint_origin.clone()),
-            (None, Some((url, origin)), _) => (url, origin),
-            (None, None, Some((base, origin))) => (joined(&base, name), origin),
-            (None, None, None) => (joined(OtlpConfig::DEFAULT_ENDPOINT, name), Origin::Unknown),
+            (Some(base), _, _) => (join(base), endpoint_origin.clone()),
+            (None, Some((url, origin)), _) if protocol == Protocol::HttpProtobuf => (url, origin),
+            (None, Some((base, origin)), _) => (join(&base), origin),
+            (None, None, Some((base, origin))) => (join(&base), origin),
+            (None, None, None) => (join(default), Origin::Unknown),
         };
         match check_url(&url) {
             Ok(()) => Some(url),
@@ -271,6 +287,7 @@ pub(super) fn read(r: &mut Reader<'_>) -> OtlpConfig {
 
     OtlpConfig {
         enabled,
+        protocol,
         traces_url,
         logs_url,
         headers,
