@@ -1,6 +1,7 @@
 //! The exporter: one task on the control runtime (never a worker) that drains the workers'
-//! queues into batches and sends each as OTLP protobuf, compressed, to the collector, trying
-//! again after a transport error, a timeout or a 429/502/503/504. A batch goes when it is full
+//! queues into batches and sends each as OTLP protobuf, compressed, to the collector (over
+//! OTLP/HTTP, or OTLP/gRPC: [`super::grpc`]), trying again after a transport error, a timeout,
+//! a 429/502/503/504 or a retryable gRPC status. A batch goes when it is full
 //! (a worker wakes the exporter once per batch's worth of records) or when `interval` has
 //! passed since the last collection; up to [`IN_FLIGHT`] batches are sent at once. Records it
 //! could not deliver are counted in `aisix_otel_dropped_total`; the workers never wait for it,
@@ -13,9 +14,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use aisix_config::{Compression, OtlpConfig};
+use aisix_config::{Compression, OtlpConfig, Protocol};
 use bytes::{Bytes, BytesMut};
-use http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use http::header::{CONTENT_ENCODING, CONTENT_TYPE, TE, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_rustls::HttpsConnector;
@@ -29,9 +30,18 @@ use tokio::task::{JoinHandle, JoinSet};
 use aisix_obs::metrics::emit;
 
 use super::encode::Message;
+use super::grpc;
 use super::queue::{self, Hub, Queue};
 use super::spans::{self, Memo, Resource};
 use super::{Trace, Wall};
+
+/// The exporter's `User-Agent`, as the gateway's upstream requests name it.
+static EXPORTER_AGENT: HeaderValue =
+    HeaderValue::from_static(concat!("aisix/", env!("CARGO_PKG_VERSION")));
+
+/// gRPC's request headers: the export's limit, and the message's compression.
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 /// Tries per export request: the first and two more.
 const TRIES: u32 = 3;
@@ -85,6 +95,8 @@ struct Delivery {
     headers: HeaderMap,
     timeout: Duration,
     gzip: bool,
+    /// OTLP/gRPC rather than OTLP/HTTP.
+    grpc: bool,
     /// Whether the last export failed, so a collector that stays down is logged once.
     failing: AtomicBool,
 }
@@ -151,14 +163,20 @@ impl Exporter {
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
+        let grpc = config.protocol == Protocol::Grpc;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*tls).clone())
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+            .https_or_http();
+        // gRPC is HTTP/2 only: offered by ALPN over TLS, spoken from the first byte over
+        // plain TCP (as gRPC clients do, with no upgrade).
+        let connector = match grpc {
+            true => connector.enable_http2().wrap_connector(http),
+            false => connector.enable_http1().wrap_connector(http),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .pool_max_idle_per_host(IN_FLIGHT)
+            .http2_only(grpc)
             .build(connector);
         let mut attributes = vec![
             ("service.name".to_owned(), config.service_name.clone()),
@@ -193,6 +211,7 @@ impl Exporter {
                 headers,
                 timeout: config.timeout,
                 gzip: config.compression == Compression::Gzip,
+                grpc,
                 failing: AtomicBool::new(false),
             },
             interval: config.interval,
@@ -349,11 +368,50 @@ impl Buffer {
     }
 }
 
-/// One signal's export request, written and compressed, and how many records it holds.
+/// One signal's export request, written and compressed (over gRPC, framed), and how many
+/// records it holds.
 struct Body {
     signal: Signal,
     bytes: Bytes,
+    gzipped: bool,
     records: u64,
+}
+
+impl Body {
+    /// The body of `records` records of `signal` written in `written` after `head` bytes kept
+    /// for a gRPC frame's head (0 over HTTP): compressed when `gzip` asks, and framed.
+    fn of(
+        signal: Signal,
+        records: u64,
+        mut written: BytesMut,
+        (head, gzip): (usize, bool),
+    ) -> Self {
+        let gzipped = match gzip {
+            true => self::gzip(&written[head..], head),
+            false => None,
+        };
+        let compressed = gzipped.is_some();
+        let bytes = match gzipped {
+            Some(mut gzipped) => {
+                if head > 0 {
+                    grpc::frame(&mut gzipped, true);
+                }
+                Bytes::from(gzipped)
+            }
+            None => {
+                if head > 0 {
+                    grpc::frame(&mut written, false);
+                }
+                written.freeze()
+            }
+        };
+        Body {
+            signal,
+            bytes,
+            gzipped: compressed,
+            records,
+        }
+    }
 }
 
 impl Delivery {
@@ -363,23 +421,17 @@ impl Delivery {
     fn encode(&self, batch: &[Box<Trace>], buf: &mut Buffer, memo: &mut Memo) -> [Option<Body>; 2] {
         let wall = Wall::now();
         let prepared = memo.prepare(batch, &wall);
+        // A gRPC frame's head is kept before the message and filled once it is written.
+        let head = if self.grpc { grpc::HEAD } else { 0 };
         let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
             buf.make_room(signal, records);
             let mut message = Message::reusing(std::mem::take(&mut buf.bytes));
+            message.raw(&[0; grpc::HEAD][..head]);
             encode(&mut message);
             let written = message.split();
             buf.bytes = message.into_buffer();
-            buf.took(signal, written.len(), records);
-            let bytes = match self.gzip {
-                true => gzip(&written).map(Bytes::from),
-                false => None,
-            }
-            .unwrap_or_else(|| written.freeze());
-            Body {
-                signal,
-                bytes,
-                records,
-            }
+            buf.took(signal, written.len() - head, records);
+            Body::of(signal, records, written, (head, self.gzip))
         };
         let traces = self.traces.as_ref().and_then(|_| {
             let spans: u64 = batch.iter().map(|t| spans::span_count(t)).sum();
@@ -420,6 +472,7 @@ impl Delivery {
         let Body {
             signal,
             bytes,
+            gzipped,
             records,
         } = body;
         let mut failure = String::new();
@@ -427,7 +480,7 @@ impl Delivery {
             if attempt > 0 {
                 tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
             }
-            match self.send(uri, bytes.clone()).await {
+            match self.send(uri, bytes.clone(), gzipped).await {
                 Ok(()) => {
                     emit::otel_exported(signal.label(), records);
                     if self.failing.swap(false, Ordering::Relaxed) {
@@ -449,20 +502,34 @@ impl Delivery {
         }
     }
 
-    async fn send(&self, uri: &Uri, body: Bytes) -> Result<(), Failure> {
+    async fn send(&self, uri: &Uri, body: Bytes, gzipped: bool) -> Result<(), Failure> {
+        let content_type = match self.grpc {
+            true => "application/grpc",
+            false => "application/x-protobuf",
+        };
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(uri.clone())
-            .header(CONTENT_TYPE, "application/x-protobuf")
+            .header(CONTENT_TYPE, content_type)
             .body(Full::new(body))
             .map_err(|e| Failure::fatal(format!("cannot build the request: {e}")))?;
-        if self.gzip {
-            request
-                .headers_mut()
-                .insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        let headers = request.headers_mut();
+        headers.insert(USER_AGENT, EXPORTER_AGENT.clone());
+        match (self.grpc, gzipped) {
+            (true, _) => {
+                headers.insert(TE, HeaderValue::from_static("trailers"));
+                headers.insert(GRPC_TIMEOUT, grpc::timeout(self.timeout));
+                if gzipped {
+                    headers.insert(GRPC_ENCODING, HeaderValue::from_static("gzip"));
+                }
+            }
+            (false, true) => {
+                headers.insert(CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            }
+            (false, false) => {}
         }
         for (name, value) in &self.headers {
-            request.headers_mut().insert(name, value.clone());
+            headers.insert(name, value.clone());
         }
         let exchange = async {
             let response = self
@@ -470,9 +537,19 @@ impl Delivery {
                 .request(request)
                 .await
                 .map_err(|e| Failure::retry(format!("transport: {e}")))?;
-            let status = response.status();
-            // Read the answer whole, so the connection can be used again.
-            let _ = response.into_body().collect().await;
+            let (head, body) = response.into_parts();
+            // Read the answer whole, so the connection can be used again (and, over gRPC, for
+            // the status in its trailers).
+            let collected = body.collect().await;
+            if self.grpc {
+                let collected = collected.map_err(|e| Failure::retry(format!("transport: {e}")))?;
+                return match grpc::answer(head.status, &head.headers, collected.trailers()) {
+                    grpc::Answer::Delivered => Ok(()),
+                    grpc::Answer::Retry(why) => Err(Failure::retry(why)),
+                    grpc::Answer::Fatal(why) => Err(Failure::fatal(why)),
+                };
+            }
+            let status = head.status;
             match status.as_u16() {
                 200..=299 => Ok(()),
                 429 | 502 | 503 | 504 => Err(Failure::retry(format!("status {status}"))),
@@ -500,11 +577,11 @@ impl Failure {
     }
 }
 
-fn gzip(body: &[u8]) -> Option<Vec<u8>> {
-    let mut encoder = flate2::write::GzEncoder::new(
-        Vec::with_capacity(body.len() / 4),
-        flate2::Compression::fast(),
-    );
+/// `body` compressed, after `head` bytes kept for a frame's head.
+fn gzip(body: &[u8], head: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(head + body.len() / 4);
+    out.resize(head, 0);
+    let mut encoder = flate2::write::GzEncoder::new(out, flate2::Compression::fast());
     encoder.write_all(body).ok()?;
     encoder.finish().ok()
 }
@@ -512,6 +589,48 @@ fn gzip(body: &[u8]) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_body_is_the_message_gzipped_or_not_and_over_grpc_framed_with_its_flag_and_length() {
+        use std::io::Read;
+        let message = b"\x0a\x03abc-an-export-request".repeat(40);
+        let gunzip = |bytes: &[u8]| {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(bytes)
+                .read_to_end(&mut out)
+                .unwrap();
+            out
+        };
+        let written = |head: usize| {
+            let mut buf = BytesMut::new();
+            buf.extend_from_slice(&[0; grpc::HEAD][..head]);
+            buf.extend_from_slice(&message);
+            buf
+        };
+        // OTLP/HTTP: the message, or the message gzipped.
+        let plain = Body::of(Signal::Traces, 3, written(0), (0, false));
+        assert_eq!(
+            (&plain.bytes[..], plain.gzipped, plain.records),
+            (&message[..], false, 3)
+        );
+        let gzipped = Body::of(Signal::Logs, 3, written(0), (0, true));
+        assert!(gzipped.gzipped && gzipped.bytes.len() < message.len());
+        assert_eq!(gunzip(&gzipped.bytes), message);
+        // OTLP/gRPC: a frame's head (the compressed flag, the big-endian length), then the
+        // message as it would go over HTTP.
+        for gzip in [false, true] {
+            let body = Body::of(Signal::Traces, 3, written(grpc::HEAD), (grpc::HEAD, gzip));
+            let (head, rest) = body.bytes.split_at(grpc::HEAD);
+            assert_eq!(head[0], u8::from(gzip));
+            assert_eq!(
+                u32::from_be_bytes(head[1..].try_into().unwrap()) as usize,
+                rest.len()
+            );
+            let sent = if gzip { gunzip(rest) } else { rest.to_vec() };
+            assert_eq!(sent, message, "gzip {gzip}");
+            assert_eq!(body.gzipped, gzip);
+        }
+    }
 
     #[test]
     fn a_buffer_is_given_each_signal_s_room_before_writing_and_replaced_when_short_of_it() {

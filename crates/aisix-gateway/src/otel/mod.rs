@@ -16,6 +16,7 @@
 mod context;
 mod encode;
 pub mod export;
+mod grpc;
 mod queue;
 mod record;
 mod spans;
