@@ -5,7 +5,12 @@ generated classes (the `opentelemetry-proto` package), and appends one JSON line
 log record to the file named by OTLP_RECORD, with the resource's attributes and the peer port.
 While a file named `refuse` exists in the working directory, every export is answered 503.
 
+With `grpc`, it serves OTLP/gRPC instead (the collector's TraceService and LogsService, with the
+stubs opentelemetry-proto generates, on grpcio), on an ephemeral port it names in its startup
+line; while `refuse` exists, every export is answered UNAVAILABLE.
+
 Usage: python otlp_receiver.py <listening fd>
+       python otlp_receiver.py grpc
 """
 
 import gzip
@@ -50,6 +55,38 @@ def write(lines):
             out.write(json.dumps(line) + "\n")
 
 
+def span_lines(request, common):
+    lines = []
+    for rs in request.resource_spans:
+        resource = attributes(rs.resource.attributes)
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                lines.append(dict(common, signal="traces", resource=resource,
+                                  scope=ss.scope.name,
+                                  trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
+                                  parent_span_id=span.parent_span_id.hex(),
+                                  trace_state=span.trace_state, name=span.name,
+                                  kind=span.kind, start=span.start_time_unix_nano,
+                                  end=span.end_time_unix_nano, flags=span.flags,
+                                  status_code=span.status.code,
+                                  attributes=attributes(span.attributes)))
+    return lines
+
+
+def log_lines(request, common):
+    lines = []
+    for rl in request.resource_logs:
+        resource = attributes(rl.resource.attributes)
+        for sl in rl.scope_logs:
+            for log in sl.log_records:
+                lines.append(dict(common, signal="logs", resource=resource,
+                                  trace_id=log.trace_id.hex(), span_id=log.span_id.hex(),
+                                  time=log.time_unix_nano, severity=log.severity_number,
+                                  event_name=log.event_name, body=value(log.body),
+                                  attributes=attributes(log.attributes)))
+    return lines
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -78,36 +115,12 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/v1/traces":
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
-            lines = []
-            for rs in request.resource_spans:
-                resource = attributes(rs.resource.attributes)
-                for ss in rs.scope_spans:
-                    for span in ss.spans:
-                        lines.append(dict(common, signal="traces", resource=resource,
-                                          scope=ss.scope.name,
-                                          trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
-                                          parent_span_id=span.parent_span_id.hex(),
-                                          trace_state=span.trace_state, name=span.name,
-                                          kind=span.kind, start=span.start_time_unix_nano,
-                                          end=span.end_time_unix_nano, flags=span.flags,
-                                          status_code=span.status.code,
-                                          attributes=attributes(span.attributes)))
-            write(lines)
+            write(span_lines(request, common))
             self.answer(200, ExportTraceServiceResponse().SerializeToString())
         elif self.path == "/v1/logs":
             request = ExportLogsServiceRequest()
             request.ParseFromString(body)
-            lines = []
-            for rl in request.resource_logs:
-                resource = attributes(rl.resource.attributes)
-                for sl in rl.scope_logs:
-                    for log in sl.log_records:
-                        lines.append(dict(common, signal="logs", resource=resource,
-                                          trace_id=log.trace_id.hex(), span_id=log.span_id.hex(),
-                                          time=log.time_unix_nano, severity=log.severity_number,
-                                          event_name=log.event_name, body=value(log.body),
-                                          attributes=attributes(log.attributes)))
-            write(lines)
+            write(log_lines(request, common))
             self.answer(200, ExportLogsServiceResponse().SerializeToString())
         else:
             self.answer(404)
@@ -122,7 +135,46 @@ class Server(ThreadingHTTPServer):
         self.socket = socket.socket(fileno=fd)
 
 
+def serve_grpc():
+    """OTLP/gRPC: the collector's TraceService and LogsService, served by grpcio with the
+    stubs opentelemetry-proto generates. Binds an ephemeral port itself (grpcio takes no
+    socket) and names it in the startup line."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+
+    def common(context):
+        metadata = dict(context.invocation_metadata())
+        if os.path.exists("refuse"):
+            context.abort(grpc.StatusCode.UNAVAILABLE, "the receiver refuses")
+        return {"peer": context.peer(), "encoding": metadata.get("grpc-encoding"),
+                "user_agent": metadata.get("user-agent"), "protocol": "grpc"}
+
+    class Traces(trace_service_pb2_grpc.TraceServiceServicer):
+        def Export(self, request, context):
+            write(span_lines(request, common(context)))
+            return ExportTraceServiceResponse()
+
+    class Logs(logs_service_pb2_grpc.LogsServiceServicer):
+        def Export(self, request, context):
+            write(log_lines(request, common(context)))
+            return ExportLogsServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
+    logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    write([{"signal": "startup", "port": port}])
+    server.wait_for_termination()
+
+
 if __name__ == "__main__":
-    server = Server(int(sys.argv[1]))
-    write([{"signal": "startup"}])
-    server.serve_forever()
+    if sys.argv[1] == "grpc":
+        serve_grpc()
+    else:
+        server = Server(int(sys.argv[1]))
+        write([{"signal": "startup"}])
+        server.serve_forever()

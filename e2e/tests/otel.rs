@@ -211,7 +211,7 @@ both_modes! {
         assert_eq!(reply.status, 200, "{}", reply.text());
 
         let (server, attempts) = trace_of(&receiver, "otel-fallback", 3);
-        assert_eq!(server["encoding"], "gzip");
+        assert_eq!(server["encoding"], "gzip", "{server:#}");
         assert_eq!(server["parent_span_id"], "", "a root span");
         assert_eq!(attr(&server, "gen_ai.request.model"), "chat");
         assert_eq!(attr(&server, "gen_ai.response.model"), "up-backup");
@@ -535,5 +535,73 @@ both_modes! {
         assert_eq!(attr(&streamed, "aisix.stream"), true);
         // An unpriced model's request carries no cost.
         assert!(attr(&streamed, "aisix.cost_usd").is_null(), "{streamed:#}");
+    }
+}
+
+both_modes! {
+    async fn an_otlp_grpc_collector_receives_the_spans_and_usage_events_compressed_or_not(mode: Mode) {
+        // A collector that speaks only OTLP/gRPC: grpcio serving OpenTelemetry's own
+        // TraceService and LogsService. Gzip in this rig (grpcio decompresses before the
+        // servicer sees it; the frame's flag is pinned by a unit test, `Body::of`'s); the one
+        // after sends uncompressed.
+        let receiver = Receiver::start_grpc();
+        let rig = start(mode, &receiver, &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip"),
+        ]);
+        let traceparent = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
+        let reply = traced_chat(&rig, "primary", "otel-grpc", Some(&traceparent)).await;
+        assert_eq!(reply.status, 200, "{}", reply.text());
+        let (server, attempts) = trace_of(&receiver, "otel-grpc", 2);
+        assert_eq!(server["protocol"], "grpc");
+        assert_eq!(server["user_agent"], format!("aisix/{}", env!("CARGO_PKG_VERSION")));
+        assert_eq!(server["trace_id"], CLIENT_TRACE);
+        assert_eq!(server["parent_span_id"], CLIENT_SPAN);
+        assert_eq!(attr(&server, "gen_ai.request.model"), "primary");
+        assert_eq!(attr(&server, "http.response.status_code"), 200);
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        assert_eq!(attr(&attempts[0], "aisix.model"), "primary");
+        let logs = receiver.wait_for("logs", WAIT, |logs| {
+            logs.iter().any(|l| attr(l, "aisix.request_id") == "otel-grpc")
+        });
+        let event = logs.iter().find(|l| attr(l, "aisix.request_id") == "otel-grpc").unwrap();
+        assert_eq!(event["span_id"], server["span_id"]);
+        assert_eq!(event["event_name"], "aisix.usage");
+        drop(rig);
+
+        // Uncompressed; the collector answering UNAVAILABLE (a retryable status) loses
+        // records, counted, and none of the requests; once it accepts again, export resumes.
+        let rig = start(mode, &receiver, &[
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("AISIX_OBSERVABILITY__OTLP__TIMEOUT", "500ms"),
+        ]);
+        assert_eq!(traced_chat(&rig, "primary", "otel-grpc-plain", None).await.status, 200);
+        trace_of(&receiver, "otel-grpc-plain", 2);
+        receiver.refuse(true);
+        for n in 0..5 {
+            let reply = traced_chat(&rig, "primary", &format!("otel-grpc-refused-{n}"), None).await;
+            assert_eq!(reply.status, 200, "{}", reply.text());
+        }
+        let deadline = std::time::Instant::now() + WAIT;
+        while dropped(&rig, "traces").await < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "no drop counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        receiver.refuse(false);
+        let deadline = std::time::Instant::now() + WAIT;
+        for n in 0.. {
+            let id = format!("otel-grpc-after-{n}");
+            assert_eq!(traced_chat(&rig, "primary", &id, None).await.status, 200);
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == id.as_str()) {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "export did not resume");
+        }
+        let refused = receiver.records("traces");
+        assert!(
+            !refused.iter().any(|s| attr(s, "aisix.request_id").as_str().is_some_and(|id| id.starts_with("otel-grpc-refused-"))),
+            "a refused export was recorded"
+        );
     }
 }

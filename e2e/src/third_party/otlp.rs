@@ -1,7 +1,8 @@
 //! An OTLP/HTTP receiver built on OpenTelemetry's own protobuf definitions
 //! (`e2e/python/otlp_receiver.py`, the `opentelemetry-proto` package): it records every span
 //! and log record it decodes, and can be stalled (SIGSTOP), stopped (its port closed), and
-//! made to refuse (503) to test the exporter's faults.
+//! made to refuse (503) to test the exporter's faults. [`Receiver::start_grpc`] starts it as
+//! an OTLP/gRPC collector instead (grpcio, with opentelemetry-proto's service stubs).
 
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::AsRawFd;
@@ -40,13 +41,40 @@ impl Receiver {
         receiver
     }
 
+    /// Starts the receiver as an OTLP/gRPC collector, on a 127.0.0.1 port it binds itself
+    /// (grpcio takes no socket), and waits until it serves. It cannot be stopped and
+    /// restarted.
+    pub fn start_grpc() -> Receiver {
+        let dir = tempfile::tempdir().expect("temp dir for the OTLP receiver");
+        let mut receiver = Receiver {
+            process: None,
+            listener: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            dir,
+        };
+        receiver.process = Some(receiver.run("grpc", None));
+        let port = json_lines(&receiver.record_path())
+            .iter()
+            .find_map(|l| l["port"].as_u64())
+            .expect("the gRPC receiver names its port");
+        receiver.addr.set_port(u16::try_from(port).expect("a port"));
+        receiver
+    }
+
     fn spawn(&mut self, listener: TcpListener) {
         let fd = listener.as_raw_fd();
+        self.process = Some(self.run(&fd.to_string(), Some(fd)));
+        self.listener = Some(listener);
+    }
+
+    /// Runs the receiver script with `arg` (a listening fd, passed on, or `grpc`) until it
+    /// has written its startup line.
+    fn run(&self, arg: &str, fd: Option<i32>) -> ServerProcess {
         let mut command = Command::new(sdk::python());
         command
             .current_dir(self.dir.path())
             .arg(sdk::python_dir().join("otlp_receiver.py"))
-            .arg(fd.to_string())
+            .arg(arg)
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("PYTHONUNBUFFERED", "1")
             .env("OTLP_RECORD", self.record_path());
@@ -55,7 +83,7 @@ impl Receiver {
             "otlp receiver",
             command,
             &self.dir.path().join("receiver.log"),
-            Some(fd),
+            fd,
         );
         let record = self.record_path();
         process.wait_until("serving", || {
@@ -65,8 +93,7 @@ impl Receiver {
                 .count()
                 > before
         });
-        self.process = Some(process);
-        self.listener = Some(listener);
+        process
     }
 
     fn startups(&self) -> usize {
