@@ -116,6 +116,28 @@ fn trace_of(receiver: &Receiver, id: &str, spans: usize) -> (Value, Vec<Value>) 
     (server, attempts)
 }
 
+/// Sends requests tagged `<prefix>-<n>` until one of them reaches `receiver` (export resumed),
+/// each answered 200; panics after [`WAIT`].
+async fn until_exported(rig: &Rig, receiver: &Receiver, prefix: &str) {
+    let deadline = std::time::Instant::now() + WAIT;
+    for n in 0.. {
+        let id = format!("{prefix}-{n}");
+        assert_eq!(traced_chat(rig, "primary", &id, None).await.status, 200);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if receiver
+            .records("traces")
+            .iter()
+            .any(|s| attr(s, "aisix.request_id") == id.as_str())
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{prefix}: export did not resume"
+        );
+    }
+}
+
 async fn dropped(rig: &Rig, signal: &str) -> f64 {
     sample(
         &rig.scrape().await,
@@ -352,18 +374,8 @@ both_modes! {
                 _ => receiver.refuse(false),
             }
             // Records queued while the receiver was away may fill the queues until the exporter
-            // has worked through them (a stalled try waits out its timeout first): requests go
-            // on until one of them is exported.
-            let deadline = std::time::Instant::now() + WAIT;
-            for n in 0.. {
-                let id = format!("otel-after-{fault}-{n}");
-                assert_eq!(traced_chat(&rig, "primary", &id, None).await.status, 200);
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                if receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == id.as_str()) {
-                    break;
-                }
-                assert!(std::time::Instant::now() < deadline, "{fault}: export did not resume");
-            }
+            // has worked through them (a stalled try waits out its timeout first).
+            until_exported(&rig, &receiver, &format!("otel-after-{fault}")).await;
         }
     }
 }
@@ -588,16 +600,7 @@ both_modes! {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         receiver.refuse(false);
-        let deadline = std::time::Instant::now() + WAIT;
-        for n in 0.. {
-            let id = format!("otel-grpc-after-{n}");
-            assert_eq!(traced_chat(&rig, "primary", &id, None).await.status, 200);
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == id.as_str()) {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "export did not resume");
-        }
+        until_exported(&rig, &receiver, "otel-grpc-after").await;
         let refused = receiver.records("traces");
         assert!(
             !refused.iter().any(|s| attr(s, "aisix.request_id").as_str().is_some_and(|id| id.starts_with("otel-grpc-refused-"))),
