@@ -9,8 +9,10 @@ With `grpc`, it serves OTLP/gRPC instead (the collector's TraceService and LogsS
 stubs opentelemetry-proto generates, on grpcio), on an ephemeral port it names in its startup
 line; while `refuse` exists, every export is answered UNAVAILABLE.
 
+With `grpc-tls`, over TLS (cert.pem and key.pem in its working directory).
+
 Usage: python otlp_receiver.py <listening fd>
-       python otlp_receiver.py grpc
+       python otlp_receiver.py grpc|grpc-tls
 """
 
 import gzip
@@ -135,7 +137,7 @@ class Server(ThreadingHTTPServer):
         self.socket = socket.socket(fileno=fd)
 
 
-def serve_grpc():
+def serve_grpc(tls):
     """OTLP/gRPC: the collector's TraceService and LogsService, served by grpcio with the
     stubs opentelemetry-proto generates. Binds an ephemeral port itself (grpcio takes no
     socket) and names it in the startup line."""
@@ -149,8 +151,10 @@ def serve_grpc():
         metadata = dict(context.invocation_metadata())
         if os.path.exists("refuse"):
             context.abort(grpc.StatusCode.UNAVAILABLE, "the receiver refuses")
+        security = context.auth_context().get("transport_security_type", [b""])[0]
         return {"peer": context.peer(), "encoding": metadata.get("grpc-encoding"),
-                "user_agent": metadata.get("user-agent"), "protocol": "grpc"}
+                "user_agent": metadata.get("user-agent"), "protocol": "grpc",
+                "transport_security": security.decode()}
 
     class Traces(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
@@ -165,15 +169,22 @@ def serve_grpc():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)
     logs_service_pb2_grpc.add_LogsServiceServicer_to_server(Logs(), server)
-    port = server.add_insecure_port("127.0.0.1:0")
+    if tls:
+        # cert.pem and key.pem in the working directory: written by the test, which trusts
+        # the certificate (for localhost) through SSL_CERT_FILE.
+        with open("key.pem", "rb") as key, open("cert.pem", "rb") as cert:
+            credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+        port = server.add_secure_port("127.0.0.1:0", credentials)
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     write([{"signal": "startup", "port": port}])
     server.wait_for_termination()
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "grpc":
-        serve_grpc()
+    if sys.argv[1] in ("grpc", "grpc-tls"):
+        serve_grpc(sys.argv[1] == "grpc-tls")
     else:
         server = Server(int(sys.argv[1]))
         write([{"signal": "startup"}])

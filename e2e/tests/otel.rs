@@ -608,3 +608,49 @@ both_modes! {
         );
     }
 }
+
+both_modes! {
+    async fn an_otlp_grpc_collector_over_tls_is_reached_by_alpn_h2_with_its_certificate_verified(mode: Mode) {
+        // grpcio over TLS with a certificate for localhost, which the gateway trusts through
+        // SSL_CERT_FILE (the system store honours it): the exporter's client offers `h2` by
+        // ALPN and verifies the certificate against the name it dialled.
+        let receiver = Receiver::start_grpc_tls();
+        let endpoint = format!("https://localhost:{}", receiver.addr.port());
+        let cert = receiver.certificate();
+        let rig = Rig::start(mode, FAILOVER, &[
+            ("AISIX_OBSERVABILITY__OTLP__ENABLED", "true"),
+            ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "100ms"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("SSL_CERT_FILE", cert.to_str().unwrap()),
+        ]);
+        assert_eq!(traced_chat(&rig, "primary", "otel-grpc-tls", None).await.status, 200);
+        let (server, attempts) = trace_of(&receiver, "otel-grpc-tls", 2);
+        assert_eq!(server["protocol"], "grpc");
+        assert_eq!(server["transport_security"], "ssl");
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        receiver.wait_for("logs", WAIT, |logs| {
+            logs.iter().any(|l| attr(l, "aisix.request_id") == "otel-grpc-tls")
+        });
+        assert_eq!(dropped(&rig, "traces").await, 0.0);
+        drop(rig);
+
+        // Without the certificate trusted, nothing is sent: the records are dropped and
+        // counted, and the request is answered as ever.
+        let untrusting = Rig::start(mode, FAILOVER, &[
+            ("AISIX_OBSERVABILITY__OTLP__ENABLED", "true"),
+            ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "100ms"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ]);
+        assert_eq!(traced_chat(&untrusting, "primary", "otel-grpc-untrusted", None).await.status, 200);
+        let deadline = std::time::Instant::now() + WAIT;
+        while dropped(&untrusting, "traces").await < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "an untrusted collector was sent to");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == "otel-grpc-untrusted")
+        );
+    }
+}

@@ -45,14 +45,33 @@ impl Receiver {
     /// (grpcio takes no socket), and waits until it serves. It cannot be stopped and
     /// restarted.
     pub fn start_grpc() -> Receiver {
+        Self::grpc(false)
+    }
+
+    /// [`Receiver::start_grpc`] over TLS, with a new self-signed certificate for `localhost`
+    /// ([`Receiver::certificate`]).
+    pub fn start_grpc_tls() -> Receiver {
+        Self::grpc(true)
+    }
+
+    /// The certificate a TLS receiver serves, to trust (`SSL_CERT_FILE`).
+    pub fn certificate(&self) -> PathBuf {
+        self.dir.path().join("cert.pem")
+    }
+
+    fn grpc(tls: bool) -> Receiver {
         let dir = tempfile::tempdir().expect("temp dir for the OTLP receiver");
+        if tls {
+            crate::tls::self_signed(dir.path());
+        }
         let mut receiver = Receiver {
             process: None,
             listener: None,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             dir,
         };
-        receiver.process = Some(receiver.run("grpc", None));
+        let mode = if tls { "grpc-tls" } else { "grpc" };
+        receiver.process = Some(receiver.run(mode, None));
         let port = json_lines(&receiver.record_path())
             .iter()
             .find_map(|l| l["port"].as_u64())
