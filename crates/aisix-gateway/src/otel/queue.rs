@@ -75,18 +75,20 @@ pub(super) fn install(hub: Hub) -> bool {
 /// its ring (up to 16 MiB at the largest `queue_size`) before it serves, not in its first
 /// traced request.
 pub(crate) fn prepare() {
-    let _ = QUEUE.try_with(|queue| {
-        if let Ok(mut queue) = queue.try_borrow_mut()
-            && queue.is_none()
-        {
-            *queue = open();
-        }
-    });
+    with_local(|_| {});
 }
 
 /// Puts `trace` in this thread's queue, or drops and counts it when the queue is full;
 /// every `wake_every` records, wakes the exporter.
 pub(super) fn push(trace: Box<Trace>) {
+    with_local(|local| {
+        local.put(trace);
+    });
+}
+
+/// Runs `f` on this thread's queue, made first when it has none (nothing, when export is off
+/// or the thread is going away).
+fn with_local(f: impl FnOnce(&mut Local)) {
     let _ = QUEUE.try_with(|queue| {
         let Ok(mut queue) = queue.try_borrow_mut() else {
             return;
@@ -95,7 +97,7 @@ pub(super) fn push(trace: Box<Trace>) {
             *queue = open();
         }
         if let Some(local) = queue.as_mut() {
-            local.put(trace);
+            f(local);
         }
     });
 }
