@@ -57,11 +57,18 @@ fn seed() -> u64 {
     foldhash::fast::RandomState::default().hash_one(std::thread::current().id()) | 1
 }
 
-/// `Retry-After` as a delay in seconds; an HTTP date is not read (the wait falls back to the
-/// backoff).
+/// `Retry-After` as a delay: its seconds, or the time until its HTTP date (none for a date
+/// already past). `None` for a value that is neither.
 pub(crate) fn retry_after(value: &HeaderValue) -> Option<Duration> {
-    let secs: u64 = value.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(secs))
+    let text = value.to_str().ok()?.trim();
+    if let Ok(secs) = text.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(text).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 #[cfg(test)]
@@ -101,10 +108,25 @@ mod tests {
             retry_after(&HeaderValue::from_static(" 7")),
             Some(Duration::from_secs(7))
         );
+        // A date already past: no wait. One ahead: the time until it.
         assert_eq!(
             retry_after(&HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT")),
-            None
+            Some(Duration::ZERO)
         );
+        let ahead = std::time::SystemTime::now() + Duration::from_secs(120);
+        let value = HeaderValue::from_str(&httpdate::fmt_http_date(ahead)).unwrap();
+        let wait = retry_after(&value).unwrap();
+        assert!(
+            wait > Duration::from_secs(110) && wait <= Duration::from_secs(120),
+            "{wait:?}"
+        );
+        for nonsense in ["soon", "-3", "1.5", ""] {
+            assert_eq!(
+                retry_after(&HeaderValue::from_static(nonsense)),
+                None,
+                "{nonsense}"
+            );
+        }
     }
 
     #[test]
