@@ -11,6 +11,15 @@ line; while `refuse` exists, every export is answered UNAVAILABLE.
 
 With `grpc-tls`, over TLS (cert.pem and key.pem in its working directory).
 
+What the test asks of its answers, by files in the working directory (both protocols):
+- `partial` (JSON: `rejected`, `message`): every export is accepted with that partial success,
+  built with opentelemetry-proto's response classes;
+- `throttle` (a number of seconds): the next export is refused as a throttling collector
+  refuses, with 429 and `Retry-After` over HTTP, RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`
+  (googleapis-common-protos' classes) over gRPC; the file is then removed;
+- `exhausted`: over gRPC, every export is refused RESOURCE_EXHAUSTED with no RetryInfo.
+Every export is noted as a `try` line (its signal, its time, how it was answered).
+
 Usage: python otlp_receiver.py <listening fd>
        python otlp_receiver.py grpc|grpc-tls
 """
@@ -21,6 +30,7 @@ import os
 import socket
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
@@ -34,6 +44,35 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 RECORD = os.environ["OTLP_RECORD"]
 LOCK = threading.Lock()
+
+
+def asked(name):
+    """The contents of the file `name` the test wrote, or None. `throttle` asks for one
+    answer: it is removed as it is read."""
+    with LOCK:
+        try:
+            with open(name) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        if name == "throttle":
+            os.remove(name)
+        return text
+
+
+def partial_response(response_class, field):
+    """An accepted export's response: with the partial success the test asked for, if any."""
+    response = response_class()
+    spec = asked("partial")
+    if spec is not None:
+        spec = json.loads(spec)
+        setattr(response.partial_success, field, spec["rejected"])
+        response.partial_success.error_message = spec["message"]
+    return response
+
+
+def noted(kind, answered):
+    write([{"signal": "try", "kind": kind, "at": time.time(), "answered": answered}])
 
 
 def value(any_value):
@@ -114,18 +153,30 @@ class Handler(BaseHTTPRequestHandler):
         common = {"peer_port": peer, "encoding": encoding,
                   "user_agent": self.headers.get("user-agent"),
                   "content_type": self.headers.get("content-type")}
-        if self.path == "/v1/traces":
+        kind = {"/v1/traces": "traces", "/v1/logs": "logs"}.get(self.path)
+        if kind is None:
+            self.answer(404)
+            return
+        seconds = asked("throttle")
+        if seconds is not None:
+            noted(kind, "throttled")
+            self.send_response(429)
+            self.send_header("retry-after", seconds.strip())
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if kind == "traces":
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
             write(span_lines(request, common))
-            self.answer(200, ExportTraceServiceResponse().SerializeToString())
-        elif self.path == "/v1/logs":
+            response = partial_response(ExportTraceServiceResponse, "rejected_spans")
+        else:
             request = ExportLogsServiceRequest()
             request.ParseFromString(body)
             write(log_lines(request, common))
-            self.answer(200, ExportLogsServiceResponse().SerializeToString())
-        else:
-            self.answer(404)
+            response = partial_response(ExportLogsServiceResponse, "rejected_log_records")
+        noted(kind, "accepted")
+        self.answer(200, response.SerializeToString())
 
 
 class Server(ThreadingHTTPServer):
@@ -147,10 +198,31 @@ def serve_grpc(tls):
     from opentelemetry.proto.collector.logs.v1 import logs_service_pb2_grpc
     from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-    def common(context):
+    from google.protobuf import any_pb2
+    from google.rpc import error_details_pb2, status_pb2
+
+    def common(context, kind):
         metadata = dict(context.invocation_metadata())
         if os.path.exists("refuse"):
             context.abort(grpc.StatusCode.UNAVAILABLE, "the receiver refuses")
+        if os.path.exists("exhausted"):
+            noted(kind, "exhausted")
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota, for good")
+        seconds = asked("throttle")
+        if seconds is not None:
+            noted(kind, "throttled")
+            # What grpcio-status's `abort_with_status` sends: the status, its details in
+            # `grpc-status-details-bin` (base64 on the wire, as every `-bin` header).
+            info = error_details_pb2.RetryInfo()
+            info.retry_delay.FromSeconds(int(seconds))
+            detail = any_pb2.Any()
+            detail.Pack(info)
+            status = status_pb2.Status(code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                                       message="over quota", details=[detail])
+            context.set_trailing_metadata(
+                (("grpc-status-details-bin", status.SerializeToString()),))
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota")
+        noted(kind, "accepted")
         security = context.auth_context().get("transport_security_type", [b""])[0]
         return {"peer": context.peer(), "encoding": metadata.get("grpc-encoding"),
                 "user_agent": metadata.get("user-agent"), "protocol": "grpc",
@@ -158,13 +230,13 @@ def serve_grpc(tls):
 
     class Traces(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
-            write(span_lines(request, common(context)))
-            return ExportTraceServiceResponse()
+            write(span_lines(request, common(context, "traces")))
+            return partial_response(ExportTraceServiceResponse, "rejected_spans")
 
     class Logs(logs_service_pb2_grpc.LogsServiceServicer):
         def Export(self, request, context):
-            write(log_lines(request, common(context)))
-            return ExportLogsServiceResponse()
+            write(log_lines(request, common(context, "logs")))
+            return partial_response(ExportLogsServiceResponse, "rejected_log_records")
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Traces(), server)

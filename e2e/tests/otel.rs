@@ -654,3 +654,151 @@ both_modes! {
         );
     }
 }
+
+async fn exported(rig: &Rig, signal: &str) -> f64 {
+    sample(
+        &rig.scrape().await,
+        "aisix_otel_exported_total",
+        &[("signal", signal)],
+    )
+}
+
+/// `signal`'s records counted exported and dropped, once together they come to `n`.
+async fn settled(rig: &Rig, signal: &str, n: f64) -> (f64, f64) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let counted = (exported(rig, signal).await, dropped(rig, signal).await);
+        if counted.0 + counted.1 >= n {
+            return counted;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{signal}: {counted:?} exported and dropped, not {n} in all"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The tries of `kind` after the one at `from` in `tries`.
+fn later_tries<'a>(tries: &'a [Value], from: usize, kind: &Value) -> Vec<&'a Value> {
+    tries[from + 1..]
+        .iter()
+        .filter(|t| t["kind"] == *kind)
+        .collect()
+}
+
+/// What a collector may ask of the exporter beyond its status, the same over both protocols:
+/// a partial success (its rejected records dropped and counted, nothing sent again), a
+/// throttling refusal's wait (the next try no sooner), and a wait longer than a batch is held
+/// (the batch dropped at once). `rig` exports to `receiver`, which has had nothing yet.
+async fn a_collector_s_partial_success_and_throttling_are_honoured(rig: &Rig, receiver: &Receiver) {
+    // One request: two spans (the server's and its attempt's) and one usage event, of which
+    // the collector rejects one of each export's records.
+    receiver.accept_in_part(Some((1, "1 span had an invalid attribute")));
+    assert_eq!(
+        traced_chat(rig, "primary", "otel-partial", None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(settled(rig, "traces", 2.0).await, (1.0, 1.0));
+    assert_eq!(settled(rig, "logs", 1.0).await, (0.0, 1.0));
+    // Counted once every try is over: an accepted export is not sent again.
+    let tries = receiver.tries();
+    for kind in ["traces", "logs"] {
+        assert_eq!(
+            tries.iter().filter(|t| t["kind"] == kind).count(),
+            1,
+            "{tries:#?}"
+        );
+    }
+    let logs = rig.gateway.logs();
+    assert!(logs.contains("1 span had an invalid attribute"), "{logs}");
+    receiver.accept_in_part(None);
+
+    // Throttled, asking for 2 s: the export is sent again, no sooner, and nothing is lost.
+    receiver.throttle_next(2);
+    assert_eq!(
+        traced_chat(rig, "primary", "otel-throttled", None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(settled(rig, "traces", 4.0).await, (3.0, 1.0));
+    assert_eq!(settled(rig, "logs", 2.0).await, (1.0, 1.0));
+    trace_of(receiver, "otel-throttled", 2);
+    let tries = receiver.tries();
+    let at = tries
+        .iter()
+        .position(|t| t["answered"] == "throttled")
+        .expect("a throttled try");
+    let again = later_tries(&tries, at, &tries[at]["kind"]);
+    assert_eq!(again.len(), 1, "{tries:#?}");
+    assert_eq!(again[0]["answered"], "accepted");
+    let waited = again[0]["at"].as_f64().unwrap() - tries[at]["at"].as_f64().unwrap();
+    assert!(
+        waited >= 1.9,
+        "tried again {waited} s after a throttle asking for 2 s"
+    );
+
+    // Asking for 120 s, longer than a batch is held: that export is dropped at once and
+    // counted, and not sent again; the other signal's goes as ever.
+    let before = receiver.tries().len();
+    receiver.throttle_next(120);
+    assert_eq!(
+        traced_chat(rig, "primary", "otel-throttled-long", None)
+            .await
+            .status,
+        200
+    );
+    let traces = settled(rig, "traces", 6.0).await;
+    let logs = settled(rig, "logs", 3.0).await;
+    let tries = receiver.tries();
+    let at = before
+        + tries[before..]
+            .iter()
+            .position(|t| t["answered"] == "throttled")
+            .expect("a throttled try");
+    let kind = tries[at]["kind"].clone();
+    assert!(later_tries(&tries, at, &kind).is_empty(), "{tries:#?}");
+    if kind == "traces" {
+        assert_eq!((traces, logs), ((3.0, 3.0), (2.0, 1.0)));
+    } else {
+        assert_eq!((traces, logs), ((5.0, 1.0), (1.0, 2.0)));
+    }
+    let logs = rig.gateway.logs();
+    assert!(
+        logs.contains("longer than the 30s a batch is held"),
+        "{logs}"
+    );
+}
+
+both_modes! {
+    async fn an_otlp_http_collector_s_partial_success_and_retry_after_are_honoured(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[]);
+        a_collector_s_partial_success_and_throttling_are_honoured(&rig, &receiver).await;
+    }
+}
+
+both_modes! {
+    async fn an_otlp_grpc_collector_s_partial_success_retry_info_and_resource_exhausted_are_honoured(mode: Mode) {
+        let receiver = Receiver::start_grpc();
+        let rig = start(mode, &receiver, &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
+        a_collector_s_partial_success_and_throttling_are_honoured(&rig, &receiver).await;
+
+        // RESOURCE_EXHAUSTED with no RetryInfo: the collector says nothing of recovering, so
+        // the records are dropped after one try, as OTLP's specification says.
+        let traces = settled(&rig, "traces", 6.0).await;
+        let logs = settled(&rig, "logs", 3.0).await;
+        receiver.exhaust(true);
+        let before = receiver.tries().len();
+        assert_eq!(traced_chat(&rig, "primary", "otel-exhausted", None).await.status, 200);
+        assert_eq!(settled(&rig, "traces", 8.0).await, (traces.0, traces.1 + 2.0));
+        assert_eq!(settled(&rig, "logs", 4.0).await, (logs.0, logs.1 + 1.0));
+        let tries = receiver.tries();
+        let exhausted: Vec<&Value> =
+            tries[before..].iter().filter(|t| t["answered"] == "exhausted").collect();
+        assert_eq!(exhausted.len(), 2, "one try of each signal: {tries:#?}");
+    }
+}

@@ -184,6 +184,46 @@ impl Receiver {
         }
     }
 
+    /// Accepts every export in part from now on: its reply's partial success rejects
+    /// `rejected` records, for `message` (`None`: accepts every export whole again).
+    pub fn accept_in_part(&self, partial: Option<(u64, &str)>) {
+        let flag = self.dir.path().join("partial");
+        match partial {
+            Some((rejected, message)) => {
+                let spec = serde_json::json!({"rejected": rejected, "message": message});
+                std::fs::write(flag, spec.to_string()).expect("write the partial flag");
+            }
+            None => {
+                let _ = std::fs::remove_file(flag);
+            }
+        }
+    }
+
+    /// Refuses the next export as a throttling collector does, asking for a wait of
+    /// `seconds`: 429 with `Retry-After` over HTTP, RESOURCE_EXHAUSTED with a `RetryInfo`
+    /// over gRPC.
+    pub fn throttle_next(&self, seconds: u64) {
+        std::fs::write(self.dir.path().join("throttle"), seconds.to_string())
+            .expect("write the throttle flag");
+    }
+
+    /// Over gRPC, refuses every export RESOURCE_EXHAUSTED with no `RetryInfo` (`on`), or
+    /// accepts them again.
+    pub fn exhaust(&self, on: bool) {
+        let flag = self.dir.path().join("exhausted");
+        if on {
+            std::fs::write(flag, b"").expect("write the exhausted flag");
+        } else {
+            let _ = std::fs::remove_file(flag);
+        }
+    }
+
+    /// Every export the receiver was sent, in order: `kind` (`traces`, `logs`), `at` (Unix
+    /// seconds), `answered` (`accepted`, `throttled`, `exhausted`).
+    pub fn tries(&self) -> Vec<Value> {
+        self.records("try")
+    }
+
     /// Stops the receiver and closes its port: connections are refused.
     pub fn stop(&mut self) {
         self.process = None;

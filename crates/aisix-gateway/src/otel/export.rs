@@ -1,10 +1,12 @@
 //! The exporter: one task on the control runtime (never a worker) that drains the workers'
 //! queues into batches and sends each as OTLP protobuf, compressed, to the collector (over
 //! OTLP/HTTP, or OTLP/gRPC: [`super::grpc`]), trying again after a transport error, a timeout,
-//! a 429/502/503/504 or a retryable gRPC status. A batch goes when it is full
+//! a 429/502/503/504 or a retryable gRPC status (after the wait a throttling collector asks
+//! for, [`super::reply`]). A batch goes when it is full
 //! (a worker wakes the exporter once per batch's worth of records) or when `interval` has
 //! passed since the last collection; up to [`IN_FLIGHT`] batches are sent at once. Records it
-//! could not deliver are counted in `aisix_otel_dropped_total`; the workers never wait for it,
+//! could not deliver, and those a partial success rejects, are counted in
+//! `aisix_otel_dropped_total`; the workers never wait for it,
 //! so a collector that hangs or refuses changes nothing for requests. On shutdown
 //! ([`Running::flush`]) what is queued is sent before the process goes, within the export
 //! timeout.
@@ -18,7 +20,7 @@ use aisix_config::{Compression, OtlpConfig, Protocol};
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, TE, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -32,6 +34,7 @@ use aisix_obs::metrics::emit;
 use super::encode::Message;
 use super::grpc;
 use super::queue::{self, Hub, Queue};
+use super::reply::{self, Answer, Partial};
 use super::spans::{self, Memo, Resource};
 use super::{Trace, Wall};
 
@@ -45,6 +48,9 @@ const GRPC_ENCODING: HeaderName = HeaderName::from_static("grpc-encoding");
 
 /// Tries per export request: the first and two more.
 const TRIES: u32 = 3;
+/// The longest wait before another try that a throttling collector may ask for (its
+/// `Retry-After`, its `RetryInfo`); past it, the batch is dropped rather than held.
+const LONGEST_WAIT: Duration = Duration::from_secs(30);
 /// The pause before the second try; doubled before the third.
 const BACKOFF: Duration = Duration::from_millis(250);
 /// Export requests sent at once at most; past them, the queues hold what comes (and drop
@@ -99,6 +105,9 @@ struct Delivery {
     grpc: bool,
     /// Whether the last export failed, so a collector that stays down is logged once.
     failing: AtomicBool,
+    /// Whether the last accepted export was accepted in part, so a collector that keeps
+    /// rejecting is logged once.
+    partial: AtomicBool,
 }
 
 impl std::fmt::Debug for Exporter {
@@ -213,6 +222,7 @@ impl Exporter {
                 gzip: config.compression == Compression::Gzip,
                 grpc,
                 failing: AtomicBool::new(false),
+                partial: AtomicBool::new(false),
             },
             interval: config.interval,
             max_batch: config.max_batch,
@@ -423,21 +433,25 @@ impl Delivery {
         let prepared = memo.prepare(batch, &wall);
         // A gRPC frame's head is kept before the message and filled once it is written.
         let head = if self.grpc { grpc::HEAD } else { 0 };
-        let mut write = |signal: Signal, records: u64, encode: &mut dyn FnMut(&mut Message)| {
-            buf.make_room(signal, records);
+        // `requests`: how many requests it holds (what its room is made by); `records`: how
+        // many spans or usage events (what is counted).
+        let mut write = |signal: Signal,
+                         (requests, records): (u64, u64),
+                         encode: &mut dyn FnMut(&mut Message)| {
+            buf.make_room(signal, requests);
             let mut message = Message::reusing(std::mem::take(&mut buf.bytes));
             message.raw(&[0; grpc::HEAD][..head]);
             encode(&mut message);
             let written = message.split();
             buf.bytes = message.into_buffer();
-            buf.took(signal, written.len() - head, records);
+            buf.took(signal, written.len() - head, requests);
             Body::of(signal, records, written, (head, self.gzip))
         };
         let traces = self.traces.as_ref().and_then(|_| {
             let spans: u64 = batch.iter().map(|t| spans::span_count(t)).sum();
             let sampled = batch.iter().filter(|t| spans::span_count(t) > 0).count() as u64;
             (spans > 0).then(|| {
-                write(Signal::Traces, sampled, &mut |m| {
+                write(Signal::Traces, (sampled, spans), &mut |m| {
                     spans::traces(m, batch, (&self.resource, &mut *memo, &prepared), &wall)
                 })
             })
@@ -445,7 +459,7 @@ impl Delivery {
         let logs = self.logs.as_ref().and_then(|_| {
             let events = batch.iter().filter(|t| spans::logged(t)).count() as u64;
             (events > 0).then(|| {
-                write(Signal::Logs, events, &mut |m| {
+                write(Signal::Logs, (events, events), &mut |m| {
                     spans::logs(m, batch, (&self.resource, &mut *memo, &prepared))
                 })
             })
@@ -466,8 +480,9 @@ impl Delivery {
         }
     }
 
-    /// Sends `body` to `uri`, trying again while the failure is one a retry may cure; counts
-    /// what was delivered or lost.
+    /// Sends `body` to `uri`, trying again while the failure is one a retry may cure (after
+    /// the wait a throttling collector asks for, when it names one); counts what was delivered
+    /// or lost, the records a partial success rejects among the lost.
     async fn deliver(&self, uri: &Uri, body: Body) {
         let Body {
             signal,
@@ -477,24 +492,27 @@ impl Delivery {
         } = body;
         let mut failure = String::new();
         for attempt in 0..TRIES {
-            if attempt > 0 {
-                tokio::time::sleep(BACKOFF * 2u32.pow(attempt - 1)).await;
+            let (why, after) = match self.send(uri, bytes.clone(), gzipped).await {
+                Answer::Delivered(partial) => return self.delivered(signal, records, partial),
+                Answer::Fatal(why) => (why, None),
+                Answer::Retry { why, after } => (why, Some(after)),
+            };
+            failure = why;
+            let Some(after) = after else { break };
+            if attempt + 1 == TRIES {
+                break;
             }
-            match self.send(uri, bytes.clone(), gzipped).await {
-                Ok(()) => {
-                    emit::otel_exported(signal.label(), records);
-                    if self.failing.swap(false, Ordering::Relaxed) {
-                        tracing::info!(signal = signal.label(), "OTLP export resumed");
-                    }
-                    return;
-                }
-                Err(Failure { retry, why }) => {
-                    failure = why;
-                    if !retry {
-                        break;
-                    }
-                }
+            // At least the backoff: a `Retry-After` of 0, or a date already past, is no
+            // reason to try again at once.
+            let backoff = BACKOFF * 2u32.pow(attempt);
+            let wait = after.map_or(backoff, |after| after.max(backoff));
+            if wait > LONGEST_WAIT {
+                failure = format!(
+                    "{failure}; the collector asked for a wait of {wait:?}, longer than the {LONGEST_WAIT:?} a batch is held"
+                );
+                break;
             }
+            tokio::time::sleep(wait).await;
         }
         emit::otel_dropped(signal.label(), records);
         if !self.failing.swap(true, Ordering::Relaxed) {
@@ -502,17 +520,41 @@ impl Delivery {
         }
     }
 
-    async fn send(&self, uri: &Uri, body: Bytes, gzipped: bool) -> Result<(), Failure> {
+    /// The collector accepted an export of `records` records: all of them, or all but those
+    /// its partial success rejects (lost, and not sent again, as OTLP's specification says).
+    fn delivered(&self, signal: Signal, records: u64, partial: Option<Partial>) {
+        let rejected = partial.as_ref().map_or(0, |p| p.rejected.min(records));
+        emit::otel_exported(signal.label(), records - rejected);
+        if rejected > 0 {
+            emit::otel_dropped(signal.label(), rejected);
+        }
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::info!(signal = signal.label(), "OTLP export resumed");
+        }
+        match partial {
+            Some(Partial { rejected, message }) => {
+                if !self.partial.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(signal = signal.label(), rejected, message = %message, "the OTLP collector accepted an export in part; what it rejected is dropped (logged once until it accepts one whole)");
+                }
+            }
+            None => self.partial.store(false, Ordering::Relaxed),
+        }
+    }
+
+    async fn send(&self, uri: &Uri, body: Bytes, gzipped: bool) -> Answer {
         let content_type = match self.grpc {
             true => "application/grpc",
             false => "application/x-protobuf",
         };
-        let mut request = Request::builder()
+        let mut request = match Request::builder()
             .method(Method::POST)
             .uri(uri.clone())
             .header(CONTENT_TYPE, content_type)
             .body(Full::new(body))
-            .map_err(|e| Failure::fatal(format!("cannot build the request: {e}")))?;
+        {
+            Ok(request) => request,
+            Err(e) => return Answer::Fatal(format!("cannot build the request: {e}")),
+        };
         let headers = request.headers_mut();
         headers.insert(USER_AGENT, EXPORTER_AGENT.clone());
         match (self.grpc, gzipped) {
@@ -531,49 +573,39 @@ impl Delivery {
         for (name, value) in &self.headers {
             headers.insert(name, value.clone());
         }
+        let transport = |e: &dyn std::fmt::Display| Answer::Retry {
+            why: format!("transport: {e}"),
+            after: None,
+        };
         let exchange = async {
-            let response = self
-                .client
-                .request(request)
-                .await
-                .map_err(|e| Failure::retry(format!("transport: {e}")))?;
+            let response = match self.client.request(request).await {
+                Ok(response) => response,
+                Err(e) => return transport(&e),
+            };
             let (head, body) = response.into_parts();
-            // Read the answer whole, so the connection can be used again (and, over gRPC, for
-            // the status in its trailers).
-            let collected = body.collect().await;
-            if self.grpc {
-                let collected = collected.map_err(|e| Failure::retry(format!("transport: {e}")))?;
-                return match grpc::answer(head.status, &head.headers, collected.trailers()) {
-                    grpc::Answer::Delivered => Ok(()),
-                    grpc::Answer::Retry(why) => Err(Failure::retry(why)),
-                    grpc::Answer::Fatal(why) => Err(Failure::fatal(why)),
-                };
-            }
-            let status = head.status;
-            match status.as_u16() {
-                200..=299 => Ok(()),
-                429 | 502 | 503 | 504 => Err(Failure::retry(format!("status {status}"))),
-                _ => Err(Failure::fatal(format!("status {status}"))),
+            // Read whole (so the connection can be used again, and over gRPC for the status
+            // in its trailers), up to a bound: a reply is a few bytes.
+            let collected = match Limited::new(body, reply::MAX_REPLY).collect().await {
+                Ok(collected) => collected,
+                // Accepted, with more to say than a reply has: what it says is not read.
+                Err(_) if !self.grpc && head.status.is_success() => {
+                    return Answer::Delivered(None);
+                }
+                Err(e) => return transport(&e),
+            };
+            let trailers = collected.trailers().cloned();
+            let body = collected.to_bytes();
+            match self.grpc {
+                true => grpc::answer(head.status, &head.headers, trailers.as_ref(), &body),
+                false => reply::http(head.status, &head.headers, &body),
             }
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
-            .unwrap_or_else(|_| Err(Failure::retry("timed out".to_owned())))
-    }
-}
-
-/// Why one try failed, and whether another may succeed.
-struct Failure {
-    retry: bool,
-    why: String,
-}
-
-impl Failure {
-    fn retry(why: String) -> Self {
-        Self { retry: true, why }
-    }
-    fn fatal(why: String) -> Self {
-        Self { retry: false, why }
+            .unwrap_or_else(|_| Answer::Retry {
+                why: "timed out".to_owned(),
+                after: None,
+            })
     }
 }
 

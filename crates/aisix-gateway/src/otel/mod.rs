@@ -19,6 +19,7 @@ pub mod export;
 mod grpc;
 mod queue;
 mod record;
+mod reply;
 mod spans;
 
 use std::sync::Arc;

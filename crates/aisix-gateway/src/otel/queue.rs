@@ -111,7 +111,7 @@ impl Local {
         let queued = match self.ring.push(trace) {
             Ok(()) => true,
             Err(trace) => {
-                dropped(&trace, 1);
+                dropped(&trace);
                 false
             }
         };
@@ -139,13 +139,14 @@ fn open() -> Option<Local> {
     })
 }
 
-/// Counts `n` records like `trace` as lost, for each signal they would have carried.
-pub(super) fn dropped(trace: &Trace, n: u64) {
-    if trace.sampled {
-        emit::otel_dropped("traces", n);
+/// Counts what `trace` would have carried as lost: its spans, and its usage event.
+pub(super) fn dropped(trace: &Trace) {
+    let spans = super::spans::span_count(trace);
+    if spans > 0 {
+        emit::otel_dropped("traces", spans);
     }
-    if trace.tracing.logs {
-        emit::otel_dropped("logs", n);
+    if super::spans::logged(trace) {
+        emit::otel_dropped("logs", 1);
     }
 }
 

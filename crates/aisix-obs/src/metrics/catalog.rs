@@ -230,10 +230,10 @@ families! {
         "Process log lines dropped because their queue to stderr was full.";
 
     pub OTEL_DROPPED = counter(OtelDropped, "aisix_otel_dropped_total", ["signal"]),
-        "OpenTelemetry records lost: a worker's export queue was full, or the collector refused or missed every try.";
+        "OpenTelemetry records lost (spans for traces, usage events for logs): a worker's export queue was full, or the collector refused, rejected (a partial success) or missed every try.";
 
     pub OTEL_EXPORTED = counter(OtelExported, "aisix_otel_exported_total", ["signal"]),
-        "OpenTelemetry records the collector accepted.";
+        "OpenTelemetry records the collector accepted (spans for traces, usage events for logs).";
 
     /// A fractional counter: stored and rendered by `float_counter`, reached through gauge handles.
     pub SPEND_USD_TOTAL = counter(SpendUsd, "aisix_spend_usd_total", ["api_key", "model"]),
