@@ -17,7 +17,8 @@ What the test asks of its answers, by files in the working directory (both proto
 - `throttle` (a number of seconds): the next export is refused as a throttling collector
   refuses, with 429 and `Retry-After` over HTTP, RESOURCE_EXHAUSTED with a `google.rpc.RetryInfo`
   (googleapis-common-protos' classes) over gRPC; the file is then removed;
-- `exhausted`: over gRPC, every export is refused RESOURCE_EXHAUSTED with no RetryInfo.
+- `exhausted`: over gRPC, every export is refused RESOURCE_EXHAUSTED with no RetryInfo;
+- `long`: over HTTP, every reply carries 100 KiB more than its message.
 Every export is noted as a `try` line (its signal, its time, how it was answered).
 
 Usage: python otlp_receiver.py <listening fd>
@@ -135,6 +136,8 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def answer(self, status, body=b""):
+        if os.path.exists("long"):
+            body += b"\0" * (100 * 1024)
         self.send_response(status)
         self.send_header("content-type", "application/x-protobuf")
         self.send_header("content-length", str(len(body)))
@@ -143,7 +146,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("content-length", "0")))
+        kind = {"/v1/traces": "traces", "/v1/logs": "logs"}.get(self.path)
+        if kind is None:
+            self.answer(404)
+            return
         if os.path.exists("refuse"):
+            noted(kind, "refused")
             self.answer(503)
             return
         encoding = self.headers.get("content-encoding")
@@ -153,10 +161,6 @@ class Handler(BaseHTTPRequestHandler):
         common = {"peer_port": peer, "encoding": encoding,
                   "user_agent": self.headers.get("user-agent"),
                   "content_type": self.headers.get("content-type")}
-        kind = {"/v1/traces": "traces", "/v1/logs": "logs"}.get(self.path)
-        if kind is None:
-            self.answer(404)
-            return
         seconds = asked("throttle")
         if seconds is not None:
             noted(kind, "throttled")

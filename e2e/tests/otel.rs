@@ -802,3 +802,23 @@ both_modes! {
         assert_eq!(exhausted.len(), 2, "one try of each signal: {tries:#?}");
     }
 }
+
+both_modes! {
+    async fn a_collector_s_reply_past_64_kib_is_not_read_and_its_status_decides(mode: Mode) {
+        let receiver = Receiver::start();
+        receiver.long_replies(true);
+        let rig = start(mode, &receiver, &[("AISIX_OBSERVABILITY__OTLP__TIMEOUT", "2s")]);
+        // Accepted with 100 KiB after its message: delivered, once.
+        assert_eq!(traced_chat(&rig, "primary", "otel-long-reply", None).await.status, 200);
+        assert_eq!(settled(&rig, "traces", 2.0).await, (2.0, 0.0));
+        assert_eq!(settled(&rig, "logs", 1.0).await, (1.0, 0.0));
+        assert_eq!(receiver.tries().len(), 2, "{:#?}", receiver.tries());
+        // A 503 with 100 KiB of body: tried again, as any 503, and dropped after the third.
+        receiver.refuse(true);
+        assert_eq!(traced_chat(&rig, "primary", "otel-long-refusal", None).await.status, 200);
+        assert_eq!(settled(&rig, "traces", 4.0).await, (2.0, 2.0));
+        assert_eq!(settled(&rig, "logs", 2.0).await, (1.0, 1.0));
+        let refused = receiver.tries().iter().filter(|t| t["answered"] == "refused").count();
+        assert_eq!(refused, 6, "three tries of each signal: {:#?}", receiver.tries());
+    }
+}

@@ -218,8 +218,18 @@ impl Receiver {
         }
     }
 
+    /// Over HTTP, pads every reply with 100 KiB past its message (`on`), or not.
+    pub fn long_replies(&self, on: bool) {
+        let flag = self.dir.path().join("long");
+        if on {
+            std::fs::write(flag, b"").expect("write the long flag");
+        } else {
+            let _ = std::fs::remove_file(flag);
+        }
+    }
+
     /// Every export the receiver was sent, in order: `kind` (`traces`, `logs`), `at` (Unix
-    /// seconds), `answered` (`accepted`, `throttled`, `exhausted`).
+    /// seconds), `answered` (`accepted`, `throttled`, `exhausted`, `refused`).
     pub fn tries(&self) -> Vec<Value> {
         self.records("try")
     }

@@ -19,8 +19,8 @@ use std::time::Duration;
 use aisix_config::{Compression, OtlpConfig, Protocol};
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, TE, USER_AGENT};
-use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -587,9 +587,18 @@ impl Delivery {
             // in its trailers), up to a bound: a reply is a few bytes.
             let collected = match Limited::new(body, reply::MAX_REPLY).collect().await {
                 Ok(collected) => collected,
-                // Accepted, with more to say than a reply has: what it says is not read.
-                Err(_) if !self.grpc && head.status.is_success() => {
-                    return Answer::Delivered(None);
+                // More than a reply has to say (a proxy's error page): the status decides
+                // alone, the body unread. Over gRPC, an answer with HTTP's 200 has its status
+                // in the trailers after it, never read: not sent again, which could send the
+                // records twice.
+                Err(e) if e.is::<LengthLimitError>() => {
+                    return match (self.grpc, head.status) {
+                        (false, status) => reply::http(status, &head.headers, b""),
+                        (true, StatusCode::OK) => {
+                            Answer::Fatal(format!("a reply longer than {} bytes", reply::MAX_REPLY))
+                        }
+                        (true, status) => grpc::answer(status, &head.headers, None, b""),
+                    };
                 }
                 Err(e) => return transport(&e),
             };
