@@ -9,7 +9,8 @@ With `grpc`, it serves OTLP/gRPC instead (the collector's TraceService and LogsS
 stubs opentelemetry-proto generates, on grpcio), on an ephemeral port it names in its startup
 line; while `refuse` exists, every export is answered UNAVAILABLE.
 
-With `grpc-tls`, over TLS (cert.pem and key.pem in its working directory).
+With `grpc-tls`, over TLS (cert.pem and key.pem in its working directory); with `grpc-mtls`,
+also asking every client for a certificate that client-ca.pem signed.
 
 What the test asks of its answers, by files in the working directory (both protocols):
 - `partial` (JSON: `rejected`, `message`): every export is accepted with that partial success,
@@ -22,7 +23,7 @@ What the test asks of its answers, by files in the working directory (both proto
 Every export is noted as a `try` line (its signal, its time, how it was answered).
 
 Usage: python otlp_receiver.py <listening fd>
-       python otlp_receiver.py grpc|grpc-tls
+       python otlp_receiver.py grpc|grpc-tls|grpc-mtls
 """
 
 import gzip
@@ -192,7 +193,7 @@ class Server(ThreadingHTTPServer):
         self.socket = socket.socket(fileno=fd)
 
 
-def serve_grpc(tls):
+def serve_grpc(tls, mutual=False):
     """OTLP/gRPC: the collector's TraceService and LogsService, served by grpcio with the
     stubs opentelemetry-proto generates. Binds an ephemeral port itself (grpcio takes no
     socket) and names it in the startup line."""
@@ -227,10 +228,12 @@ def serve_grpc(tls):
                 (("grpc-status-details-bin", status.SerializeToString()),))
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "over quota")
         noted(kind, "accepted")
-        security = context.auth_context().get("transport_security_type", [b""])[0]
+        auth = context.auth_context()
+        security = auth.get("transport_security_type", [b""])[0]
+        client = auth.get("x509_common_name", [b""])[0]
         return {"peer": context.peer(), "encoding": metadata.get("grpc-encoding"),
                 "user_agent": metadata.get("user-agent"), "protocol": "grpc",
-                "transport_security": security.decode()}
+                "transport_security": security.decode(), "client_name": client.decode()}
 
     class Traces(trace_service_pb2_grpc.TraceServiceServicer):
         def Export(self, request, context):
@@ -249,7 +252,13 @@ def serve_grpc(tls):
         # cert.pem and key.pem in the working directory: written by the test, which trusts
         # the certificate (for localhost) through SSL_CERT_FILE.
         with open("key.pem", "rb") as key, open("cert.pem", "rb") as cert:
-            credentials = grpc.ssl_server_credentials([(key.read(), cert.read())])
+            pair = [(key.read(), cert.read())]
+        if mutual:
+            with open("client-ca.pem", "rb") as ca:
+                credentials = grpc.ssl_server_credentials(
+                    pair, root_certificates=ca.read(), require_client_auth=True)
+        else:
+            credentials = grpc.ssl_server_credentials(pair)
         port = server.add_secure_port("127.0.0.1:0", credentials)
     else:
         port = server.add_insecure_port("127.0.0.1:0")
@@ -259,8 +268,8 @@ def serve_grpc(tls):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] in ("grpc", "grpc-tls"):
-        serve_grpc(sys.argv[1] == "grpc-tls")
+    if sys.argv[1] in ("grpc", "grpc-tls", "grpc-mtls"):
+        serve_grpc(sys.argv[1] != "grpc", mutual=sys.argv[1] == "grpc-mtls")
     else:
         server = Server(int(sys.argv[1]))
         write([{"signal": "startup"}])

@@ -822,3 +822,60 @@ both_modes! {
         assert_eq!(refused, 6, "three tries of each signal: {:#?}", receiver.tries());
     }
 }
+
+both_modes! {
+    async fn a_collector_s_private_ca_and_a_client_certificate_are_used_over_mutual_tls(mode: Mode) {
+        // grpcio asking every client for a certificate its CA signed. The gateway trusts that
+        // CA alone (OTEL_EXPORTER_OTLP_CERTIFICATE, not the system's store) and offers the
+        // client certificate the collector's CA issued.
+        let receiver = Receiver::start_grpc_mtls();
+        let endpoint = format!("https://localhost:{}", receiver.addr.port());
+        let ca = receiver.authority();
+        let (cert, key) = receiver.client_identity();
+        let tls = [
+            ("AISIX_OBSERVABILITY__OTLP__ENABLED", "true"),
+            ("AISIX_OBSERVABILITY__OTLP__INTERVAL", "100ms"),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", ca.to_str().unwrap()),
+        ];
+        let mut identified = tls.to_vec();
+        identified.push(("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", cert.to_str().unwrap()));
+        identified.push(("OTEL_EXPORTER_OTLP_CLIENT_KEY", key.to_str().unwrap()));
+        let rig = Rig::start(mode, FAILOVER, &identified);
+        assert_eq!(traced_chat(&rig, "primary", "otel-mtls", None).await.status, 200);
+        let (server, attempts) = trace_of(&receiver, "otel-mtls", 2);
+        assert_eq!(server["transport_security"], "ssl");
+        assert_eq!(server["client_name"], "aisix-exporter");
+        assert_eq!(attempts.len(), 1, "{attempts:#?}");
+        assert_eq!(dropped(&rig, "traces").await, 0.0);
+        drop(rig);
+
+        // With no client certificate, the collector refuses the handshake: the records are
+        // dropped and counted, and the request is answered as ever.
+        let anonymous = Rig::start(mode, FAILOVER, &tls);
+        assert_eq!(traced_chat(&anonymous, "primary", "otel-mtls-anonymous", None).await.status, 200);
+        let deadline = std::time::Instant::now() + WAIT;
+        while dropped(&anonymous, "traces").await < 1.0 {
+            assert!(std::time::Instant::now() < deadline, "no drop counted");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            !receiver.records("traces").iter().any(|s| attr(s, "aisix.request_id") == "otel-mtls-anonymous")
+        );
+        drop(anonymous);
+
+        // A CA file that is not there: the gateway does not start, and says which file.
+        let config = aisix_e2e::gateway::GatewayConfig::new(mode)
+            .env("AISIX_OBSERVABILITY__OTLP__ENABLED", "true")
+            .env("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/collector-ca.pem");
+        let mut gateway = Gateway::spawn(&config);
+        let status = gateway.wait_exit(WAIT).expect("exits at startup");
+        assert!(!status.success());
+        let logs = gateway.logs();
+        assert!(
+            logs.contains("tls.ca_cert_file /nonexistent/collector-ca.pem"),
+            "{logs}"
+        );
+    }
+}

@@ -21,7 +21,7 @@ pub use bootstrap::{
 pub use error::{ConfigError, ConfigErrors, Origin};
 pub use etcd::{AdminConfig, EtcdConfig, EtcdTls};
 pub use load::{CONFIG_PATH_VAR, ENV_PREFIX, bootstrap_keys, env_var_for, load_bootstrap};
-pub use otlp::{Compression, OtlpConfig, Protocol, Signal};
+pub use otlp::{Compression, OtlpConfig, OtlpTls, Protocol, Signal};
 pub use resources::{
     ApiKey, AwsKeys, BudgetPeriod, COLLECTIONS, CollectionDiff, Continuation, Cost,
     DEFAULT_ANTHROPIC_VERSION, FallbackError, GroupTarget, HealthCheck, KeyHash, LoadedResources,

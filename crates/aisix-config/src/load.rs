@@ -269,7 +269,7 @@ fn read_bootstrap(r: &mut Reader<'_>) -> Bootstrap {
                     path,
                 },
             },
-            otlp: otlp::read(r),
+            otlp: otlp::read(r, &resolve),
         }
     };
 

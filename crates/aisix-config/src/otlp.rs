@@ -2,6 +2,7 @@
 //! OTLP/HTTP. Off unless `enabled`; the standard `OTEL_*` variables fill what the file leaves
 //! unset. Reading lives in `load::otlp`; the exporter itself in `aisix-gateway`'s `otel`.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::resources::Secret;
@@ -65,6 +66,19 @@ pub struct OtlpConfig {
     /// Whether spans carry the prompt and the answer (`gen_ai.input.messages`,
     /// `gen_ai.output.messages`): off, since they hold the users' content.
     pub capture_content: bool,
+    /// TLS toward an `https://` collector beyond the system's trust store.
+    pub tls: OtlpTls,
+}
+
+/// `observability.otlp.tls` (or `OTEL_EXPORTER_OTLP_CERTIFICATE`, `_CLIENT_CERTIFICATE`,
+/// `_CLIENT_KEY`): the CA a collector's certificate is checked against, in place of the
+/// system's trust store, as the OpenTelemetry SDKs use it; and a client certificate and key
+/// for a collector that asks for one (mutual TLS). Each a PEM file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OtlpTls {
+    pub ca_cert_file: Option<PathBuf>,
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
 }
 
 impl OtlpConfig {
@@ -94,6 +108,7 @@ impl Default for OtlpConfig {
             service_name: "aisix".to_owned(),
             resource_attributes: Vec::new(),
             capture_content: false,
+            tls: OtlpTls::default(),
         }
     }
 }

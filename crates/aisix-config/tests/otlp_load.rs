@@ -223,3 +223,60 @@ fn grpc_sends_to_the_collector_s_address_and_its_services_methods() {
         Some("http://t:4318/custom")
     );
 }
+
+#[test]
+fn tls_files_come_from_the_file_or_the_standard_variables_and_a_client_pair_goes_together() {
+    // From the file: relative to its folder.
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n    tls:\n      ca_cert_file: certs/ca.pem\n\
+         \x20     client_cert_file: /etc/aisix/client.pem\n      client_key_file: client-key.pem\n",
+        &[("OTEL_EXPORTER_OTLP_CERTIFICATE", "/elsewhere/ca.pem")],
+    )
+    .unwrap();
+    let tls = config.observability.otlp.tls;
+    let ca = tls.ca_cert_file.unwrap();
+    assert!(ca.is_absolute() && ca.ends_with("certs/ca.pem"), "{ca:?}");
+    assert_eq!(
+        tls.client_cert_file.as_deref(),
+        Some(std::path::Path::new("/etc/aisix/client.pem"))
+    );
+    assert!(tls.client_key_file.unwrap().ends_with("client-key.pem"));
+    // From the standard variables, as the SDKs read them (relative to the working directory).
+    let config = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[
+            ("OTEL_EXPORTER_OTLP_CERTIFICATE", "ca.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "/run/client.pem"),
+            ("OTEL_EXPORTER_OTLP_CLIENT_KEY", "/run/client-key.pem"),
+        ],
+    )
+    .unwrap();
+    let tls = config.observability.otlp.tls;
+    assert_eq!(
+        tls.ca_cert_file.as_deref(),
+        Some(std::path::Path::new("ca.pem"))
+    );
+    assert_eq!(
+        tls.client_key_file.as_deref(),
+        Some(std::path::Path::new("/run/client-key.pem"))
+    );
+    // None by default: the system's trust store, no client certificate.
+    let config = load("observability:\n  otlp:\n    enabled: true\n", &[]).unwrap();
+    assert_eq!(
+        config.observability.otlp.tls,
+        aisix_config::OtlpTls::default()
+    );
+    // A certificate with no key, and a key with no certificate, are refused.
+    for vars in [
+        [("OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE", "c.pem")],
+        [("OTEL_EXPORTER_OTLP_CLIENT_KEY", "k.pem")],
+    ] {
+        let errors = load("observability:\n  otlp:\n    enabled: true\n", &vars).unwrap_err();
+        assert!(
+            messages(&errors)
+                .iter()
+                .any(|m| m.contains("client_cert_file and client_key_file go together")),
+            "{errors:?}"
+        );
+    }
+}

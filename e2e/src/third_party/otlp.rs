@@ -17,6 +17,14 @@ use crate::sdk;
 
 const RECORD_FILE: &str = "otlp.jsonl";
 
+/// How a gRPC receiver speaks: plain, over TLS, over mutual TLS.
+#[derive(Clone, Copy)]
+enum Tls {
+    None,
+    OneWay,
+    Mutual,
+}
+
 /// A running receiver; stopped on drop.
 pub struct Receiver {
     process: Option<ServerProcess>,
@@ -54,15 +62,53 @@ impl Receiver {
         Self::grpc(true)
     }
 
+    /// [`Receiver::start_grpc_tls`], with a certificate its own CA signed
+    /// ([`Receiver::authority`]), asking every client for one the same CA signed (mutual
+    /// TLS; [`Receiver::client_identity`] is one).
+    pub fn start_grpc_mtls() -> Receiver {
+        Self::grpc_with(Tls::Mutual)
+    }
+
     /// The certificate a TLS receiver serves, to trust (`SSL_CERT_FILE`).
     pub fn certificate(&self) -> PathBuf {
         self.dir.path().join("cert.pem")
     }
 
+    /// The CA that signed a mutual-TLS receiver's certificate and the clients' it accepts.
+    pub fn authority(&self) -> PathBuf {
+        self.dir.path().join("collector-ca.pem")
+    }
+
+    /// A client certificate and key the mutual-TLS receiver accepts (common name
+    /// `aisix-exporter`).
+    pub fn client_identity(&self) -> (PathBuf, PathBuf) {
+        let dir = self.dir.path();
+        (
+            dir.join("aisix-exporter.pem"),
+            dir.join("aisix-exporter-key.pem"),
+        )
+    }
+
     fn grpc(tls: bool) -> Receiver {
+        Self::grpc_with(if tls { Tls::OneWay } else { Tls::None })
+    }
+
+    fn grpc_with(tls: Tls) -> Receiver {
         let dir = tempfile::tempdir().expect("temp dir for the OTLP receiver");
-        if tls {
-            crate::tls::self_signed(dir.path());
+        match tls {
+            Tls::None => {}
+            Tls::OneWay => {
+                crate::tls::self_signed(dir.path());
+            }
+            Tls::Mutual => {
+                let authority = crate::tls::Authority::new(dir.path(), "collector");
+                let (cert, key) = authority.issue("localhost-collector");
+                std::fs::rename(cert, dir.path().join("cert.pem")).expect("cert.pem");
+                std::fs::rename(key, dir.path().join("key.pem")).expect("key.pem");
+                std::fs::copy(&authority.cert, dir.path().join("client-ca.pem"))
+                    .expect("client-ca.pem");
+                authority.issue("aisix-exporter");
+            }
         }
         let mut receiver = Receiver {
             process: None,
@@ -70,7 +116,11 @@ impl Receiver {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             dir,
         };
-        let mode = if tls { "grpc-tls" } else { "grpc" };
+        let mode = match tls {
+            Tls::None => "grpc",
+            Tls::OneWay => "grpc-tls",
+            Tls::Mutual => "grpc-mtls",
+        };
         receiver.process = Some(receiver.run(mode, None));
         let port = json_lines(&receiver.record_path())
             .iter()

@@ -2,6 +2,7 @@
 //! the `AISIX_*` variables leave unset (the OpenTelemetry SDKs' own precedence: explicit
 //! configuration first, then the environment, then the default).
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use config::{Value, ValueKind};
@@ -9,7 +10,7 @@ use config::{Value, ValueKind};
 use super::Reader;
 use crate::duration::Unit;
 use crate::error::Origin;
-use crate::otlp::{Compression, OtlpConfig, Protocol, Signal};
+use crate::otlp::{Compression, OtlpConfig, OtlpTls, Protocol, Signal};
 use crate::resources::Secret;
 
 /// The standard variables read here, by the OpenTelemetry specification's names.
@@ -25,6 +26,9 @@ const RESOURCE_ATTRIBUTES: &str = "OTEL_RESOURCE_ATTRIBUTES";
 const SAMPLER: &str = "OTEL_TRACES_SAMPLER";
 const SAMPLER_ARG: &str = "OTEL_TRACES_SAMPLER_ARG";
 const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
+const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
+const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
 
 /// The prefix of the variables kept for this reader.
 pub(super) const OTEL_PREFIX: &str = "OTEL_";
@@ -131,7 +135,7 @@ fn check_url(url: &str) -> Result<(), &'static str> {
     }
 }
 
-pub(super) fn read(r: &mut Reader<'_>) -> OtlpConfig {
+pub(super) fn read(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> OtlpConfig {
     let d = OtlpConfig::default();
     let disabled = r
         .otel(SDK_DISABLED)
@@ -302,7 +306,33 @@ pub(super) fn read(r: &mut Reader<'_>) -> OtlpConfig {
         capture_content: r
             .bool("observability.otlp.capture_content")
             .unwrap_or(d.capture_content),
+        tls: read_tls(r, resolve),
     }
+}
+
+/// `observability.otlp.tls`, each file from the config (relative to its folder) or else from
+/// its standard variable (relative to the working directory, as the SDKs read it).
+fn read_tls(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> OtlpTls {
+    let file = |r: &mut Reader<'_>, path: &'static str, var: &str| match r.string(path) {
+        Some(file) => Some(resolve(PathBuf::from(file))),
+        None => r.otel(var).map(|(file, _)| PathBuf::from(file)),
+    };
+    let tls = OtlpTls {
+        ca_cert_file: file(r, "observability.otlp.tls.ca_cert_file", CERTIFICATE),
+        client_cert_file: file(
+            r,
+            "observability.otlp.tls.client_cert_file",
+            CLIENT_CERTIFICATE,
+        ),
+        client_key_file: file(r, "observability.otlp.tls.client_key_file", CLIENT_KEY),
+    };
+    if tls.client_cert_file.is_some() != tls.client_key_file.is_some() {
+        r.refuse(
+            "observability.otlp.tls.client_cert_file",
+            "client_cert_file and client_key_file go together",
+        );
+    }
+    tls
 }
 
 /// `signals`: a list (`[traces, logs]`) or, from a variable, `traces,logs`.

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use aisix_config::{Compression, OtlpConfig, Protocol};
+use aisix_config::{Compression, OtlpConfig, OtlpTls, Protocol};
 use bytes::{Bytes, BytesMut};
 use http::header::{CONTENT_ENCODING, CONTENT_TYPE, TE, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, StatusCode, Uri};
@@ -167,14 +167,13 @@ impl Exporter {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
-        let tls = crate::upstream::tls::tls_client_config()
-            .map_err(|e| ExporterError::Config(format!("cannot set up TLS: {e}")))?;
+        let tls = exporter_tls(&config.tls).map_err(ExporterError::Config)?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_nodelay(true);
         let grpc = config.protocol == Protocol::Grpc;
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config((*tls).clone())
+            .with_tls_config(tls)
             .https_or_http();
         // gRPC is HTTP/2 only: offered by ALPN over TLS, spoken from the first byte over
         // plain TCP (as gRPC clients do, with no upgrade).
@@ -303,6 +302,58 @@ impl Exporter {
                 return;
             }
         }
+    }
+}
+
+/// The exporter's TLS: the collector's certificate checked against `ca_cert_file`'s CAs alone
+/// when it is set (as the OpenTelemetry SDKs use `OTEL_EXPORTER_OTLP_CERTIFICATE`), else
+/// against the gateway's trust store; `client_cert_file` and its key offered when the
+/// collector asks for a client certificate.
+fn exporter_tls(tls: &OtlpTls) -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::{self, PemObject};
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    // Never a file's content in the reason: a key file's is secret.
+    let reason = |e: pem::Error| match e {
+        pem::Error::Io(io) => io.to_string(),
+        pem::Error::NoItemsFound => "no PEM item of the expected kind".to_owned(),
+        _ => "not valid PEM".to_owned(),
+    };
+    let certs =
+        |key: &str, path: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
+            let why = |reason: String| format!("tls.{key} {}: {reason}", path.display());
+            let certs = CertificateDer::pem_file_iter(path)
+                .map_err(|e| why(reason(e)))?
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| why(reason(e)))?;
+            match certs.is_empty() {
+                true => Err(why("no PEM certificate found".to_owned())),
+                false => Ok(certs),
+            }
+        };
+    let roots = match &tls.ca_cert_file {
+        Some(path) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in certs("ca_cert_file", path)? {
+                roots
+                    .add(cert)
+                    .map_err(|e| format!("tls.ca_cert_file {}: {e}", path.display()))?;
+            }
+            roots
+        }
+        None => crate::upstream::tls::trust_store(),
+    };
+    let builder = crate::upstream::tls::client_builder(roots)
+        .map_err(|e| format!("cannot set up TLS: {e}"))?;
+    match (&tls.client_cert_file, &tls.client_key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = certs("client_cert_file", cert)?;
+            let private = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("tls.client_key_file {}: {}", key.display(), reason(e)))?;
+            builder.with_client_auth_cert(chain, private).map_err(|e| {
+                format!("tls.client_cert_file and client_key_file do not form a usable pair: {e}")
+            })
+        }
+        _ => Ok(builder.with_no_client_auth()),
     }
 }
 
