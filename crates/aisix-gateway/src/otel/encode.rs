@@ -38,6 +38,26 @@ impl Message {
         self.buf.extend_from_slice(bytes);
     }
 
+    /// [`Message::raw`] of each of `parts`, one after another, with one check of the room for
+    /// all of them (not one per part).
+    #[inline(always)]
+    pub(crate) fn raw_all<const N: usize>(&mut self, parts: [&[u8]; N]) {
+        let total = parts.iter().map(|p| p.len()).sum::<usize>();
+        let buf = &mut self.buf;
+        buf.reserve(total);
+        // SAFETY: `reserve` left room for `total` bytes past the buffer's length, and the
+        // parts are `total` bytes together, so every copy lands in that room, one after
+        // another, and all of it is written before the length moves past it.
+        unsafe {
+            let mut at = buf.spare_capacity_mut().as_mut_ptr().cast::<u8>();
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), at, part.len());
+                at = at.add(part.len());
+            }
+            buf.set_len(buf.len() + total);
+        }
+    }
+
     /// A message written into what is left of `buf`: one buffer kept for every export, whose
     /// space comes back once the export that took it is sent.
     pub(crate) fn reusing(buf: BytesMut) -> Self {
@@ -212,8 +232,8 @@ macro_rules! keys {
 pub(crate) use keys;
 
 /// A `KeyValue` at `field` of `message`. The usual one (field, key and value short enough
-/// that every length is one byte) is written in one reserve and four copies (two of them of a
-/// few fixed bytes), with no nested message to size.
+/// that every length is one byte) is written in four copies (two of them of a few fixed bytes)
+/// with one check of the room, and no nested message to size.
 // Inlined where it is called: there the key's length and the value's kind are constants, so
 // the key is copied without a call and the value's `match` folds away.
 #[inline(always)]
@@ -243,16 +263,10 @@ pub(crate) fn attribute(message: &mut Message, field: u64, key: Key, value: &Val
     if field >= 16 || kv_len >= 0x80 {
         return cold_attribute(message, field, key, value);
     }
-    let buf = &mut message.buf;
-    buf.reserve(2 + kv_len);
-    buf.extend_from_slice(&[(field << 3 | LEN) as u8, kv_len as u8]);
-    buf.extend_from_slice(key.0);
-    if is_str {
-        buf.extend_from_slice(&[any_len as u8, tag, payload.len() as u8]);
-    } else {
-        buf.extend_from_slice(&[any_len as u8, tag]);
-    }
-    buf.extend_from_slice(payload);
+    let head = [(field << 3 | LEN) as u8, kv_len as u8];
+    let value_head = [any_len as u8, tag, payload.len() as u8];
+    let value_head = &value_head[..2 + usize::from(is_str)];
+    message.raw_all([&head, key.0, value_head, payload]);
 }
 
 /// The rare attribute [`attribute`] does not write itself (a long value), out of its line.
