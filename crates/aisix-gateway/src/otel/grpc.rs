@@ -60,9 +60,10 @@ pub(super) fn answer(
     let Some(code) = field("grpc-status").and_then(|v| v.to_str().ok()) else {
         return Answer::Fatal("answered with no grpc-status".to_owned());
     };
-    let message = field("grpc-message")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
+    // Percent-encoded on the wire, as gRPC's protocol says; printable for the log.
+    let message = field("grpc-message").map_or(String::new(), |v| {
+        reply::printable(&percent_decoded(v.as_bytes()))
+    });
     let why = || {
         format!("grpc-status {code} {message}")
             .trim_end()
@@ -95,6 +96,30 @@ pub(super) fn answer(
         },
         _ => Answer::Fatal(why()),
     }
+}
+
+/// `text` with its `%XX` escapes decoded (a `%` not followed by two hex digits is kept).
+fn percent_decoded(text: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        let escaped = match text.get(i..i + 3) {
+            Some([b'%', high, low]) => hex(*high).zip(hex(*low)).map(|(h, l)| (h * 16 + l) as u8),
+            _ => None,
+        };
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(text[i]);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 /// The message of the reply frame `body`, unzipped when it is compressed (the collector
@@ -217,6 +242,18 @@ mod tests {
             any.message(2, |info| info.message(1, |d| d.uint(1, seconds)));
         });
         base64::engine::general_purpose::STANDARD_NO_PAD.encode(status.into_bytes())
+    }
+
+    #[test]
+    fn grpc_message_is_percent_decoded_and_printable() {
+        let status = with(&[
+            ("grpc-status", "3"),
+            ("grpc-message", "bad%20span%3A%20%E2%9C%97 name%0Aline 100%"),
+        ]);
+        assert_eq!(
+            answer(StatusCode::OK, &status, None, b""),
+            Answer::Fatal("grpc-status 3 bad span: \u{2717} name line 100%".to_owned())
+        );
     }
 
     #[test]

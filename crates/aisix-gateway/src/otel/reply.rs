@@ -103,7 +103,7 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
 
 /// The message, as text fit for a log line: control characters replaced, cut at
 /// [`MAX_MESSAGE`] characters.
-fn printable(bytes: &[u8]) -> String {
+pub(super) fn printable(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes)
         .chars()
         .take(MAX_MESSAGE)
