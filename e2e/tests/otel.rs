@@ -879,3 +879,21 @@ both_modes! {
         );
     }
 }
+
+both_modes! {
+    async fn an_otlp_variable_aisix_does_not_read_is_named_in_a_warning_without_its_value(mode: Mode) {
+        let receiver = Receiver::start();
+        let rig = start(mode, &receiver, &[
+            ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-api-key=an-unread-secret"),
+            ("OTEL_LOGS_EXPORTER", "none"),
+        ]);
+        assert_eq!(traced_chat(&rig, "primary", "otel-unread", None).await.status, 200);
+        trace_of(&receiver, "otel-unread", 2);
+        let logs = rig.gateway.logs();
+        assert!(logs.contains("OTEL_EXPORTER_OTLP_TRACES_HEADERS"), "{logs}");
+        assert!(!logs.contains("an-unread-secret"), "{logs}");
+        // OTEL_LOGS_EXPORTER=none: no usage event is sent.
+        assert_eq!(exported(&rig, "logs").await, 0.0);
+        assert!(receiver.records("logs").is_empty());
+    }
+}

@@ -68,6 +68,10 @@ pub struct OtlpConfig {
     pub capture_content: bool,
     /// TLS toward an `https://` collector beyond the system's trust store.
     pub tls: OtlpTls,
+    /// The `OTEL_EXPORTER_OTLP_*` variables that were set but are not read (per-signal
+    /// headers, timeouts, certificates, metrics' endpoints...), by name only: the exporter
+    /// warns of them, and never prints their values.
+    pub unread_env: Vec<String>,
 }
 
 /// `observability.otlp.tls` (or `OTEL_EXPORTER_OTLP_CERTIFICATE`, `_CLIENT_CERTIFICATE`,
@@ -109,6 +113,7 @@ impl Default for OtlpConfig {
             resource_attributes: Vec::new(),
             capture_content: false,
             tls: OtlpTls::default(),
+            unread_env: Vec::new(),
         }
     }
 }

@@ -280,3 +280,89 @@ fn tls_files_come_from_the_file_or_the_standard_variables_and_a_client_pair_goes
         );
     }
 }
+
+#[test]
+fn a_signal_whose_standard_exporter_variable_is_none_is_not_exported() {
+    let on = "observability:\n  otlp:\n    enabled: true\n";
+    let otlp = load(on, &[("OTEL_LOGS_EXPORTER", "none")])
+        .unwrap()
+        .observability
+        .otlp;
+    assert!(otlp.enabled && otlp.traces_url.is_some() && otlp.logs_url.is_none());
+    let otlp = load(
+        on,
+        &[
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_LOGS_EXPORTER", "otlp"),
+        ],
+    )
+    .unwrap()
+    .observability
+    .otlp;
+    assert!(otlp.traces_url.is_none() && otlp.logs_url.is_some());
+    // `otlp` among others keeps it.
+    let otlp = load(on, &[("OTEL_TRACES_EXPORTER", "otlp,console")])
+        .unwrap()
+        .observability
+        .otlp;
+    assert!(otlp.traces_url.is_some());
+    // Both none: nothing to export, export is off.
+    let otlp = load(
+        on,
+        &[
+            ("OTEL_TRACES_EXPORTER", "none"),
+            ("OTEL_LOGS_EXPORTER", "none"),
+        ],
+    )
+    .unwrap()
+    .observability
+    .otlp;
+    assert!(!otlp.enabled);
+    // The file's `signals` wins over the variables.
+    let otlp = load(
+        "observability:\n  otlp:\n    enabled: true\n    signals: [traces, logs]\n",
+        &[("OTEL_TRACES_EXPORTER", "none")],
+    )
+    .unwrap()
+    .observability
+    .otlp;
+    assert!(otlp.traces_url.is_some());
+    // An exporter aisix does not have is refused.
+    let errors = load(on, &[("OTEL_TRACES_EXPORTER", "zipkin")]).unwrap_err();
+    assert!(
+        messages(&errors)
+            .iter()
+            .any(|m| m.contains("expected otlp or none")),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn otlp_variables_that_are_set_but_not_read_are_named_without_their_values() {
+    let otlp = load(
+        "observability:\n  otlp:\n    enabled: true\n",
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318"),
+            (
+                "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "x-api-key=secret-value",
+            ),
+            (
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "http://c:4318/v1/metrics",
+            ),
+            ("OTEL_EXPORTER_OTLP_LOGS_TIMEOUT", ""),
+        ],
+    )
+    .unwrap()
+    .observability
+    .otlp;
+    assert_eq!(
+        otlp.unread_env,
+        [
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_HEADERS"
+        ]
+    );
+    assert!(!format!("{otlp:?}").contains("secret-value"));
+}

@@ -29,6 +29,22 @@ const SDK_DISABLED: &str = "OTEL_SDK_DISABLED";
 const CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CERTIFICATE";
 const CLIENT_CERTIFICATE: &str = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE";
 const CLIENT_KEY: &str = "OTEL_EXPORTER_OTLP_CLIENT_KEY";
+const TRACES_EXPORTER: &str = "OTEL_TRACES_EXPORTER";
+const LOGS_EXPORTER: &str = "OTEL_LOGS_EXPORTER";
+
+/// The `OTEL_EXPORTER_OTLP_*` variables read here; any other that is set is named as unread.
+const READ: [&str; 10] = [
+    ENDPOINT,
+    TRACES_ENDPOINT,
+    LOGS_ENDPOINT,
+    HEADERS,
+    TIMEOUT,
+    PROTOCOL,
+    COMPRESSION,
+    CERTIFICATE,
+    CLIENT_CERTIFICATE,
+    CLIENT_KEY,
+];
 
 /// The prefix of the variables kept for this reader.
 pub(super) const OTEL_PREFIX: &str = "OTEL_";
@@ -159,6 +175,8 @@ pub(super) fn read(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> 
     };
 
     let signals = read_signals(r);
+    // Both signals turned off by their `OTEL_*_EXPORTER=none`: nothing to export.
+    let enabled = enabled && !signals.is_empty();
     let configured = r.string("observability.otlp.endpoint");
     let endpoint_origin = r.origin_of("observability.otlp.endpoint");
     let url_for = |r: &mut Reader<'_>, signal: Signal| -> Option<String> {
@@ -307,6 +325,16 @@ pub(super) fn read(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> 
             .bool("observability.otlp.capture_content")
             .unwrap_or(d.capture_content),
         tls: read_tls(r, resolve),
+        unread_env: r
+            .otel_env
+            .iter()
+            .filter(|(name, value)| {
+                name.starts_with("OTEL_EXPORTER_OTLP_")
+                    && !READ.contains(&name.as_str())
+                    && !value.trim().is_empty()
+            })
+            .map(|(name, _)| name.clone())
+            .collect(),
     }
 }
 
@@ -339,7 +367,29 @@ fn read_tls(r: &mut Reader<'_>, resolve: &dyn Fn(PathBuf) -> PathBuf) -> OtlpTls
 fn read_signals(r: &mut Reader<'_>) -> Vec<Signal> {
     const PATH: &str = "observability.otlp.signals";
     let Some((value, origin)) = r.raw(PATH) else {
-        return vec![Signal::Traces, Signal::Logs];
+        // Unset: both, less a signal whose standard `OTEL_*_EXPORTER` says `none`.
+        let mut signals = Vec::new();
+        for (signal, var) in [
+            (Signal::Traces, TRACES_EXPORTER),
+            (Signal::Logs, LOGS_EXPORTER),
+        ] {
+            let Some((value, origin)) = r.otel(var) else {
+                signals.push(signal);
+                continue;
+            };
+            let names: Vec<&str> = value.split(',').map(str::trim).collect();
+            if names.contains(&"otlp") {
+                signals.push(signal);
+            } else if !names.iter().all(|n| *n == "none") {
+                r.error(
+                    PATH,
+                    "expected otlp or none (aisix exports over OTLP only)",
+                    origin,
+                );
+                signals.push(signal);
+            }
+        }
+        return signals;
     };
     let names: Vec<String> = match value.kind {
         ValueKind::Array(items) => items

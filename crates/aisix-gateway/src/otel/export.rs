@@ -167,6 +167,12 @@ impl Exporter {
             value.set_sensitive(true);
             headers.insert(name, value);
         }
+        if !config.unread_env.is_empty() {
+            tracing::warn!(
+                variables = %config.unread_env.join(", "),
+                "OTLP: these OTEL_EXPORTER_OTLP_* variables are set but aisix does not read them (docs/opentelemetry.md lists those it does)"
+            );
+        }
         let tls = exporter_tls(&config.tls).map_err(ExporterError::Config)?;
         let mut http = HttpConnector::new();
         http.enforce_http(false);
