@@ -164,6 +164,11 @@ impl Message {
             self.buf[at] = len as u8;
             return;
         }
+        // A span or an event, as most are: 128 bytes to 16 KiB, its two bytes written in place.
+        if reserved == 2 && (0x80..0x4000).contains(&len) {
+            self.buf[at..at + 2].copy_from_slice(&[len as u8 | 0x80, (len >> 7) as u8]);
+            return;
+        }
         let mut head = [0u8; 10];
         let n = varint_into(&mut head, len);
         if n > reserved {
