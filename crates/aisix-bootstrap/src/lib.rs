@@ -31,4 +31,4 @@ pub use plan::{Mode, ServingPlan, WorkersSource};
 pub use server::{ServeSettings, Server, StartError, Stopped};
 pub use service::{ServiceFactory, WorkerContext};
 pub use shutdown::Readiness;
-pub use tls::{TlsError, load_tls, tls_server_config};
+pub use tls::{TlsError, load_tls, pem_certs, pem_key, tls_server_config};

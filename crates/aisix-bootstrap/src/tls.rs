@@ -51,25 +51,36 @@ pub fn tls_server_config(config: &TlsConfig) -> Result<Arc<ServerConfig>, TlsErr
 }
 
 fn read_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
-    let cert_error = |reason: String| TlsError::Cert {
+    pem_certs(path).map_err(|reason| TlsError::Cert {
         path: path.to_path_buf(),
         reason,
-    };
+    })
+}
+
+fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    pem_key(path).map_err(|reason| TlsError::Key {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+/// The certificates of the PEM file `path` (at least one), or why not: a reason that never
+/// quotes the file.
+pub fn pem_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
     let certs = CertificateDer::pem_file_iter(path)
-        .map_err(|e| cert_error(pem_reason(&e)))?
+        .map_err(|e| pem_reason(&e))?
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| cert_error(pem_reason(&e)))?;
+        .map_err(|e| pem_reason(&e))?;
     if certs.is_empty() {
-        return Err(cert_error("no PEM certificate found".to_owned()));
+        return Err("no PEM certificate found".to_owned());
     }
     Ok(certs)
 }
 
-fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
-    PrivateKeyDer::from_pem_file(path).map_err(|e| TlsError::Key {
-        path: path.to_path_buf(),
-        reason: pem_reason(&e),
-    })
+/// The private key of the PEM file `path`, or why not: a reason that never quotes the file
+/// (a key file's content is secret).
+pub fn pem_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_reason(&e))
 }
 
 fn pem_reason(error: &rustls_pki_types::pem::Error) -> String {

@@ -316,33 +316,20 @@ impl Exporter {
 /// against the gateway's trust store; `client_cert_file` and its key offered when the
 /// collector asks for a client certificate.
 fn exporter_tls(tls: &OtlpTls) -> Result<rustls::ClientConfig, String> {
-    use rustls::pki_types::pem::{self, PemObject};
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    // Never a file's content in the reason: a key file's is secret.
-    let reason = |e: pem::Error| match e {
-        pem::Error::Io(io) => io.to_string(),
-        pem::Error::NoItemsFound => "no PEM item of the expected kind".to_owned(),
-        _ => "not valid PEM".to_owned(),
+    use aisix_bootstrap::{pem_certs, pem_key};
+    let why = |key: &str, path: &std::path::Path, reason: String| {
+        format!("tls.{key} {}: {reason}", path.display())
     };
-    let certs =
-        |key: &str, path: &std::path::Path| -> Result<Vec<CertificateDer<'static>>, String> {
-            let why = |reason: String| format!("tls.{key} {}: {reason}", path.display());
-            let certs = CertificateDer::pem_file_iter(path)
-                .map_err(|e| why(reason(e)))?
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| why(reason(e)))?;
-            match certs.is_empty() {
-                true => Err(why("no PEM certificate found".to_owned())),
-                false => Ok(certs),
-            }
-        };
+    let certs = |key: &str, path: &std::path::Path| {
+        pem_certs(path).map_err(|reason| why(key, path, reason))
+    };
     let roots = match &tls.ca_cert_file {
         Some(path) => {
             let mut roots = rustls::RootCertStore::empty();
             for cert in certs("ca_cert_file", path)? {
                 roots
                     .add(cert)
-                    .map_err(|e| format!("tls.ca_cert_file {}: {e}", path.display()))?;
+                    .map_err(|e| why("ca_cert_file", path, e.to_string()))?;
             }
             roots
         }
@@ -353,8 +340,7 @@ fn exporter_tls(tls: &OtlpTls) -> Result<rustls::ClientConfig, String> {
     match (&tls.client_cert_file, &tls.client_key_file) {
         (Some(cert), Some(key)) => {
             let chain = certs("client_cert_file", cert)?;
-            let private = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("tls.client_key_file {}: {}", key.display(), reason(e)))?;
+            let private = pem_key(key).map_err(|reason| why("client_key_file", key, reason))?;
             builder.with_client_auth_cert(chain, private).map_err(|e| {
                 format!("tls.client_cert_file and client_key_file do not form a usable pair: {e}")
             })
