@@ -42,15 +42,9 @@ pub(super) fn answer(
     body: &[u8],
 ) -> Answer {
     if status != StatusCode::OK {
-        // gRPC's mapping of an HTTP status from something in front of the server: these are
-        // UNAVAILABLE, the rest UNKNOWN or INTERNAL.
-        return match status.as_u16() {
-            429 | 502 | 503 | 504 => Answer::Retry {
-                why: format!("status {status}"),
-                after: None,
-            },
-            _ => Answer::Fatal(format!("status {status}")),
-        };
+        // An HTTP status from something in front of the server: gRPC maps 429, 502, 503 and
+        // 504 to UNAVAILABLE, the rest to UNKNOWN or INTERNAL, which is OTLP/HTTP's reading.
+        return reply::http(status, headers, b"");
     }
     let field = |name: &str| {
         trailers
