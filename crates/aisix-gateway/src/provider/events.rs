@@ -127,10 +127,12 @@ impl Framing {
         }
     }
 
-    fn next_end(&mut self, bytes: &[u8]) -> Option<usize> {
+    /// Where the next event ends, and whether it is one SSE line (see
+    /// [`Splitter::next_event`]; a binary message never is).
+    fn next_end(&mut self, bytes: &[u8]) -> Option<(usize, bool)> {
         match self {
-            Framing::Sse(splitter) => splitter.next_end(bytes),
-            Framing::EventStream(splitter) => splitter.next_end(bytes),
+            Framing::Sse(splitter) => splitter.next_event(bytes),
+            Framing::EventStream(splitter) => splitter.next_end(bytes).map(|end| (end, false)),
         }
     }
 
@@ -159,10 +161,10 @@ struct Scanned {
 /// `map`, and stops after `[DONE]` or at a failure.
 fn scan(map: &mut StreamMap, splitter: &mut Framing, buf: &[u8], mut at: usize) -> Scanned {
     let mut scanned = Scanned::default();
-    while let Some(len) = splitter.next_end(&buf[at..]) {
+    while let Some((len, one_line)) = splitter.next_end(&buf[at..]) {
         let end = at + len;
         let event = &buf[scanned.complete..end];
-        let step = map.event(event);
+        let step = map.event(event, one_line.then(|| sse::only_line(event)));
         if step.failure.is_some() {
             scanned.failure = step.failure;
             if matches!(step.failure, Some(ErrorKind::UpstreamServerError(_))) {

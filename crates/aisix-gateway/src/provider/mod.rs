@@ -186,10 +186,11 @@ pub(crate) enum Edit {
 }
 
 impl StreamMap {
-    /// Reads one complete event.
-    pub(crate) fn event(&mut self, event: &[u8]) -> Mapped {
+    /// Reads one complete event; `line`: its only line, when it has one (found as it was
+    /// split, so that relaying OpenAI's events as they are need not look for its lines again).
+    pub(crate) fn event(&mut self, event: &[u8], line: Option<&[u8]>) -> Mapped {
         match self {
-            StreamMap::OpenAi(map) => map.event(event),
+            StreamMap::OpenAi(map) => map.event(event, line),
             StreamMap::Translated(map) => map.event(event),
             StreamMap::Responses(map) => map.event(event),
             StreamMap::Gemini(map) => map.event(event),

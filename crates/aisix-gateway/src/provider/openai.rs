@@ -168,8 +168,12 @@ impl Passthrough {
         self.text = Some(so_far.to_owned());
     }
 
-    pub(super) fn event(&mut self, event: &[u8]) -> Mapped {
-        let (error, data) = sse::error_or_data(event);
+    /// One event; `line`, its only line when it has one ([`sse::only_line`]).
+    pub(super) fn event(&mut self, event: &[u8], line: Option<&[u8]>) -> Mapped {
+        let (error, data) = match line {
+            Some(line) => sse::line_error_or_data(line),
+            None => sse::error_or_data(event),
+        };
         if error {
             return failure(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY));
         }
@@ -284,6 +288,17 @@ mod tests {
     use super::*;
     use crate::wire::openai::json_string;
 
+    impl Passthrough {
+        /// One event as the relay hands it over: split first, with its only line when it has
+        /// one.
+        fn relayed(&mut self, event: &[u8]) -> Mapped {
+            let one_line = sse::Splitter::default()
+                .next_event(event)
+                .is_some_and(|(end, one)| one && end == event.len());
+            self.event(event, one_line.then(|| sse::only_line(event)))
+        }
+    }
+
     fn chunk(content: &str, finish: Option<&str>) -> String {
         let finish = finish.map_or("null".to_owned(), |f| format!("\"{f}\""));
         format!(
@@ -295,37 +310,37 @@ mod tests {
     fn the_first_token_and_the_finish_are_noticed() {
         let mut map = Passthrough::new(true, None, 1);
         let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n";
-        assert!(matches!(map.event(role.as_bytes()).edit, Edit::Keep));
+        assert!(matches!(map.relayed(role.as_bytes()).edit, Edit::Keep));
         assert!(!map.started());
-        map.event(chunk("Hi", None).as_bytes());
+        map.relayed(chunk("Hi", None).as_bytes());
         assert!(map.started() && !map.complete());
-        map.event(chunk("", Some("stop")).as_bytes());
+        map.relayed(chunk("", Some("stop")).as_bytes());
         assert!(map.complete());
-        assert!(map.event(b"data: [DONE]\n\n").done);
+        assert!(map.relayed(b"data: [DONE]\n\n").done);
     }
 
     #[test]
     fn broken_and_error_events_fail_the_stream() {
         let mut map = Passthrough::new(true, None, 1);
-        let cut = map.event(b"data: {\"choices\":[{\"delta\":\n\n");
+        let cut = map.relayed(b"data: {\"choices\":[{\"delta\":\n\n");
         assert_eq!(cut.failure, Some(ErrorKind::UpstreamMalformed));
-        let error = map.event(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
+        let error = map.relayed(b"data: {\"error\":{\"message\":\"overloaded\"}}\n\n");
         assert_eq!(
             error.failure,
             Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY))
         );
-        let typed = map.event(b"event: error\ndata: {}\n\n");
+        let typed = map.relayed(b"event: error\ndata: {}\n\n");
         assert_eq!(
             typed.failure,
             Some(ErrorKind::UpstreamServerError(StatusCode::BAD_GATEWAY))
         );
-        assert!(matches!(map.event(b": ping\n\n").edit, Edit::Keep));
+        assert!(matches!(map.relayed(b": ping\n\n").edit, Edit::Keep));
     }
 
     #[test]
     fn a_group_renames_every_chunk_and_a_continuation_sums_usage() {
         let mut map = Passthrough::new(false, Some(json_string("primary")), 1);
-        let step = map.event(chunk("Hi", None).as_bytes());
+        let step = map.relayed(chunk("Hi", None).as_bytes());
         let Edit::Replace(renamed) = step.edit else {
             panic!("{step:?}")
         };
@@ -345,9 +360,9 @@ mod tests {
             pieces: 0,
         });
         let role = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n";
-        assert!(matches!(next.event(role.as_bytes()).edit, Edit::Drop));
+        assert!(matches!(next.relayed(role.as_bytes()).edit, Edit::Drop));
         let usage = b"data: {\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"completion_tokens\":3,\"total_tokens\":15}}\n\n";
-        let step = next.event(usage);
+        let step = next.relayed(usage);
         assert_eq!(
             step.usage,
             Some(Usage {
@@ -368,8 +383,8 @@ mod tests {
     fn the_text_is_kept_when_asked_and_a_silent_cut_is_estimated() {
         let mut map = Passthrough::new(true, None, 1);
         map.keep_text("");
-        map.event(chunk("Hel", None).as_bytes());
-        map.event(chunk("lo", None).as_bytes());
+        map.relayed(chunk("Hel", None).as_bytes());
+        map.relayed(chunk("lo", None).as_bytes());
         assert_eq!(map.text(), Some("Hello"));
         let carried = map.carried();
         assert_eq!(

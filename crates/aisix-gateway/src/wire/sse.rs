@@ -20,6 +20,8 @@ use super::usage::Usage;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Splitter {
     state: LineState,
+    /// Lines of the event being scanned that have ended so far (2 stands for two or more).
+    lines: u8,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -44,11 +46,18 @@ impl Splitter {
     /// ends in them: returns the offset just past it, or `None` when no event ends in `bytes`
     /// (all of which are then scanned).
     pub fn next_end(&mut self, bytes: &[u8]) -> Option<usize> {
+        self.next_event(bytes).map(|(end, _)| end)
+    }
+
+    /// [`Splitter::next_end`], and whether the event that ends there is one line (and the
+    /// empty line that ends it): what [`only_line`] then reads with no scan of its own.
+    pub fn next_event(&mut self, bytes: &[u8]) -> Option<(usize, bool)> {
         let mut at = 0;
         while let Some(&byte) = bytes.get(at) {
             if self.state == LineState::InLine {
                 let found = memchr::memchr2(b'\n', b'\r', bytes.get(at..)?)?;
                 at = at.saturating_add(found);
+                self.lines = self.lines.saturating_add(1).min(2);
                 self.state = if bytes.get(at) == Some(&b'\r') {
                     LineState::AfterCr
                 } else {
@@ -62,7 +71,7 @@ impl Splitter {
                 (LineState::AfterCr, b'\n') => self.state = LineState::LineStart,
                 (_, b'\n') => {
                     self.state = LineState::LineStart;
-                    return Some(at);
+                    return Some((at, std::mem::take(&mut self.lines) == 1));
                 }
                 (_, b'\r') => {
                     // The LF of a CRLF belongs to this event when it is already here; when it
@@ -73,13 +82,25 @@ impl Splitter {
                     } else {
                         self.state = LineState::AfterCr;
                     }
-                    return Some(at);
+                    return Some((at, std::mem::take(&mut self.lines) == 1));
                 }
                 _ => self.state = LineState::InLine,
             }
         }
         None
     }
+}
+
+/// The one line of an event [`Splitter::next_event`] found to have one: the event without the
+/// line endings around it (an LF that completed the event before's CRLF may lead it).
+pub fn only_line(event: &[u8]) -> &[u8] {
+    let ending = |b: &u8| matches!(b, b'\r' | b'\n');
+    let start = event.iter().position(|b| !ending(b)).unwrap_or(event.len());
+    let end = event
+        .iter()
+        .rposition(|b| !ending(b))
+        .map_or(start, |i| i.saturating_add(1));
+    event.get(start..end).unwrap_or_default()
 }
 
 /// End of the first complete event in `buf` (the index just past its empty line), scanning from
@@ -151,14 +172,25 @@ pub fn is_error_event(event: &[u8]) -> bool {
 pub fn error_or_data(event: &[u8]) -> (bool, Option<&[u8]>) {
     let (mut error, mut payload, mut several) = (false, None, false);
     for line in lines(event) {
-        if let Some(rest) = line.strip_prefix(b"data:") {
+        let (is_error, data) = line_error_or_data(line);
+        error |= is_error;
+        if data.is_some() {
             several |= payload.is_some();
-            payload = Some(rest.strip_prefix(b" ").unwrap_or(rest));
-        } else if let Some(name) = line.strip_prefix(b"event:") {
-            error |= name.trim_ascii() == b"error";
+            payload = data;
         }
     }
     (error, payload.filter(|_| !several))
+}
+
+/// [`error_or_data`] of an event of one `line` ([`only_line`]).
+pub fn line_error_or_data(line: &[u8]) -> (bool, Option<&[u8]>) {
+    if let Some(rest) = line.strip_prefix(b"data:") {
+        (false, Some(rest.strip_prefix(b" ").unwrap_or(rest)))
+    } else if let Some(name) = line.strip_prefix(b"event:") {
+        (name.trim_ascii() == b"error", None)
+    } else {
+        (false, None)
+    }
 }
 
 /// What an upstream said of the error it reported mid-stream: OpenAI's `{"error": {...}}` chunk
@@ -292,6 +324,66 @@ mod tests {
         let numeric = reported(b"data: {\"error\":{\"code\":500}}\n\n").unwrap();
         assert_eq!(numeric.code, None);
         assert_eq!(reported(b"data: {\"choices\":[]}\n\n"), None);
+    }
+
+    /// Every event of `stream` fed in three pieces cut at `cuts`, as the relay scans them (the
+    /// new bytes only, each event from its first byte), with what the splitter said of its
+    /// lines.
+    fn events_of(stream: &[u8], cuts: (usize, usize)) -> Vec<(Vec<u8>, bool)> {
+        let mut splitter = Splitter::default();
+        let (mut buf, mut start, mut found) = (Vec::new(), 0, Vec::new());
+        for piece in [
+            &stream[..cuts.0],
+            &stream[cuts.0..cuts.1],
+            &stream[cuts.1..],
+        ] {
+            let mut at = buf.len();
+            buf.extend_from_slice(piece);
+            while let Some((len, one_line)) = splitter.next_event(&buf[at..]) {
+                found.push((buf[start..at + len].to_vec(), one_line));
+                (start, at) = (at + len, at + len);
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn an_event_the_splitter_calls_one_line_reads_as_its_lines_read_however_it_is_cut() {
+        let events: [&[u8]; 11] = [
+            b"data: {\"a\":1}\n\n",
+            b"data:{}\r\n\r\n",
+            b"data: x\r\r",
+            b"event: error\n\n",
+            b": ping\n\n",
+            b"event: error\ndata: {}\n\n",
+            b"data: a\ndata: b\n\n",
+            b"id: 1\r\ndata: y\r\n\r\n",
+            b"data: z\n\r\n",
+            b"\n",
+            b"data: [DONE]\r\r",
+        ];
+        let stream = events.concat();
+        let (mut one_line, mut several) = (0, 0);
+        for first in 0..=stream.len() {
+            for second in first..=stream.len() {
+                for (event, one) in events_of(&stream, (first, second)) {
+                    let lines = lines(&event).filter(|line| !line.is_empty()).count();
+                    assert_eq!(one, lines == 1, "{:?}", String::from_utf8_lossy(&event));
+                    if one {
+                        one_line += 1;
+                        assert_eq!(
+                            line_error_or_data(only_line(&event)),
+                            error_or_data(&event),
+                            "{:?}",
+                            String::from_utf8_lossy(&event)
+                        );
+                    } else {
+                        several += 1;
+                    }
+                }
+            }
+        }
+        assert!(one_line > 0 && several > 0);
     }
 
     #[test]
