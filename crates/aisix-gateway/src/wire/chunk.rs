@@ -108,16 +108,39 @@ pub fn read(data: &[u8], text: bool) -> Option<ChunkFacts> {
 /// Whether some `"finish_reason"` in `data` has a value other than `null`: only then is a
 /// chunk worth parsing for the choices it finishes.
 pub fn may_finish(data: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"finish_reason\"";
     // Built once: `memmem::find_iter` would build a searcher for every chunk of every stream.
-    static FINDER: std::sync::LazyLock<memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memmem::Finder::new(KEY));
-    FINDER.find_iter(data).any(|at| {
-        data.get(at.saturating_add(KEY.len())..)
+    static FINDER: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"finish_reason\""));
+    some_value_after_key(&FINDER, data, |value| !value.starts_with(b"null"))
+}
+
+/// Whether, after some match in `data` of the key `finder` looks for (quotes included), a
+/// colon follows and then a value `accepts` takes (handed the bytes from its first one on).
+/// Searched with `find` from each match on: `Finder::find_iter` copies the searcher at every
+/// call (twice an event, for every event relayed).
+pub fn some_value_after_key(
+    finder: &memmem::Finder<'_>,
+    data: &[u8],
+    accepts: impl Fn(&[u8]) -> bool,
+) -> bool {
+    let key = finder.needle().len();
+    let mut from = 0usize;
+    while let Some(at) = data.get(from..).and_then(|rest| finder.find(rest)) {
+        let found = from.saturating_add(at);
+        let accepted = data
+            .get(found.saturating_add(key)..)
             .map(<[u8]>::trim_ascii_start)
             .and_then(|rest| rest.strip_prefix(b":"))
-            .is_some_and(|v| !v.trim_ascii_start().starts_with(b"null"))
-    })
+            .is_some_and(|value| accepts(value.trim_ascii_start()));
+        if accepted {
+            return true;
+        }
+        // On past the whole match, as `find_iter` goes (in JSON no match begins inside another:
+        // what follows a string's closing quote is never a letter), so that a rest shorter
+        // than the key is not searched at all.
+        from = found.saturating_add(key.max(1));
+    }
+    false
 }
 
 /// Whether a `data` payload is shaped like a JSON object at all: a stream that sends anything
@@ -312,6 +335,25 @@ mod tests {
             br#"{"choices":[{"delta":{"content":"finish_reason"},"finish_reason" : null}]}"#
         ));
         assert!(may_finish(br#"{"choices":[{"finish_reason" : "length"}]}"#));
+    }
+
+    #[test]
+    fn a_key_s_value_is_looked_for_after_every_match_not_only_the_first() {
+        let finder = memmem::Finder::new(b"\"k\"");
+        let object = |v: &[u8]| v.first() == Some(&b'{');
+        // The first match is a string value, the second a key whose value is null: the third
+        // is the one.
+        let data = br#"{"a":"k","x":{"k":null},"k" : {"n":1}}"#;
+        assert!(some_value_after_key(&finder, data, object));
+        assert!(!some_value_after_key(
+            &finder,
+            br#"{"k":null,"b":"k"}"#,
+            object
+        ));
+        // A match at the very end, or with no colon after it, is no key.
+        assert!(!some_value_after_key(&finder, br#"{"a":"k""#, object));
+        assert!(!some_value_after_key(&finder, br#"["k", {}]"#, object));
+        assert!(!some_value_after_key(&finder, b"", object));
     }
 
     #[test]

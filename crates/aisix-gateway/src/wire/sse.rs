@@ -242,16 +242,10 @@ fn lines(event: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// Whether `"usage"` appears followed by `:` and an object (not `null`).
 fn has_usage_object(data: &[u8]) -> bool {
-    const KEY: &[u8] = b"\"usage\"";
     // Built once: `memmem::find_iter` would build a searcher for every event of every stream.
     static FINDER: std::sync::LazyLock<memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memmem::Finder::new(KEY));
-    FINDER.find_iter(data).any(|at| {
-        data.get(at.saturating_add(KEY.len())..)
-            .map(<[u8]>::trim_ascii_start)
-            .and_then(|rest| rest.strip_prefix(b":"))
-            .is_some_and(|v| v.trim_ascii_start().first() == Some(&b'{'))
-    })
+        std::sync::LazyLock::new(|| memmem::Finder::new(b"\"usage\""));
+    super::chunk::some_value_after_key(&FINDER, data, |value| value.first() == Some(&b'{'))
 }
 
 /// An SSE comment that keeps proxies from closing a quiet stream.
