@@ -121,3 +121,32 @@ both_modes! {
         assert_eq!(workers, expected, "the removed key must be refused on every worker");
     }
 }
+
+both_modes! {
+    async fn a_sighup_sent_as_soon_as_the_gateway_is_ready_reloads_it_and_does_not_end_it(mode: Mode) {
+        let mock = MockProvider::start();
+        let (file_a, file_b) = (resources(&mock.base_url(), "A"), resources(&mock.base_url(), "B"));
+        // The control thread is held for a second after the listeners start (a test hook), so
+        // the signal surely comes before the control runtime's tasks run: SIGHUP's default
+        // action would end the process unless its handler was installed before then.
+        let mut gateway = Gateway::start(
+            &GatewayConfig::new(mode)
+                .resources(file_a)
+                .env("RELOAD_A", KEY_A)
+                .env("RELOAD_B", KEY_B)
+                .env("TEST_HOOK_AISIX_CONTROL_DELAY_MS", "1000"),
+        );
+        std::fs::write(gateway.dir().join("resources.yaml"), &file_b).unwrap();
+        gateway.signal(libc::SIGHUP);
+        assert!(
+            gateway.wait_for_log("resources reloaded", Duration::from_secs(10)),
+            "the reload never came: {}",
+            gateway.logs()
+        );
+        assert_eq!(gateway.try_exit(), None, "SIGHUP ended the gateway: {}", gateway.logs());
+        let kept = client::send(gateway.addr(), request(KEY_B, "after-reload")).await;
+        assert_eq!(kept.status, 200, "{}", kept.text());
+        let removed = client::send(gateway.addr(), request(KEY_A, "removed")).await;
+        assert_eq!(removed.status, 401, "{}", removed.text());
+    }
+}

@@ -11,7 +11,7 @@ use aisix_obs::metrics::Metrics;
 use tokio::sync::mpsc;
 
 use crate::control::reload::{self, Reloader};
-use crate::control::signals::{self, StopSignals};
+use crate::control::signals::{Hangups, StopSignals};
 use crate::control::systemd::{self, Notifier};
 use crate::control::watch;
 use crate::etcd::watch::EtcdSource;
@@ -168,11 +168,12 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         .thread_name("aisix-control")
         .build()
         .map_err(|e| RunError::Startup(format!("cannot start the control runtime: {e}")))?;
-    // Installed before the listeners say "listening": a stop signal from then on is never
-    // lost to the default action (a supervisor may send one at once).
-    let stop_signals = {
+    // Installed before the listeners say "listening": a stop or reload signal from then on is
+    // never lost to the default action, which ends the process (a supervisor may send one at
+    // once).
+    let (stop_signals, hangups) = {
         let _runtime = control.enter();
-        StopSignals::install()
+        (StopSignals::install(), Hangups::install())
     };
     // With etcd, not ready until the first snapshot is in.
     let readiness = match bootstrap.etcd {
@@ -190,6 +191,15 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
     )
     .map_err(|e| RunError::Startup(e.to_string()))?;
     tracing::info!(addr = %server.local_addr(), tls = bootstrap.proxy.tls.is_some(), "listening");
+    // Tests hold the control thread here, so that a signal sent as soon as the gateway is
+    // ready surely comes before the control runtime's tasks run.
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("TEST_HOOK_AISIX_CONTROL_DELAY_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+    {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
 
     let notifier = Notifier::from_env();
     let limiter = factory.limiter().clone();
@@ -208,7 +218,7 @@ pub fn serve(config: Option<&Path>) -> Result<(), RunError> {
         // Credentials refreshed off the request path (Vertex AI tokens): here too.
         tokio::spawn(factory.credential_refresh());
         let (triggers, requests) = mpsc::channel(8);
-        tokio::spawn(signals::forward_hangups(triggers.clone()));
+        tokio::spawn(hangups.forward(triggers.clone()));
         let _watch = match (&bootstrap.resources_file, bootstrap.resources_watch) {
             (Some(file), true) => Some(watch::start(file, triggers).map_err(RunError::Startup)?),
             _ => None,

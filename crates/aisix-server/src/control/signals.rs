@@ -58,23 +58,43 @@ impl StopSignals {
     }
 }
 
-/// Sends a reload request for every SIGHUP, until the reload loop is gone.
-pub(crate) async fn forward_hangups(triggers: mpsc::Sender<Trigger>) {
+/// SIGHUP's handler, installed before the listeners say "listening" ([`Hangups::install`]):
+/// a reload signal that comes before the reload loop runs waits for it, where SIGHUP's default
+/// action would have ended the process (a supervisor's `ExecReload` may send one at once).
+pub(crate) struct Hangups {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut hangup) = signal(SignalKind::hangup()) else {
-            tracing::warn!("cannot listen for SIGHUP; reload by signal is unavailable");
-            return;
-        };
-        while hangup.recv().await.is_some() {
-            if triggers.send(Trigger::Sighup).await.is_err() {
-                return;
+    signal: Option<tokio::signal::unix::Signal>,
+}
+
+impl Hangups {
+    /// Call on the control runtime, before telling anyone the process is ready.
+    pub(crate) fn install() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let signal = signal(SignalKind::hangup())
+                .inspect_err(|_| {
+                    tracing::warn!("cannot listen for SIGHUP; reload by signal is unavailable");
+                })
+                .ok();
+            Self { signal }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// Sends a reload request for every SIGHUP (one that came before this ran included), until
+    /// the reload loop is gone.
+    pub(crate) async fn forward(self, triggers: mpsc::Sender<Trigger>) {
+        #[cfg(unix)]
+        if let Some(mut hangup) = self.signal {
+            while hangup.recv().await.is_some() {
+                if triggers.send(Trigger::Sighup).await.is_err() {
+                    return;
+                }
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
+        #[cfg(not(unix))]
         let _ = triggers;
     }
 }
