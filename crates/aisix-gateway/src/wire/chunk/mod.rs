@@ -3,107 +3,13 @@
 //! a chunk is parsed only when one of them says it must be (a finish, or while the caller still
 //! waits for the first token or keeps the text).
 
-use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use memchr::memmem;
-use serde::Deserialize;
-use serde_json::value::RawValue;
 
-/// What a parsed chunk says about its choices.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct ChunkFacts {
-    /// Some choice carries content: text, a tool call, a refusal, reasoning, or a finish.
-    pub content: bool,
-    /// The indices of the choices it finishes.
-    pub finished: Vec<u32>,
-    /// The text it adds to choice 0 (`delta.content`, or `text` of a legacy completion).
-    pub text: Option<String>,
-}
+mod read;
 
-#[derive(Deserialize)]
-struct Chunk<'a> {
-    #[serde(borrow, default)]
-    choices: Vec<Choice<'a>>,
-}
-
-#[derive(Deserialize)]
-struct Choice<'a> {
-    #[serde(default)]
-    index: u32,
-    #[serde(borrow, default)]
-    delta: Option<Delta<'a>>,
-    #[serde(borrow, default)]
-    text: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    finish_reason: Option<&'a RawValue>,
-}
-
-/// What a choice's `delta` says, read key by key with no map built: whether it carries anything
-/// but its role (a key whose value is neither `null` nor `""`), and its `content` when that is
-/// one of them.
-#[derive(Debug, Default)]
-struct Delta<'a> {
-    carries: bool,
-    content: Option<&'a RawValue>,
-}
-
-impl<'de: 'a, 'a> Deserialize<'de> for Delta<'a> {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Keys<'a>(std::marker::PhantomData<&'a ()>);
-        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Keys<'a> {
-            type Value = Delta<'a>;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a delta object")
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> Result<Delta<'a>, A::Error> {
-                let mut delta = Delta::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-                    let value: &'de RawValue = map.next_value()?;
-                    let raw = value.get();
-                    if key == "role" || raw == "null" || raw == "\"\"" {
-                        continue;
-                    }
-                    delta.carries = true;
-                    if key == "content" {
-                        delta.content = Some(value);
-                    }
-                }
-                Ok(delta)
-            }
-        }
-        deserializer.deserialize_map(Keys(std::marker::PhantomData))
-    }
-}
-
-/// Reads a chunk's `data` payload; `None` when it is not a chunk (not JSON, no choices). The
-/// text of choice 0 is copied out only when `text` asks for it.
-pub fn read(data: &[u8], text: bool) -> Option<ChunkFacts> {
-    let chunk: Chunk<'_> = serde_json::from_slice(data).ok()?;
-    let mut facts = ChunkFacts::default();
-    for choice in chunk.choices {
-        let finished = choice.finish_reason.is_some_and(|r| r.get() != "null");
-        if finished {
-            facts.finished.push(choice.index);
-        }
-        let delta = choice.delta.unwrap_or_default();
-        let added = match delta.content {
-            Some(content) => serde_json::from_str::<Cow<'_, str>>(content.get()).ok(),
-            None => choice.text.filter(|t| !t.is_empty()),
-        };
-        facts.content |= finished || delta.carries || added.is_some();
-        if text
-            && choice.index == 0
-            && let Some(added) = added
-        {
-            facts.text = Some(added.into_owned());
-        }
-    }
-    Some(facts)
-}
+pub use read::{ChunkFacts, read};
 
 /// Whether some `"finish_reason"` in `data` has a value other than `null`: only then is a
 /// chunk worth parsing for the choices it finishes.
@@ -292,36 +198,6 @@ mod tests {
         assert_eq!(model(start).as_deref(), Some("claude-3"));
         assert_eq!(model(br#"{"modelVersion":"gemini-2.0-flash-001"}"#), None);
         assert_eq!(model(br#"{"model":null}"#), None);
-    }
-
-    #[test]
-    fn a_role_only_chunk_is_not_content_and_a_delta_is() {
-        let role = br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
-        assert_eq!(read(role, true), Some(ChunkFacts::default()));
-        let delta = br#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
-        let facts = read(delta, true).unwrap();
-        assert!(facts.content && facts.finished.is_empty());
-        assert_eq!(facts.text.as_deref(), Some("Hel"));
-        let tool = br#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]}}]}"#;
-        assert!(read(tool, true).unwrap().content);
-        let legacy = br#"{"choices":[{"index":0,"text":"Hi","finish_reason":null}]}"#;
-        assert_eq!(read(legacy, true).unwrap().text.as_deref(), Some("Hi"));
-    }
-
-    #[test]
-    fn a_delta_is_read_key_by_key_and_its_text_copied_only_when_asked() {
-        let delta = br#"{"choices":[{"index":0,"delta":{"content":"Hel"},"finish_reason":null}]}"#;
-        let unasked = read(delta, false).unwrap();
-        assert!(unasked.content && unasked.text.is_none());
-        let escaped = br#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"a\"b"}}]}"#;
-        assert_eq!(read(escaped, true).unwrap().text.as_deref(), Some("a\"b"));
-        let null = br#"{"choices":[{"index":0,"delta":null}]}"#;
-        assert_eq!(read(null, true), Some(ChunkFacts::default()));
-        let refusal = br#"{"choices":[{"index":0,"delta":{"content":null,"refusal":"no"}}]}"#;
-        let facts = read(refusal, true).unwrap();
-        assert!(facts.content && facts.text.is_none());
-        // A delta that is not an object is not a chunk.
-        assert_eq!(read(br#"{"choices":[{"delta":"x"}]}"#, true), None);
     }
 
     #[test]
