@@ -69,14 +69,16 @@ pub fn from_response(body: &[u8]) -> Option<Usage> {
 /// The object after the last `"usage":` key of `body`, read as a `T` (whatever follows the
 /// object is not looked at). A `"usage"` inside a string value is escaped and never matches.
 pub fn last_usage_object<T: DeserializeOwned>(body: &[u8]) -> Option<T> {
-    let (start, _) = last_usage_span(body)?;
-    T::deserialize(&mut serde_json::Deserializer::from_slice(
-        body.get(start..)?,
-    ))
+    // Read once, from where it starts: the reading checks it is an object, and where it ends
+    // is not needed.
+    T::deserialize(&mut serde_json::Deserializer::from_slice(last_usage_value(
+        body,
+    )?))
     .ok()
 }
-/// The byte range of the last `"usage"` object value in `json`.
-fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
+
+/// `json` from the value of its last `"usage"` key on, when that value is an object.
+fn last_usage_value(json: &[u8]) -> Option<&[u8]> {
     const KEY: &[u8] = b"\"usage\"";
     // Built once: `memmem::rfind` would build a searcher for every answer.
     static FINDER: std::sync::LazyLock<memchr::memmem::FinderRev<'static>> =
@@ -84,9 +86,12 @@ fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
     let at = FINDER.rfind(json)?.saturating_add(KEY.len());
     let rest = json.get(at..)?.trim_ascii_start().strip_prefix(b":")?;
     let value = rest.trim_ascii_start();
-    if value.first() != Some(&b'{') {
-        return None;
-    }
+    (value.first() == Some(&b'{')).then_some(value)
+}
+
+/// The byte range of the last `"usage"` object value in `json`.
+fn last_usage_span(json: &[u8]) -> Option<(usize, usize)> {
+    let value = last_usage_value(json)?;
     let start = json.len().saturating_sub(value.len());
     let raw: &serde_json::value::RawValue =
         serde::Deserialize::deserialize(&mut serde_json::Deserializer::from_slice(value)).ok()?;
