@@ -117,7 +117,21 @@ pub fn binary(explicit: Option<&Path>, messages: &Path, features: &[&str]) -> Re
 /// A port free right now on 127.0.0.1 (bound and released: the gateway is told its ports so the
 /// harness needs no startup log line, which `log_level: warn` would hide).
 pub fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(free_ports::<1>()?[0])
+}
+
+/// `N` ports free right now on 127.0.0.1, all different: each is held bound until the last is
+/// picked (two ports bound and released one after the other may be the same one, which once
+/// gave a gateway's metrics listener its proxy's port).
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| TcpListener::bind("127.0.0.1:0"))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (port, listener) in ports.iter_mut().zip(&held) {
+        *port = listener.local_addr()?.port();
+    }
+    Ok(ports)
 }
 
 /// What the harness reads from the gateway's `/metrics` at each window edge.
@@ -468,8 +482,9 @@ impl Gateway {
         dir: &Path,
     ) -> Result<Gateway> {
         std::fs::create_dir_all(dir)?;
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let metrics_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        let [port, metrics_port] = free_ports()?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let metrics_addr: SocketAddr = ([127, 0, 0, 1], metrics_port).into();
         let config = dir.join("config.yaml");
         std::fs::write(&config, spec.config(addr, metrics_addr))?;
         std::fs::write(
@@ -581,6 +596,14 @@ impl Drop for Gateway {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ports_picked_together_are_all_different() {
+        for _ in 0..200 {
+            let [a, b, c] = free_ports().unwrap();
+            assert!(a != b && b != c && a != c, "{a} {b} {c}");
+        }
+    }
 
     #[test]
     fn the_dropped_lines_counter_is_read_from_a_metrics_page() {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::gateway::{BENCH_KEY, free_port};
+use crate::gateway::{BENCH_KEY, free_ports};
 use crate::process::{self, Child, CpuList};
 use crate::procstat;
 use crate::{loadgen, logfile};
@@ -102,8 +102,9 @@ impl Nginx {
     ) -> Result<Nginx> {
         std::fs::create_dir_all(dir)?;
         let master = wrap.is_empty();
-        let addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
-        let sse_addr: SocketAddr = ([127, 0, 0, 1], free_port()?).into();
+        let [port, sse_port] = free_ports()?;
+        let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+        let sse_addr: SocketAddr = ([127, 0, 0, 1], sse_port).into();
         let conf = dir.join("nginx.conf");
         std::fs::write(&conf, config(dir, (workers, master), addr, sse_addr, mock))?;
         let mut command = Command::new(bin);
