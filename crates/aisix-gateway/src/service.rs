@@ -629,9 +629,9 @@ enum Reply {
 /// to go on with.
 async fn hold(
     attempts: Attempts,
-    mut record: Record,
+    mut record: Box<Record>,
     every: Duration,
-) -> Result<(Result<Served, GatewayError>, Attempts, Record), Starting> {
+) -> Result<(Result<Served, GatewayError>, Attempts, Box<Record>), Starting> {
     // From here the request counts as abandoned if its client leaves.
     record.holding_stream();
     let mut starting: Starting = Box::pin(async move {
@@ -651,7 +651,7 @@ async fn hold(
 /// is accounted for now, its head complete.
 fn relay(
     result: Result<Reply, GatewayError>,
-    mut record: Record,
+    mut record: Box<Record>,
     dialect: Dialect,
 ) -> (Response<GatewayBody>, Head) {
     let mut head = Head {

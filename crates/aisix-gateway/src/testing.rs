@@ -139,7 +139,7 @@ pub(crate) fn provider(api_key: &str) -> Arc<Provider> {
 }
 
 /// The record of a chat completions request, feeding no metrics and no access log.
-pub(crate) fn record() -> Record {
+pub(crate) fn record() -> Box<Record> {
     Record::new(
         HeaderValue::from_static("r"),
         EndpointLabel::ChatCompletions,

@@ -34,7 +34,7 @@ type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
 /// The attempt loop of a stream held past a keep-alive interval, run inside the response body
 /// once its head has gone out: its answer (or error), the rest of the plan and the record.
 pub(crate) type Starting =
-    Pin<Box<dyn Future<Output = (Result<Served, GatewayError>, Attempts, Record)> + Send>>;
+    Pin<Box<dyn Future<Output = (Result<Served, GatewayError>, Attempts, Box<Record>)> + Send>>;
 
 pub struct SseRelay {
     state: State,
@@ -49,13 +49,13 @@ enum State {
     Starting(Starting),
     Relaying {
         events: Box<Events>,
-        record: Record,
+        record: Box<Record>,
         /// The rest of the plan, for a continuation.
         rest: Option<Box<Attempts>>,
     },
     Continuing(Continuing),
     /// The last bytes (an error event) go out, then the stream ends.
-    Closing(Bytes, Record),
+    Closing(Bytes, Box<Record>),
     Done,
 }
 
@@ -92,7 +92,7 @@ impl SseRelay {
     /// Relays `events` for the request of `record`; `rest` is the plan a continuation may use.
     pub(crate) fn new(
         events: Box<Events>,
-        mut record: Record,
+        mut record: Box<Record>,
         rest: Option<Box<Attempts>>,
     ) -> Self {
         // Until the stream ends, the request counts as abandoned if the body is dropped.
@@ -127,7 +127,7 @@ impl State {
     /// error event (after what was read before the failure).
     fn failed(
         events: &mut Events,
-        mut record: Record,
+        mut record: Box<Record>,
         rest: Option<Box<Attempts>>,
         error: GatewayError,
     ) -> (State, Bytes) {

@@ -44,7 +44,7 @@ pub struct UnaryRelay {
     rename: Option<Renamer>,
     usage: UsageWindow,
     /// `None` once the request has been accounted for.
-    record: Option<Record>,
+    record: Option<Box<Record>>,
     timer: Pin<Box<Sleep>>,
     ticket: Option<Ticket>,
     pin: Option<crate::stored::Pin>,
@@ -52,7 +52,7 @@ pub struct UnaryRelay {
 
 impl UnaryRelay {
     /// Relays `answer` for the request of `record`.
-    pub(crate) fn new(answer: Unary, mut record: Record) -> Self {
+    pub(crate) fn new(answer: Unary, mut record: Box<Record>) -> Self {
         // Until the body ends, the request counts as abandoned if the body is dropped.
         record.streaming();
         Self {

@@ -112,11 +112,11 @@ pub(crate) enum Continued {
     /// The next direct model took over the stream.
     Resumed {
         events: Box<Events>,
-        record: Record,
+        record: Box<Record>,
         rest: Box<Attempts>,
     },
     /// Nothing could continue it: the stream ends with this error.
-    Failed(GatewayError, Record),
+    Failed(GatewayError, Box<Record>),
 }
 
 impl Attempts {
@@ -542,7 +542,7 @@ impl Attempts {
     /// with the tokens sent before it.
     pub(crate) async fn continuation(
         mut self: Box<Self>,
-        mut record: Record,
+        mut record: Box<Record>,
         text: String,
         carried: Carried,
         at: Blocks,
