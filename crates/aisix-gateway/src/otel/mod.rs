@@ -27,7 +27,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aisix_config::OtlpConfig;
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderValue};
 use tokio::time::Instant;
 
 use crate::endpoint::Endpoint;
@@ -138,9 +138,7 @@ pub(crate) struct Trace {
     ended: Option<record::Ended>,
 }
 
-/// The W3C trace-context headers, named once (no parse of the name per request).
-pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+pub(crate) use crate::upstream::head::{TRACEPARENT, TRACESTATE};
 
 impl Trace {
     /// A request received at `received` with `headers` starts its trace: the client's, when

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER, USER_AGENT};
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -29,9 +29,6 @@ use crate::wire::{Dialect, chunk};
 /// Largest upstream error body read to relay its message.
 const MAX_ERROR_BODY: usize = 64 * 1024;
 
-static GATEWAY_AGENT: HeaderValue =
-    HeaderValue::from_static(concat!("aisix/", env!("CARGO_PKG_VERSION")));
-
 /// The upstream request: built from scratch, so only the gateway's own headers, `extra` (what
 /// the adapter forwards of the client's) and the provider's (its credential and static
 /// headers, which win) travel.
@@ -44,34 +41,13 @@ fn request(
     context: Option<&crate::otel::Outgoing>,
     extra: &HeaderMap,
 ) -> Request<Full<Bytes>> {
-    // Sized once for every header it will carry, so it never grows on the way: the four below,
-    // the trace context's, `extra`, the provider's, and `Host` and `Content-Length`, which are
-    // added where it is sent.
-    let traced = context.map_or(0, |c| 1 + usize::from(c.tracestate.is_some()));
-    let mut headers = HeaderMap::with_capacity(6 + traced + extra.len() + provider.headers.len());
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(
-        ACCEPT,
-        HeaderValue::from_static(if stream {
-            "text/event-stream"
-        } else {
-            "application/json"
-        }),
-    );
-    headers.insert(USER_AGENT, GATEWAY_AGENT.clone());
-    headers.insert(&aisix_obs::request_id::HEADER, request_id.clone());
-    if let Some(context) = context {
-        headers.insert(crate::otel::TRACEPARENT, context.traceparent.clone());
-        if let Some(state) = &context.tracestate {
-            headers.insert(crate::otel::TRACESTATE, state.clone());
-        }
-    }
-    for (name, value) in extra {
-        headers.insert(name, value.clone());
-    }
-    for (name, value) in &provider.headers {
-        headers.insert(name, value.clone());
-    }
+    let context = context.map(|c| crate::upstream::head::TraceContext {
+        traceparent: &c.traceparent,
+        tracestate: c.tracestate.as_ref(),
+    });
+    let headers = provider
+        .heads
+        .headers(uri, &body, stream, request_id, context, extra);
     let mut request = Request::new(Full::new(body));
     *request.method_mut() = Method::POST;
     *request.uri_mut() = uri.clone();

@@ -26,6 +26,8 @@ pub struct Provider {
     /// `api-key` for Azure, `x-goog-api-key` for Gemini) and its static `headers`, all marked
     /// sensitive so hyper never logs them.
     pub headers: HeaderMap,
+    /// The headers each request to it starts from: the gateway's own and `headers`.
+    pub(crate) heads: crate::upstream::head::Heads,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
     pub secret: Option<Box<str>>,
     /// Every value the gateway adds (the key and each `headers` value), masked in whatever
@@ -211,14 +213,13 @@ impl Provider {
                 .flatten()
         });
         // The route depends only on the scheme and host, the same for every endpoint.
-        let route = key
-            .api_base
-            .parse::<Uri>()
-            .map_or(Route::Direct, |uri| egress.route(&uri));
+        let base = key.api_base.parse::<Uri>().ok();
+        let route = base.as_ref().map_or(Route::Direct, |uri| egress.route(uri));
         Self {
             name: key.display_name.as_str().into(),
             kind: key.provider,
             uris: Arc::new(uris),
+            heads: crate::upstream::head::Heads::new(&headers, base.as_ref()),
             headers,
             secret: key.api_key.as_ref().map(|k| k.expose().into()).or_else(|| {
                 aws.iter()

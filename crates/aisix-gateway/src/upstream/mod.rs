@@ -3,7 +3,10 @@
 //! proxy it dials through, AWS's SigV4 signature of a request. Knows hosts and bytes, never models or dialects.
 
 pub(crate) mod egress;
+pub(crate) mod head;
 pub(crate) mod pool;
 pub(crate) mod sigv4;
 pub(crate) mod tls;
 mod wire_form;
+
+pub(crate) use wire_form::HostKey;

@@ -10,15 +10,15 @@ use super::egress::Proxy;
 use super::pool::{Body, Protocol};
 
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub(super) struct HostKey {
-    pub(super) scheme: Scheme,
-    pub(super) authority: Authority,
+pub(crate) struct HostKey {
+    pub(crate) scheme: Scheme,
+    pub(crate) authority: Authority,
 }
 
 impl HostKey {
     /// The `Host` value: the authority without user info, and without the scheme's default
     /// port (RFC 9110 §7.2).
-    fn host_header(&self) -> &str {
+    pub(crate) fn host_header(&self) -> &str {
         let authority = self.authority.as_str();
         let authority = authority
             .rsplit_once('@')
@@ -36,7 +36,7 @@ impl HostKey {
         }
     }
 
-    pub(super) fn of(uri: &Uri) -> Option<Self> {
+    pub(crate) fn of(uri: &Uri) -> Option<Self> {
         Some(Self {
             scheme: uri.scheme()?.clone(),
             authority: uri.authority()?.clone(),
