@@ -355,7 +355,7 @@ async fn held_body(snapshot: &Snapshot, model: &str) -> String {
     let starting: Starting = Box::pin(async move {
         let mut record = record();
         let answer = attempts.run(&mut record).await;
-        (answer, attempts, record)
+        (answer, Box::new(attempts), record)
     });
     body(SseRelay::starting(starting, Duration::from_secs(1))).await
 }

@@ -527,7 +527,7 @@ impl Inner {
         budget: MemoryBudget,
         record: &Record,
         snapshot: &Snapshot,
-    ) -> Attempts {
+    ) -> Box<Attempts> {
         let settings = &self.common.settings;
         let ctx = Ctx {
             pool: self.pool.clone(),
@@ -537,13 +537,13 @@ impl Inner {
             budget,
             clock: snapshot.clock,
         };
-        Attempts::new(
+        Box::new(Attempts::new(
             ctx,
             plan,
             inbound,
             record.request_id().clone(),
             record.received(),
-        )
+        ))
     }
 
     /// This worker's lookup tables, rebuilt here if a reload happened since the last request.
@@ -609,17 +609,13 @@ fn detached_uri(uri: &Uri) -> Uri {
 }
 
 /// A successful request before it becomes a response.
-#[allow(
-    clippy::large_enum_variant,
-    reason = "built and moved once per request: cheaper than boxing the attempt loop"
-)]
 enum Reply {
     /// Answered by the gateway itself (the model list).
     Ready(Response<GatewayBody>),
     /// A direct model's answer, with the rest of the plan.
-    Served(Served, Attempts),
+    Served(Served, Box<Attempts>),
     /// A stream to a group whose attempt loop is yet to run, with the keep-alive interval.
-    Held(Attempts, Duration),
+    Held(Box<Attempts>, Duration),
     /// Taken by [`hold`].
     Pending,
 }
@@ -628,10 +624,10 @@ enum Reply {
 /// record) when it comes within `every`; else the loop, still running, for the response body
 /// to go on with.
 async fn hold(
-    attempts: Attempts,
+    attempts: Box<Attempts>,
     mut record: Box<Record>,
     every: Duration,
-) -> Result<(Result<Served, GatewayError>, Attempts, Box<Record>), Starting> {
+) -> Result<(Result<Served, GatewayError>, Box<Attempts>, Box<Record>), Starting> {
     // From here the request counts as abandoned if its client leaves.
     record.holding_stream();
     let mut starting: Starting = Box::pin(async move {
@@ -703,7 +699,7 @@ fn relay(
             head.dropped_tools = attempts.dropped_tools();
             record.left_out_tools(head.dropped_tools.clone());
             head.sse = true;
-            let rest = attempts.continues_cut_streams().then(|| Box::new(attempts));
+            let rest = attempts.continues_cut_streams().then_some(attempts);
             let relay = SseRelay::new(events, record, rest);
             return (Response::new(GatewayBody::Sse(Box::new(relay))), head);
         }

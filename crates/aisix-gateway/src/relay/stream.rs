@@ -33,8 +33,9 @@ type Continuing = Pin<Box<dyn Future<Output = Continued> + Send>>;
 
 /// The attempt loop of a stream held past a keep-alive interval, run inside the response body
 /// once its head has gone out: its answer (or error), the rest of the plan and the record.
-pub(crate) type Starting =
-    Pin<Box<dyn Future<Output = (Result<Served, GatewayError>, Attempts, Box<Record>)> + Send>>;
+pub(crate) type Starting = Pin<
+    Box<dyn Future<Output = (Result<Served, GatewayError>, Box<Attempts>, Box<Record>)> + Send>,
+>;
 
 pub struct SseRelay {
     state: State,
@@ -215,8 +216,7 @@ impl Body for SseRelay {
                         record.mark_head();
                         this.state = match answer {
                             Ok(Served::Stream(events)) => {
-                                let rest =
-                                    attempts.continues_cut_streams().then(|| Box::new(attempts));
+                                let rest = attempts.continues_cut_streams().then_some(attempts);
                                 State::Relaying {
                                     events,
                                     record,
