@@ -12,6 +12,8 @@
 //! adapter, a client's `tracestate`, no body) has its map built afresh, header by header, as
 //! every request's was before: both ways give the same headers in the same order.
 
+use std::sync::OnceLock;
+
 use bytes::Bytes;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, HOST, USER_AGENT};
 use http::uri::{Authority, Scheme};
@@ -38,12 +40,17 @@ static GATEWAY_AGENT: HeaderValue =
 /// map fills each of its places).
 const UNFILLED: HeaderValue = HeaderValue::from_static("-");
 
-/// A provider's starting maps, and the host they are for.
+/// A provider's starting maps, and the host they are for. Each worker's snapshot holds its
+/// own (a map of a provider with one credential is under 1 KiB: two per provider and worker,
+/// four once a request is traced).
 #[derive(Debug)]
 pub(crate) struct Heads {
-    /// For a whole answer or a stream (`Accept`), untraced or traced (a `traceparent` place);
-    /// `None` when the provider's base names no host (each request's map is built afresh).
-    heads: Option<[Head; 4]>,
+    /// The base's `Host`: `None` when it names none (each request's map is built afresh).
+    host: Option<HeaderValue>,
+    /// Untraced, for a whole answer and for a stream (`Accept`).
+    plain: Option<[Head; 2]>,
+    /// With a `traceparent` place: made on the first traced request, so never with export off.
+    traced: OnceLock<Option<[Head; 2]>>,
     /// The scheme and authority of the base: a request to another has its map built afresh.
     base: Option<(Scheme, Authority)>,
     /// The provider's own headers, for a map built afresh.
@@ -67,12 +74,11 @@ impl Heads {
         let host = base
             .as_ref()
             .and_then(|key| HeaderValue::from_str(key.host_header()).ok());
-        let heads = host.map(|host| {
-            [(false, false), (true, false), (false, true), (true, true)]
-                .map(|(stream, traced)| Head::new(provider, &host, stream, traced))
-        });
+        let plain = host.as_ref().map(|host| pair(provider, host, false));
         Self {
-            heads,
+            host,
+            plain,
+            traced: OnceLock::new(),
             base: base.map(|key| (key.scheme, key.authority)),
             provider: provider.clone(),
         }
@@ -97,15 +103,29 @@ impl Heads {
             && self.base.as_ref().is_some_and(|(scheme, authority)| {
                 uri.scheme() == Some(scheme) && uri.authority() == Some(authority)
             });
-        match &self.heads {
-            Some(starting) if fits => {
-                let traceparent = context.map(|c| c.traceparent);
-                let head = &starting[usize::from(stream) + 2 * usize::from(traceparent.is_some())];
-                head.fill(request_id, traceparent, body.len())
+        let traceparent = context.map(|c| c.traceparent);
+        let starting = match traceparent {
+            None => self.plain.as_ref(),
+            Some(_) => self
+                .traced
+                .get_or_init(|| {
+                    let host = self.host.as_ref()?;
+                    Some(pair(&self.provider, host, true))
+                })
+                .as_ref(),
+        };
+        match starting {
+            Some(pair) if fits => {
+                pair[usize::from(stream)].fill(request_id, traceparent, body.len())
             }
             _ => built_afresh(&self.provider, stream, request_id, context, extra),
         }
     }
+}
+
+/// The starting maps for a whole answer and for a stream, traced or not.
+fn pair(provider: &HeaderMap, host: &HeaderValue, traced: bool) -> [Head; 2] {
+    [false, true].map(|stream| Head::new(provider, host, stream, traced))
 }
 
 /// The map built header by header: the gateway's own, the trace context, `extra` (which
@@ -184,7 +204,11 @@ impl Head {
             places.iter().flatten().is_sorted_by(|a, b| a < b),
             "the places come in the order they are filled"
         );
-        Self { headers, places }
+        // A clone holds no spare room (what the map had to grow into is not kept).
+        Self {
+            headers: headers.clone(),
+            places,
+        }
     }
 
     /// A copy of the starting map with a request's values in their places.
@@ -349,6 +373,23 @@ mod tests {
         let hostless = Heads::new(&credential, None);
         let got = hostless.headers(&on_base, &body, false, &id, None, &HeaderMap::new());
         assert!(!got.contains_key(HOST));
+    }
+
+    #[test]
+    fn the_traced_starting_maps_are_made_only_once_a_request_is_traced() {
+        let base = Uri::from_static("http://127.0.0.1:9/v1");
+        let heads = Heads::new(&HeaderMap::new(), Some(&base));
+        let body = Bytes::from_static(b"{}");
+        let id = HeaderValue::from_static("r");
+        heads.headers(&base, &body, true, &id, None, &HeaderMap::new());
+        assert!(heads.traced.get().is_none(), "untraced requests make none");
+        let traced = TraceContext {
+            traceparent: &PARENT,
+            tracestate: None,
+        };
+        let got = heads.headers(&base, &body, true, &id, Some(traced), &HeaderMap::new());
+        assert!(heads.traced.get().is_some_and(Option::is_some));
+        assert_eq!(got.get(TRACEPARENT), Some(&PARENT));
     }
 
     #[test]
