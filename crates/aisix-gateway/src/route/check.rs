@@ -97,7 +97,7 @@ async fn probe(pool: &Pool, provider: &Provider) -> Verdict {
     let mut request = Request::new(Body::default());
     *request.method_mut() = Method::GET;
     *request.uri_mut() = uri.clone();
-    *request.headers_mut() = provider.headers.clone();
+    *request.headers_mut() = provider.headers().clone();
     if provider.kind == ProviderKind::Anthropic {
         request
             .headers_mut()

@@ -479,7 +479,7 @@ models:
             format!("{base}/invoke")
         );
         assert!(claude.uris.get(Endpoint::Messages).is_none());
-        assert!(claude.provider.headers.is_empty());
+        assert!(claude.provider.headers().is_empty());
         assert!(claude.provider.signer.is_some());
         assert_eq!(claude.provider.error_secret(), Some("wJalrXUtnFEMI-secret"));
         assert!(claude.provider.health_check.is_none());
@@ -524,9 +524,9 @@ models:
             format!("{base}:countTokens")
         );
         assert!(flash.uris.get(Endpoint::Messages).is_none());
-        assert_eq!(flash.provider.headers["x-goog-api-key"], "AIza-secret");
-        assert!(flash.provider.headers["x-goog-api-key"].is_sensitive());
-        assert!(!flash.provider.headers.contains_key("authorization"));
+        assert_eq!(flash.provider.headers()["x-goog-api-key"], "AIza-secret");
+        assert!(flash.provider.headers()["x-goog-api-key"].is_sensitive());
+        assert!(!flash.provider.headers().contains_key("authorization"));
         let named = direct(&snapshot, "named");
         assert_eq!(
             named.uris.stream().unwrap().to_string(),
@@ -575,7 +575,7 @@ models:
             azure.upstream_model_json.is_none(),
             "Azure takes the deployment from the path"
         );
-        let headers = &azure.provider.headers;
+        let headers = &azure.provider.headers();
         assert_eq!(headers["api-key"], "azure-secret");
         assert!(headers["api-key"].is_sensitive());
         assert!(!headers.contains_key("authorization"));
@@ -586,7 +586,7 @@ models:
             openai.uris.get(Endpoint::Completions).unwrap().to_string(),
             "http://gw.local/v1/completions?tenant=t1"
         );
-        assert_eq!(openai.provider.headers["authorization"], "Bearer sk-x");
+        assert_eq!(openai.provider.headers()["authorization"], "Bearer sk-x");
         assert_eq!(
             openai.uris.get(Endpoint::Responses).unwrap().to_string(),
             "http://gw.local/v1/responses?tenant=t1"

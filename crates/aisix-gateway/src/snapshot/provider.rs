@@ -22,11 +22,8 @@ pub struct Provider {
     pub kind: ProviderKind,
     /// The provider key's `api_base` joined with each endpoint's path, parsed once.
     pub uris: Arc<EndpointUris>,
-    /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
-    /// `api-key` for Azure, `x-goog-api-key` for Gemini) and its static `headers`, all marked
-    /// sensitive so hyper never logs them.
-    pub headers: HeaderMap,
-    /// The headers each request to it starts from: the gateway's own and `headers`.
+    /// The headers each request to it starts from: the gateway's own and its own
+    /// ([`Provider::headers`]).
     pub(crate) heads: crate::upstream::head::Heads,
     /// The provider key itself, to scrub it from the error bodies the provider sends back.
     pub secret: Option<Box<str>>,
@@ -88,6 +85,13 @@ fn health_uri(key: &ProviderKey) -> Option<Uri> {
 }
 
 impl Provider {
+    /// Headers every request to this provider carries: its credential (`Authorization: Bearer`,
+    /// `api-key` for Azure, `x-goog-api-key` for Gemini) and its static `headers`, all marked
+    /// sensitive so hyper never logs them.
+    pub fn headers(&self) -> &HeaderMap {
+        self.heads.provider()
+    }
+
     /// `error` with every value the gateway adds to this provider's requests masked: the
     /// static ones ([`Masks`]) and the credential refreshed off the request path as it is now
     /// (a Vertex token, a web identity's temporary AWS keys), which no static mask knows.
@@ -219,8 +223,7 @@ impl Provider {
             name: key.display_name.as_str().into(),
             kind: key.provider,
             uris: Arc::new(uris),
-            heads: crate::upstream::head::Heads::new(&headers, base.as_ref()),
-            headers,
+            heads: crate::upstream::head::Heads::new(headers, base.as_ref()),
             secret: key.api_key.as_ref().map(|k| k.expose().into()).or_else(|| {
                 aws.iter()
                     .flatten()

@@ -69,19 +69,24 @@ struct Head {
 impl Heads {
     /// The starting maps of a provider that adds `provider` to each request and whose requests
     /// go to `base`'s host.
-    pub(crate) fn new(provider: &HeaderMap, base: Option<&Uri>) -> Self {
+    pub(crate) fn new(provider: HeaderMap, base: Option<&Uri>) -> Self {
         let base = base.and_then(HostKey::of);
         let host = base
             .as_ref()
             .and_then(|key| HeaderValue::from_str(key.host_header()).ok());
-        let plain = host.as_ref().map(|host| pair(provider, host, false));
+        let plain = host.as_ref().map(|host| pair(&provider, host, false));
         Self {
             host,
             plain,
             traced: OnceLock::new(),
             base: base.map(|key| (key.scheme, key.authority)),
-            provider: provider.clone(),
+            provider,
         }
+    }
+
+    /// The destination's own headers, which every request carries.
+    pub(crate) fn provider(&self) -> &HeaderMap {
+        &self.provider
     }
 
     /// The headers of a request at `uri` with a body of `body`, for a stream or not, with its
@@ -298,7 +303,7 @@ mod tests {
             provider(&[("x-team", "a"), ("x-team", "b"), ("api-key", "k")]),
         ];
         for provider_headers in &providers {
-            let heads = Heads::new(provider_headers, Some(&base));
+            let heads = Heads::new(provider_headers.clone(), Some(&base));
             for stream in [false, true] {
                 for context in [None, Some(parent)] {
                     let got = heads.headers(&uri, &body, stream, &id, context, &HeaderMap::new());
@@ -321,7 +326,7 @@ mod tests {
         let body = Bytes::from_static(b"{}");
         let base = Uri::from_static("https://api.example.com/v1");
         let credential = provider(&[("authorization", "Bearer sk-2")]);
-        let heads = Heads::new(&credential, Some(&base));
+        let heads = Heads::new(credential.clone(), Some(&base));
         let mut extra = HeaderMap::new();
         extra.insert("anthropic-version", HeaderValue::from_static("2023-06-01"));
         let with_state = TraceContext {
@@ -370,7 +375,7 @@ mod tests {
             );
         }
         // A base with no host has no starting maps.
-        let hostless = Heads::new(&credential, None);
+        let hostless = Heads::new(credential.clone(), None);
         let got = hostless.headers(&on_base, &body, false, &id, None, &HeaderMap::new());
         assert!(!got.contains_key(HOST));
     }
@@ -378,7 +383,7 @@ mod tests {
     #[test]
     fn the_traced_starting_maps_are_made_only_once_a_request_is_traced() {
         let base = Uri::from_static("http://127.0.0.1:9/v1");
-        let heads = Heads::new(&HeaderMap::new(), Some(&base));
+        let heads = Heads::new(HeaderMap::new(), Some(&base));
         let body = Bytes::from_static(b"{}");
         let id = HeaderValue::from_static("r");
         heads.headers(&base, &body, true, &id, None, &HeaderMap::new());
@@ -404,7 +409,7 @@ mod tests {
             ("https://user:pw@api.example.com/v1", "api.example.com"),
         ] {
             let base = Uri::try_from(base).unwrap();
-            let heads = Heads::new(&HeaderMap::new(), Some(&base));
+            let heads = Heads::new(HeaderMap::new(), Some(&base));
             let got = heads.headers(&base, &body, false, &id, None, &HeaderMap::new());
             assert_eq!(got.get(HOST).unwrap(), host, "{base}");
             assert_eq!(got.get(CONTENT_LENGTH).unwrap(), "2");
@@ -418,7 +423,7 @@ mod tests {
         let mut provider_headers = HeaderMap::new();
         provider_headers.insert(http::header::AUTHORIZATION, key);
         let base = Uri::from_static("http://127.0.0.1:9/v1");
-        let heads = Heads::new(&provider_headers, Some(&base));
+        let heads = Heads::new(provider_headers.clone(), Some(&base));
         let uri = Uri::from_static("http://127.0.0.1:9/v1/chat/completions");
         let got = heads.headers(
             &uri,
